@@ -1,0 +1,343 @@
+"""ModelConfig: one dataclass for Llama 3.x, Qwen3 and Gemma 3 text decoders.
+
+Built from a Hugging Face ``config.json`` (a dict or a snapshot folder). Both config formats are
+accepted: the old one (``rope_theta`` / ``rope_scaling`` / ``rope_local_base_freq`` /
+``sliding_window_pattern``) and the new one (``rope_parameters`` / ``layer_types``). Defaults for
+fields a config leaves out are the ones transformers' own config classes use, so both
+implementations build the same model from the same file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+LAYER_TYPES = (FULL_ATTENTION, SLIDING_ATTENTION)
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "gemma3_text", "gemma3")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3")
+SUPPORTED_ACTIVATIONS = ("silu", "gelu_pytorch_tanh")
+
+REQUIRED_FIELDS = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+)
+
+# transformers' defaults for fields a config.json may omit, per family.
+_FAMILY_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {
+        "head_dim": None,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10_000.0,
+        "max_position_embeddings": 2048,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+    },
+    "qwen3": {
+        "head_dim": 128,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 10_000.0,
+        "max_position_embeddings": 32768,
+        "tie_word_embeddings": False,
+        "hidden_act": "silu",
+        "bos_token_id": None,
+        "eos_token_id": None,
+    },
+    "gemma3_text": {
+        "head_dim": 256,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1_000_000.0,
+        "rope_local_base_freq": 10_000.0,
+        "max_position_embeddings": 131_072,
+        "tie_word_embeddings": True,
+        "hidden_act": "gelu_pytorch_tanh",
+        "query_pre_attn_scalar": 256,
+        "sliding_window": 4096,
+        "sliding_window_pattern": 6,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+    },
+}
+
+
+class ConfigError(ValueError):
+    """A config.json that infer_ref cannot build a model from."""
+
+
+@dataclass(frozen=True)
+class RopeConfig:
+    """Rotary embedding parameters for one kind of layer."""
+
+    theta: float
+    rope_type: str = "default"  # "default" | "linear" | "llama3"
+    factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position_embeddings: int | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Everything the three decoder families need, in one place."""
+
+    model_type: str  # "llama" | "qwen3" | "gemma3_text"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    rms_norm_eps: float
+    max_position_embeddings: int
+    rope: RopeConfig  # full-attention layers
+    layer_types: tuple[str, ...]
+    head_dim: int | None = None
+    local_rope: RopeConfig | None = None  # sliding-window layers (Gemma 3); None: same as ``rope``
+    sliding_window: int | None = None
+    tie_word_embeddings: bool = False
+    hidden_act: str = "silu"
+    query_pre_attn_scalar: float | None = None
+    attention_bias: bool = False
+    mlp_bias: bool = False
+    final_logit_softcapping: float | None = None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    # -- derived -------------------------------------------------------------------------------
+
+    @property
+    def computed_head_dim(self) -> int:
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_attention_heads
+
+    @property
+    def attention_scale(self) -> float:
+        """Softmax scale: ``query_pre_attn_scalar ** -0.5`` for Gemma 3, ``head_dim ** -0.5`` otherwise."""
+        if self.query_pre_attn_scalar is not None:
+            return float(self.query_pre_attn_scalar) ** -0.5
+        return float(self.computed_head_dim) ** -0.5
+
+    @property
+    def has_qk_norm(self) -> bool:
+        return self.model_type in ("qwen3", "gemma3_text")
+
+    def is_sliding(self, layer_idx: int) -> bool:
+        return self.layer_types[layer_idx] == SLIDING_ATTENTION
+
+    def window_for_layer(self, layer_idx: int) -> int | None:
+        """Sliding window of layer ``layer_idx`` (None for full attention)."""
+        return self.sliding_window if self.is_sliding(layer_idx) else None
+
+    def rope_for_layer_type(self, layer_type: str) -> RopeConfig:
+        if layer_type == SLIDING_ATTENTION and self.local_rope is not None:
+            return self.local_rope
+        return self.rope
+
+    def fingerprint(self) -> str:
+        """sha256 of the canonical JSON of every field: identifies the architecture exactly."""
+        fields = asdict(self)
+        fields.pop("extra")
+        blob = json.dumps(fields, sort_keys=True, default=str).encode()
+        return hashlib.sha256(blob).hexdigest()
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_hf_dict(cls, raw: Mapping[str, Any]) -> ModelConfig:
+        """Build from the dict of an HF ``config.json``."""
+        return _parse(raw)
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path) -> ModelConfig:
+        """Build from a snapshot folder (or a config.json file)."""
+        path = Path(path)
+        config_file = path / "config.json" if path.is_dir() else path
+        if not config_file.is_file():
+            raise ConfigError(f"no config.json at {config_file}: expected a Hugging Face snapshot folder")
+        with config_file.open() as fh:
+            return _parse(json.load(fh))
+
+
+# -- parsing -------------------------------------------------------------------------------------
+
+
+def _parse(raw: Mapping[str, Any]) -> ModelConfig:
+    if not isinstance(raw, Mapping):
+        raise ConfigError(f"config must be a mapping (the dict of a config.json), got {type(raw).__name__}")
+    model_type = raw.get("model_type")
+    if model_type == "gemma3":
+        text_config = raw.get("text_config")
+        if not isinstance(text_config, Mapping):
+            raise ConfigError("gemma3 config has no 'text_config' dict: expected the nested text decoder config")
+        raw = {"model_type": "gemma3_text", **text_config}
+        model_type = "gemma3_text"
+    if model_type not in _FAMILY_DEFAULTS:
+        raise ConfigError(
+            f"unsupported model_type {model_type!r}; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    missing = [name for name in REQUIRED_FIELDS if raw.get(name) is None]
+    if missing:
+        raise ConfigError(f"{model_type} config is missing required field(s): {', '.join(missing)}")
+
+    defaults = _FAMILY_DEFAULTS[model_type]
+
+    def get(name: str) -> Any:
+        value = raw.get(name)
+        return defaults.get(name) if value is None else value
+
+    num_layers = _positive_int(raw, "num_hidden_layers")
+    num_heads = _positive_int(raw, "num_attention_heads")
+    num_kv_heads = int(raw.get("num_key_value_heads") or num_heads)
+    if num_kv_heads <= 0 or num_heads % num_kv_heads:
+        raise ConfigError(
+            f"num_attention_heads ({num_heads}) must be a positive multiple of num_key_value_heads ({num_kv_heads})"
+        )
+    hidden_act = raw.get("hidden_activation") or raw.get("hidden_act") or defaults["hidden_act"]
+    if hidden_act not in SUPPORTED_ACTIVATIONS:
+        raise ConfigError(f"unsupported activation {hidden_act!r}; supported: {', '.join(SUPPORTED_ACTIVATIONS)}")
+    if raw.get("attn_logit_softcapping") is not None:
+        raise ConfigError("attn_logit_softcapping is not supported (Gemma 2 feature; Gemma 3 sets it to null)")
+
+    sliding_window, layer_types = _layer_types(raw, model_type, num_layers, defaults)
+    rope, local_rope = _rope(raw, model_type, defaults)
+    head_dim = get("head_dim")
+
+    return ModelConfig(
+        model_type=model_type,
+        vocab_size=_positive_int(raw, "vocab_size"),
+        hidden_size=_positive_int(raw, "hidden_size"),
+        intermediate_size=_positive_int(raw, "intermediate_size"),
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
+        head_dim=int(head_dim) if head_dim is not None else None,
+        rms_norm_eps=float(get("rms_norm_eps")),
+        max_position_embeddings=int(get("max_position_embeddings")),
+        rope=rope,
+        local_rope=local_rope,
+        layer_types=layer_types,
+        sliding_window=sliding_window,
+        tie_word_embeddings=bool(get("tie_word_embeddings")),
+        hidden_act=hidden_act,
+        query_pre_attn_scalar=get("query_pre_attn_scalar"),
+        attention_bias=bool(raw.get("attention_bias", False)),
+        mlp_bias=bool(raw.get("mlp_bias", False)),
+        final_logit_softcapping=raw.get("final_logit_softcapping"),
+        bos_token_id=get("bos_token_id"),
+        eos_token_ids=_id_tuple(get("eos_token_id")),
+        pad_token_id=raw.get("pad_token_id"),
+        extra=dict(raw),
+    )
+
+
+def _positive_int(raw: Mapping[str, Any], name: str) -> int:
+    value = raw[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+    return value
+
+
+def _id_tuple(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, int):
+        return (value,)
+    return tuple(int(v) for v in value)
+
+
+def _layer_types(
+    raw: Mapping[str, Any], model_type: str, num_layers: int, defaults: Mapping[str, Any]
+) -> tuple[int | None, tuple[str, ...]]:
+    """Per-layer attention kind and the sliding window (None when no layer slides)."""
+    window = raw.get("sliding_window", defaults.get("sliding_window"))
+    if model_type == "qwen3" and not raw.get("use_sliding_window", False):
+        window = None  # Qwen3 only slides when use_sliding_window is set
+    if model_type == "llama":
+        window = None
+
+    explicit = raw.get("layer_types")
+    if explicit is not None:
+        types = tuple(explicit)
+        if len(types) != num_layers:
+            raise ConfigError(f"layer_types has {len(types)} entries but num_hidden_layers is {num_layers}")
+        unknown = sorted({t for t in types if t not in LAYER_TYPES})
+        if unknown:
+            raise ConfigError(f"unknown layer type(s) {unknown}; supported: {', '.join(LAYER_TYPES)}")
+    elif model_type == "gemma3_text":
+        pattern = int(raw.get("sliding_window_pattern") or defaults["sliding_window_pattern"])
+        types = tuple(SLIDING_ATTENTION if (i + 1) % pattern else FULL_ATTENTION for i in range(num_layers))
+    elif model_type == "qwen3" and window is not None:
+        first_sliding = int(raw.get("max_window_layers", 28))
+        types = tuple(SLIDING_ATTENTION if i >= first_sliding else FULL_ATTENTION for i in range(num_layers))
+    else:
+        types = (FULL_ATTENTION,) * num_layers
+
+    if SLIDING_ATTENTION in types:
+        if window is None or isinstance(window, bool) or int(window) <= 0:
+            raise ConfigError(f"sliding layers need a positive sliding_window, got {window!r}")
+        return int(window), types
+    return None, types
+
+
+def _rope(
+    raw: Mapping[str, Any], model_type: str, defaults: Mapping[str, Any]
+) -> tuple[RopeConfig, RopeConfig | None]:
+    params = raw.get("rope_parameters")
+    if model_type == "gemma3_text":
+        if isinstance(params, Mapping) and FULL_ATTENTION in params:
+            full = dict(params.get(FULL_ATTENTION) or {})
+            local = dict(params.get(SLIDING_ATTENTION) or {})
+        else:  # old format: rope_theta + rope_scaling for global layers, rope_local_base_freq for local
+            full = dict(raw.get("rope_scaling") or {})
+            full.setdefault("rope_theta", raw.get("rope_theta", defaults["rope_theta"]))
+            local = {"rope_theta": raw.get("rope_local_base_freq", defaults["rope_local_base_freq"])}
+        full.setdefault("rope_theta", defaults["rope_theta"])
+        local.setdefault("rope_theta", defaults["rope_local_base_freq"])
+        return _rope_config(full, "rope_parameters.full_attention"), _rope_config(
+            local, "rope_parameters.sliding_attention"
+        )
+    if isinstance(params, Mapping):
+        merged = dict(params)
+    else:
+        merged = dict(raw.get("rope_scaling") or {})
+    merged.setdefault("rope_theta", raw.get("rope_theta", defaults["rope_theta"]))
+    return _rope_config(merged, "rope_parameters"), None
+
+
+def _rope_config(params: Mapping[str, Any], where: str) -> RopeConfig:
+    rope_type = params.get("rope_type", params.get("type", "default"))
+    if rope_type not in SUPPORTED_ROPE_TYPES:
+        raise ConfigError(
+            f"{where}: unsupported rope_type {rope_type!r}; supported: {', '.join(SUPPORTED_ROPE_TYPES)}"
+        )
+    theta = float(params["rope_theta"])
+    if rope_type == "default":
+        return RopeConfig(theta=theta)
+    if "factor" not in params:
+        raise ConfigError(f"{where}: rope_type {rope_type!r} needs 'factor'")
+    if rope_type == "linear":
+        return RopeConfig(theta=theta, rope_type="linear", factor=float(params["factor"]))
+    needed = ("low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
+    missing = [k for k in needed if k not in params]
+    if missing:
+        raise ConfigError(f"{where}: llama3 rope scaling is missing {', '.join(missing)}")
+    return RopeConfig(
+        theta=theta,
+        rope_type="llama3",
+        factor=float(params["factor"]),
+        low_freq_factor=float(params["low_freq_factor"]),
+        high_freq_factor=float(params["high_freq_factor"]),
+        original_max_position_embeddings=int(params["original_max_position_embeddings"]),
+    )

@@ -1,0 +1,182 @@
+"""The generation loop: prefill once, then decode one token at a time (seed 000 §5).
+
+With ``use_kv_cache=False`` every step re-runs the full sequence (O(n^2)); the two paths must give
+the same tokens, which is what the suite checks.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, Protocol
+
+import torch
+from torch import Tensor, nn
+
+from infer_ref.cache.contiguous import KVCache
+from infer_ref.cache.protocol import KVCacheProtocol
+from infer_ref.config import ModelConfig
+from infer_ref.engine.sampling import SamplingParams, sample_token
+
+FinishReason = Literal["length", "eos", "stop"]
+
+
+class InferModel(Protocol):
+    """What ``generate`` needs from a model to run it with a KV cache."""
+
+    config: ModelConfig
+
+    def __call__(self, input_ids: Tensor, kv_cache: KVCacheProtocol | None = None) -> Tensor: ...
+
+    def parameters(self) -> Iterator[nn.Parameter]: ...
+
+
+class TokenDecoder(Protocol):
+    """The part of a tokenizer that ``generate`` uses."""
+
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str: ...
+
+
+@dataclass
+class GenerationTiming:
+    prefill_time_s: float = 0.0
+    decode_times_s: list[float] = field(default_factory=list)  # one per decode forward
+
+    @property
+    def decode_time_s(self) -> float:
+        return sum(self.decode_times_s)
+
+    @property
+    def total_time_s(self) -> float:
+        return self.prefill_time_s + self.decode_time_s
+
+
+@dataclass
+class GenerationResult:
+    """Output of ``generate``.
+
+    ``token_ids`` are the generated tokens, an EOS token included when that ended generation (as
+    transformers returns it); ``text`` is their decoding without special tokens, cut before a stop
+    string when one ended it.
+    """
+
+    token_ids: list[int]
+    text: str
+    finish_reason: FinishReason
+    prompt_tokens: int
+    timing: GenerationTiming
+    cache_memory_bytes: int | None = None
+
+    @property
+    def generated_tokens(self) -> int:
+        return len(self.token_ids)
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
+    return min(hits) if hits else None
+
+
+def _model_config(model: nn.Module, use_kv_cache: bool) -> ModelConfig | None:
+    config = getattr(model, "config", None)
+    if config is None and use_kv_cache:
+        raise TypeError(
+            "model must have a .config attribute (a ModelConfig) for KV cache allocation; "
+            "pass use_kv_cache=False to run without a cache"
+        )
+    return config
+
+
+def _check_length(prompt_len: int, params: SamplingParams, config: ModelConfig | None) -> None:
+    if prompt_len == 0:
+        raise ValueError("prompt_token_ids is empty: generation needs at least one prompt token")
+    if config is not None and prompt_len + params.max_new_tokens > config.max_position_embeddings:
+        raise ValueError(
+            f"prompt ({prompt_len} tokens) + max_new_tokens ({params.max_new_tokens}) = "
+            f"{prompt_len + params.max_new_tokens} exceeds the model's max_position_embeddings "
+            f"({config.max_position_embeddings})"
+        )
+
+
+@torch.inference_mode()
+def generate(
+    model: nn.Module,
+    tokenizer: TokenDecoder,
+    prompt_token_ids: Sequence[int],
+    params: SamplingParams,
+    *,
+    device: str | torch.device = "cuda",
+    use_kv_cache: bool = True,
+    on_token: Callable[[int], None] | None = None,
+) -> GenerationResult:
+    """Generate up to ``params.max_new_tokens`` tokens after ``prompt_token_ids``.
+
+    Stops at any EOS id of the model config (or the tokenizer's ``eos_token_ids``), at a stop
+    string, or at the length limit. ``on_token`` is called with each token as it is chosen.
+    """
+    device = torch.device(device)
+    config = _model_config(model, use_kv_cache)
+    tokens = [int(t) for t in prompt_token_ids]
+    _check_length(len(tokens), params, config)
+    eos_ids = set(config.eos_token_ids if config is not None else ()) | set(getattr(tokenizer, "eos_token_ids", ()))
+
+    kv_cache: KVCache | None = None
+    if use_kv_cache:
+        assert config is not None
+        kv_cache = KVCache.from_model_config(
+            config,
+            max_seq_len=len(tokens) + params.max_new_tokens,
+            dtype=next(model.parameters()).dtype,
+            device=device,
+        )
+
+    generator = params.make_generator()
+    timing = GenerationTiming()
+    generated: list[int] = []
+    finish: FinishReason = "length"
+    text = ""
+
+    for step in range(params.max_new_tokens):
+        fed = tokens if kv_cache is None or step == 0 else tokens[-1:]
+        input_ids = torch.tensor([fed], dtype=torch.long, device=device)  # [1, T]
+        _sync(device)
+        t0 = time.perf_counter()
+        logits = model(input_ids, kv_cache=kv_cache)  # [1, T or 1, V]
+        _sync(device)
+        elapsed = time.perf_counter() - t0
+        if step == 0:
+            timing.prefill_time_s = elapsed
+        else:
+            timing.decode_times_s.append(elapsed)
+
+        token = sample_token(logits[0, -1, :], tokens, params, generator)
+        tokens.append(token)
+        generated.append(token)
+        if on_token is not None:
+            on_token(token)
+        if token in eos_ids:
+            finish = "eos"
+            break
+        if params.stop:
+            text = tokenizer.decode(generated, skip_special_tokens=True)
+            cut = _first_stop(text, params.stop)
+            if cut is not None:
+                text, finish = text[:cut], "stop"
+                break
+
+    if finish != "stop":
+        text = tokenizer.decode(generated, skip_special_tokens=True)
+    return GenerationResult(
+        token_ids=generated,
+        text=text,
+        finish_reason=finish,
+        prompt_tokens=len(prompt_token_ids),
+        timing=timing,
+        cache_memory_bytes=kv_cache.memory_bytes if kv_cache is not None else None,
+    )

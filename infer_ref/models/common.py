@@ -1,0 +1,309 @@
+"""Building blocks shared by the three families: norms, RoPE, masks, attention, MLP, the decoder skeleton.
+
+Numerics follow transformers exactly where it matters for bit-level agreement: RMSNorm normalises
+in fp32, RoPE tables are computed in fp32 and cast to the activation dtype, rotate_half splits the
+head in halves. Shapes: B batch, T new tokens, S keys visible (cache length after the write),
+H query heads, Hkv key/value heads, D head_dim, E hidden size, V vocab.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from infer_ref.cache.contiguous import KVCacheOverflowError
+from infer_ref.cache.protocol import KVCacheProtocol
+from infer_ref.config import ModelConfig, RopeConfig
+
+# -- norms ---------------------------------------------------------------------------------------
+
+
+class RMSNorm(nn.Module):
+    """Llama/Qwen RMSNorm: normalise in fp32, cast back, then multiply by the weight."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * h.to(dtype)
+
+
+class GemmaRMSNorm(nn.Module):
+    """Gemma RMSNorm: ``(norm(x) * (1 + w))`` entirely in fp32, cast back last; weight stored as offset from 1."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim))
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        return (h * (1.0 + self.weight.float())).type_as(x)
+
+
+NormFactory = Callable[[int, float], nn.Module]
+
+# -- rotary embeddings ---------------------------------------------------------------------------
+
+
+def rope_inv_freq(head_dim: int, rope: RopeConfig) -> Tensor:
+    """Inverse frequencies ``[D/2]`` in fp32, with linear or llama3 scaling applied."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
+    inv_freq = 1.0 / (rope.theta**exponents)
+    if rope.rope_type == "linear":
+        return inv_freq / rope.factor
+    if rope.rope_type == "llama3":
+        return _llama3_scaled(inv_freq, rope)
+    return inv_freq
+
+
+def _llama3_scaled(inv_freq: Tensor, rope: RopeConfig) -> Tensor:
+    """Llama 3.1 scaling: long wavelengths divided by ``factor``, short kept, a smooth band between."""
+    assert rope.original_max_position_embeddings is not None
+    old_context = rope.original_max_position_embeddings
+    low_freq_wavelen = old_context / rope.low_freq_factor
+    high_freq_wavelen = old_context / rope.high_freq_factor
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_freq_wavelen, inv_freq / rope.factor, inv_freq)
+    smooth = (old_context / wavelen - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+    smoothed = (1 - smooth) * scaled / rope.factor + smooth * scaled
+    is_medium = ~(wavelen < high_freq_wavelen) * ~(wavelen > low_freq_wavelen)
+    return torch.where(is_medium, smoothed, scaled)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for arbitrary absolute positions, computed in fp32 then cast."""
+
+    inv_freq: Tensor
+
+    def __init__(self, head_dim: int, rope: RopeConfig) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.rope = rope
+        self.register_buffer("inv_freq", rope_inv_freq(head_dim, rope), persistent=False)
+
+    def reset_buffers(self, device: torch.device | str) -> None:
+        """Recompute ``inv_freq`` (after a meta-device construction) on ``device``."""
+        self.inv_freq = rope_inv_freq(self.head_dim, self.rope).to(device)
+
+    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        freqs = positions[:, None].float() * self.inv_freq[None, :].float()  # [T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
+        return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """x ``[B, H, T, D]``; cos/sin ``[T, D]`` for the absolute positions of those T tokens."""
+    return (x * cos) + (rotate_half(x) * sin)
+
+
+# -- masks ---------------------------------------------------------------------------------------
+
+
+def attention_mask(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
+    """Which keys each new query may see, or None when it may see every key.
+
+    Query ``i`` sits at absolute position ``start + i``; keys are positions ``0 .. start+q_len-1``
+    (cache plus the new tokens), so the mask is ``[q_len, start+q_len]``, bottom-right aligned.
+    Key ``j`` is visible iff ``j <= pos`` and, with a window, ``pos - window < j``.
+    """
+    kv_len = start + q_len
+    if q_len == 1 and (window is None or kv_len <= window):
+        return None  # one query at the end of the sequence, nothing out of its window
+    q_pos = torch.arange(start, kv_len, device=device)[:, None]  # [T, 1]
+    k_pos = torch.arange(kv_len, device=device)[None, :]  # [1, S]
+    visible = k_pos <= q_pos
+    if window is not None:
+        visible = visible & (k_pos > q_pos - window)
+    return visible  # [T, S] bool
+
+
+# -- attention and MLP ---------------------------------------------------------------------------
+
+
+def repeat_kv(x: Tensor, groups: int) -> Tensor:
+    """``[B, Hkv, S, D]`` -> ``[B, Hkv*groups, S, D]``: each KV head serves ``groups`` query heads."""
+    if groups == 1:
+        return x
+    b, hkv, s, d = x.shape
+    return x[:, :, None].expand(b, hkv, groups, s, d).reshape(b, hkv * groups, s, d)
+
+
+class Attention(nn.Module):
+    """Grouped-query attention with optional per-head QK-norm, RoPE, and an explicit KV cache."""
+
+    def __init__(self, config: ModelConfig, qk_norm: NormFactory | None) -> None:
+        super().__init__()
+        e, d = config.hidden_size, config.computed_head_dim
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = d
+        self.scale = config.attention_scale
+        bias = config.attention_bias
+        self.q_proj = nn.Linear(e, self.num_heads * d, bias=bias)
+        self.k_proj = nn.Linear(e, self.num_kv_heads * d, bias=bias)
+        self.v_proj = nn.Linear(e, self.num_kv_heads * d, bias=bias)
+        self.o_proj = nn.Linear(self.num_heads * d, e, bias=bias)
+        self.q_norm = qk_norm(d, config.rms_norm_eps) if qk_norm else None
+        self.k_norm = qk_norm(d, config.rms_norm_eps) if qk_norm else None
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor | None,
+        kv_cache: KVCacheProtocol | None = None,
+        layer_idx: int = 0,
+    ) -> Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
+        k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # per-head norm, before RoPE
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # V is never rotated
+        if kv_cache is not None:
+            k, v = kv_cache.update(layer_idx, k, v)  # [B, Hkv, S, D]
+        groups = self.num_heads // self.num_kv_heads
+        out = F.scaled_dot_product_attention(
+            q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask, scale=self.scale
+        )  # [B, H, T, D]
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+
+
+_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
+    "silu": F.silu,
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+}
+
+
+class MLP(nn.Module):
+    """Gated MLP: ``down(act(gate(x)) * up(x))``."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        e, i, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
+        self.gate_proj = nn.Linear(e, i, bias=bias)
+        self.up_proj = nn.Linear(e, i, bias=bias)
+        self.down_proj = nn.Linear(i, e, bias=bias)
+        self.act = _ACTIVATIONS[config.hidden_act]
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+# -- the decoder skeleton ------------------------------------------------------------------------
+
+
+class DecoderLM(nn.Module):
+    """Embed -> blocks -> final norm -> LM head, with the KV-cache contract of DESIGN.md.
+
+    Families provide the blocks (``self.layers``), the norm class, and may override ``embed``.
+    Each block is called as ``block(x, cos, sin, mask, kv_cache, layer_idx)``.
+    """
+
+    layers: nn.ModuleList
+
+    def __init__(self, config: ModelConfig, norm: NormFactory) -> None:
+        super().__init__()
+        self.config = config
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.norm = norm(config.hidden_size, config.rms_norm_eps)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        # One RoPE table per layer type (Gemma 3: 1e4 for sliding layers, 1e6 for global ones).
+        self.rotary = nn.ModuleDict(
+            {
+                layer_type: RotaryEmbedding(config.computed_head_dim, config.rope_for_layer_type(layer_type))
+                for layer_type in sorted(set(config.layer_types))
+            }
+        )
+
+    def embed(self, input_ids: Tensor) -> Tensor:
+        return self.embed_tokens(input_ids)  # [B, T, E]
+
+    def forward(
+        self, input_ids: Tensor, kv_cache: KVCacheProtocol | None = None, *, all_logits: bool = False
+    ) -> Tensor:
+        """Logits for ``input_ids`` ``[B, T]``.
+
+        Without a cache: ``[B, T, V]`` for positions ``0..T-1``. With a cache: the tokens sit at
+        positions ``seq_len .. seq_len+T-1``, K/V are written there, ``advance(T)`` is called once
+        after every layer, and only the last position is projected (``[B, 1, V]``) unless
+        ``all_logits`` asks for all T (multi-token verify steps).
+        """
+        t = self._check_inputs(input_ids, kv_cache)
+        start = 0 if kv_cache is None else kv_cache.seq_len
+        positions = torch.arange(start, start + t, device=input_ids.device)
+        x = self.embed(input_ids)  # [B, T, E]
+        per_type = {
+            layer_type: (
+                *rotary(positions, x.dtype),
+                attention_mask(t, start, self._window(layer_type), input_ids.device),
+            )
+            for layer_type, rotary in self.rotary.items()
+        }
+        for i, block in enumerate(self.layers):
+            cos, sin, mask = per_type[self.config.layer_types[i]]
+            x = block(x, cos, sin, mask, kv_cache, i)
+        if kv_cache is not None:
+            kv_cache.advance(t)
+            if not all_logits:
+                x = x[:, -1:, :]  # RMSNorm is per position: norm(x)[-1] == norm(x[-1])
+        return self.logits(self.norm(x))
+
+    def logits(self, x: Tensor) -> Tensor:
+        logits = self.lm_head(x)  # [B, T, V]
+        cap = self.config.final_logit_softcapping
+        if cap is not None:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def reset_buffers(self, device: torch.device | str) -> None:
+        for rotary in self.rotary.values():
+            assert isinstance(rotary, RotaryEmbedding)
+            rotary.reset_buffers(device)
+
+    def _window(self, layer_type: str) -> int | None:
+        return self.config.sliding_window if layer_type == "sliding_attention" else None
+
+    def _check_inputs(self, input_ids: Tensor, kv_cache: KVCacheProtocol | None) -> int:
+        if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] == 0:
+            shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
+            raise ValueError(f"input_ids must be a [batch, seq_len>=1] tensor, got {shape}")
+        if input_ids.dtype not in (torch.int64, torch.int32):
+            raise TypeError(f"input_ids must be int64 or int32 token ids, got {input_ids.dtype}")
+        t = input_ids.shape[1]
+        if kv_cache is None:
+            return t
+        if kv_cache.num_layers != self.config.num_hidden_layers:
+            raise ValueError(
+                f"cache has {kv_cache.num_layers} layers, model has {self.config.num_hidden_layers}"
+            )
+        cache_batch = getattr(kv_cache, "batch_size", input_ids.shape[0])
+        if cache_batch != input_ids.shape[0]:
+            raise ValueError(f"input batch {input_ids.shape[0]} does not match the cache's batch {cache_batch}")
+        if kv_cache.remaining_capacity < t:
+            # Checked before any layer writes, so a refused forward leaves the cache untouched.
+            raise KVCacheOverflowError(
+                f"KV cache overflow: {t} new token(s) at position {kv_cache.seq_len} need capacity "
+                f"{kv_cache.seq_len + t}, but max_seq_len is {kv_cache.max_seq_len}"
+            )
+        return t

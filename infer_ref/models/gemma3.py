@@ -1,0 +1,54 @@
+"""Gemma 3 text decoder.
+
+Differences from Llama: embeddings scaled by ``sqrt(hidden)`` rounded to the weight dtype; Gemma
+RMSNorm (``1 + w``, all fp32) with four norms per block; QK-norm before RoPE; attention scale
+``query_pre_attn_scalar ** -0.5``; gelu-tanh MLP; sliding-window layers with their own RoPE base
+(1e4) interleaved with global layers (1e6).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from infer_ref.cache.protocol import KVCacheProtocol
+from infer_ref.config import ModelConfig
+from infer_ref.models.common import MLP, Attention, DecoderLM, GemmaRMSNorm
+
+
+class SandwichBlock(nn.Module):
+    """Gemma 3 block: each sub-layer is normed on the way in and on the way out."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        e, eps = config.hidden_size, config.rms_norm_eps
+        self.input_layernorm = GemmaRMSNorm(e, eps)
+        self.self_attn = Attention(config, qk_norm=GemmaRMSNorm)
+        self.post_attention_layernorm = GemmaRMSNorm(e, eps)
+        self.pre_feedforward_layernorm = GemmaRMSNorm(e, eps)
+        self.mlp = MLP(config)
+        self.post_feedforward_layernorm = GemmaRMSNorm(e, eps)
+
+    def forward(
+        self,
+        x: Tensor,
+        cos: Tensor,
+        sin: Tensor,
+        mask: Tensor | None,
+        kv_cache: KVCacheProtocol | None = None,
+        layer_idx: int = 0,
+    ) -> Tensor:
+        attn = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, layer_idx)  # [B, T, E]
+        x = x + self.post_attention_layernorm(attn)
+        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+
+
+class Gemma3Model(DecoderLM):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__(config, norm=GemmaRMSNorm)
+        self.layers = nn.ModuleList(SandwichBlock(config) for _ in range(config.num_hidden_layers))
+
+    def embed(self, input_ids: Tensor) -> Tensor:
+        x = self.embed_tokens(input_ids)  # [B, T, E]
+        # sqrt(hidden) rounded to the activation dtype first: 33.94 becomes 34.0 in bf16.
+        return x * torch.tensor(self.config.hidden_size**0.5, dtype=x.dtype, device=x.device)
