@@ -194,8 +194,8 @@ def _parse(raw: Mapping[str, Any]) -> ModelConfig:
     defaults = _FAMILY_DEFAULTS[model_type]
 
     def get(name: str) -> Any:
-        value = raw.get(name)
-        return defaults.get(name) if value is None else value
+        # An explicit null stays null, as in transformers; only an absent key takes the default.
+        return raw[name] if name in raw else defaults.get(name)
 
     num_layers = _positive_int(raw, "num_hidden_layers")
     num_heads = _positive_int(raw, "num_attention_heads")

@@ -195,6 +195,16 @@ class WeightInit:
         )
 
 
+# Inits under which the tiny configs give varied greedy continuations and clear margins. Gemma
+# needs small embeddings: they are multiplied by sqrt(hidden), and a residual stream dominated by
+# the input embedding makes a tied head repeat the last token forever.
+TINY_INITS: dict[str, WeightInit] = {
+    "llama": WeightInit(gain=2.0, embed_std=0.3),
+    "qwen3": WeightInit(gain=2.0, embed_std=0.3),
+    "gemma3_text": WeightInit(gain=3.0, embed_std=0.1, norm_jitter=0.5),
+}
+
+
 def tiny_config(family: str, **overrides: Any) -> dict[str, Any]:
     """A copy of the tiny config of ``family`` with ``overrides`` applied."""
     if family not in TINY_CONFIGS:
