@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from infer_ref.cache.contiguous import KVCacheOverflowError
-from infer_ref.cache.protocol import KVCacheProtocol
+from infer_ref.cache.protocol import KVCacheProtocol, StaticShapeKVCacheProtocol
 from infer_ref.config import ModelConfig, RopeConfig
 
 # -- norms ---------------------------------------------------------------------------------------
@@ -250,14 +251,24 @@ class DecoderLM(nn.Module):
         ``all_logits`` asks for all T (multi-token verify steps).
         """
         t = self._check_inputs(input_ids, kv_cache)
-        start = 0 if kv_cache is None else kv_cache.seq_len
-        positions = torch.arange(start, start + t, device=input_ids.device)
+        if getattr(kv_cache, "static_shape", False):
+            # Static-shape cache (cache/protocol.py): positions and [T, S_max] masks come from its
+            # device-side position, so the step has the same shapes at every position.
+            static = cast(StaticShapeKVCacheProtocol, kv_cache)
+            positions = static.positions(t)  # [T]
+
+            def mask_for(window: int | None) -> Tensor | None:
+                return static.attention_mask(t, window)  # [T, S_max]
+        else:
+            start = 0 if kv_cache is None else kv_cache.seq_len
+            positions = torch.arange(start, start + t, device=input_ids.device)
+
+            def mask_for(window: int | None) -> Tensor | None:
+                return attention_mask(t, start, window, input_ids.device)
+
         x = self.embed(input_ids)  # [B, T, E]
         per_type = {
-            layer_type: (
-                *rotary(positions, x.dtype),
-                attention_mask(t, start, self._window(layer_type), input_ids.device),
-            )
+            layer_type: (*rotary(positions, x.dtype), mask_for(self._window(layer_type)))
             for layer_type, rotary in self.rotary.items()
         }
         for i, block in enumerate(self.layers):
