@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
 from torch import Tensor, nn
@@ -18,6 +18,9 @@ from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
 from infer_ref.engine.sampling import SamplingParams, sample_token
+
+if TYPE_CHECKING:
+    from infer_ref.engine.fast_decode import FastDecoder
 
 FinishReason = Literal["length", "eos", "stop"]
 
@@ -114,17 +117,40 @@ def generate(
     device: str | torch.device = "cuda",
     use_kv_cache: bool = True,
     on_token: Callable[[int], None] | None = None,
+    decode: Literal["eager", "fast"] | FastDecoder = "eager",
 ) -> GenerationResult:
     """Generate up to ``params.max_new_tokens`` tokens after ``prompt_token_ids``.
 
     Stops at any EOS id of the model config (or the tokenizer's ``eos_token_ids``), at a stop
     string, or at the length limit. ``on_token`` is called with each token as it is chosen.
+
+    ``decode="fast"`` runs the decode steps through ``infer_ref.engine.fast_decode`` (static
+    cache, one captured step replayed per token; needs ``use_kv_cache``); pass a ``FastDecoder``
+    instead to reuse its cache and captured step across requests.
     """
     device = torch.device(device)
     config = _model_config(model, use_kv_cache)
     tokens = [int(t) for t in prompt_token_ids]
     _check_length(len(tokens), params, config)
     eos_ids = set(config.eos_token_ids if config is not None else ()) | set(getattr(tokenizer, "eos_token_ids", ()))
+
+    if decode != "eager":
+        from infer_ref.engine.fast_decode import FastDecoder, generate_fast
+
+        if not use_kv_cache:
+            raise ValueError("decode='fast' needs use_kv_cache=True (the fast path is a cached decode)")
+        if decode != "fast" and not isinstance(decode, FastDecoder):
+            raise ValueError(f"decode must be 'eager', 'fast' or a FastDecoder, got {decode!r}")
+        return generate_fast(
+            model,
+            tokenizer,
+            tokens,
+            params,
+            device=device,
+            decoder=decode if isinstance(decode, FastDecoder) else None,
+            on_token=on_token,
+            eos_ids=eos_ids,
+        )
 
     kv_cache: KVCache | None = None
     if use_kv_cache:

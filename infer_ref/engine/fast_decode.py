@@ -1,0 +1,285 @@
+"""Fast decode: one static-shape decode step, captured once and replayed per token.
+
+Prefill runs eagerly through a :class:`~infer_ref.cache.static.StaticKVCache`. Each decode step
+then runs the model on a fixed input buffer ``[B, 1]`` at the cache's device-side position, takes
+the argmax on the device and writes it back into the input buffer, so greedy decoding needs no
+host round trip per token. On CUDA the step is captured in a CUDA graph (optionally after
+``torch.compile`` fuses its small kernels); on other devices the same static-shape step runs
+eagerly, which is how the default test tier checks it.
+
+The model code is the eager code: only the cache differs (positions and masks come from it, see
+``infer_ref/cache/protocol.py``). Results therefore match the eager path up to floating-point
+reduction order (attention runs over ``S_max`` masked slots instead of ``pos + 1``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from itertools import pairwise
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor, nn
+
+from infer_ref.cache.static import StaticKVCache
+from infer_ref.config import ModelConfig
+from infer_ref.engine.sampling import SamplingParams, sample_token
+
+if TYPE_CHECKING:
+    from infer_ref.engine.generate import GenerationResult, GenerationTiming, TokenDecoder
+
+# Tokens read back to the host at a time by the greedy loop (EOS / stop strings are checked then).
+READBACK_EVERY = 16
+# Cache capacity is rounded up to this many slots (aligned masks keep SDPA on its fast kernels).
+SLOT_ALIGN = 64
+
+
+class FastDecoder:
+    """A model bound to a static cache and a captured decode step.
+
+    Args:
+        model: an infer_ref ``DecoderLM`` (anything with ``.config`` and the cache contract).
+        max_seq_len: positions the cache holds (prompt + generated), rounded up to ``SLOT_ALIGN``.
+        device: where the cache lives (the model's device).
+        cuda_graph: capture the step in a CUDA graph (default: on CUDA devices).
+        compile: ``torch.compile`` the step before capturing it (fuses elementwise kernels; CUDA
+            only, tens of seconds to warm up).
+
+    Use: ``reset()``, ``prefill(ids)`` (logits ``[B, 1, V]``), then ``step()`` per token. ``step``
+    feeds ``input_ids`` (set it with ``set_input`` or leave the argmax the last step wrote) and
+    returns the step's logits ``[B, 1, V]``; ``next_token`` ``[B, 1]`` holds their argmax.
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        max_seq_len: int,
+        *,
+        device: str | torch.device = "cuda",
+        batch_size: int = 1,
+        cuda_graph: bool | None = None,
+        compile: bool = False,
+    ) -> None:
+        self.model = model
+        self.device = torch.device(device)
+        self.config: ModelConfig = model.config  # type: ignore[assignment]
+        dtype = next(model.parameters()).dtype
+        slots = -(-max_seq_len // SLOT_ALIGN) * SLOT_ALIGN
+        self.cache = StaticKVCache.from_model_config(
+            self.config, slots, batch_size=batch_size, dtype=dtype, device=self.device
+        )
+        self.input_ids = torch.zeros((batch_size, 1), dtype=torch.long, device=self.device)  # [B, 1]
+        self.next_token = torch.zeros((batch_size, 1), dtype=torch.long, device=self.device)  # [B, 1]
+        self.logits: Tensor | None = None
+        self.use_cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
+        if self.use_cuda_graph and self.device.type != "cuda":
+            raise ValueError(f"cuda_graph=True needs a CUDA device, got {self.device}")
+        if compile and not self.use_cuda_graph:
+            raise ValueError("compile=True is only supported with a CUDA graph (the compiled step is captured)")
+        self.compiled = compile
+        self._step_fn: Callable[[], Tensor] = self._step_eager
+        if compile:
+            # Inductor fuses the small elementwise kernels; the CUDA graph below removes launch costs.
+            self._step_fn = torch.compile(self._step_eager, fullgraph=False)
+        self._graph: torch.cuda.CUDAGraph | None = None
+        if self.use_cuda_graph or compile:
+            self._warm_up_and_capture()
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.cache.max_seq_len
+
+    # -- the step ------------------------------------------------------------------------------
+
+    def _step_eager(self) -> Tensor:
+        """One decode step on the fixed buffers: logits ``[B, 1, V]``; argmax written to the input."""
+        logits = self.model(self.input_ids, kv_cache=self.cache)  # [B, 1, V]
+        self.next_token.copy_(torch.argmax(logits[:, -1, :], dim=-1, keepdim=True))
+        self.input_ids.copy_(self.next_token)
+        return logits
+
+    @torch.inference_mode()
+    def _warm_up_and_capture(self) -> None:
+        """Run the step a few times (compilation, cuBLAS workspaces), then capture it; the cache is reset after."""
+        with self.cache.host_frozen():
+            if self.device.type == "cuda":
+                side = torch.cuda.Stream(self.device)
+                side.wait_stream(torch.cuda.current_stream(self.device))
+                with torch.cuda.stream(side):
+                    for _ in range(3):
+                        self._step_fn()
+                torch.cuda.current_stream(self.device).wait_stream(side)
+            else:
+                for _ in range(2):
+                    self._step_fn()
+            if self.use_cuda_graph:
+                self._graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(self._graph):
+                    self.logits = self._step_fn()
+        self.reset()
+
+    # -- use -----------------------------------------------------------------------------------
+
+    def reset(self) -> None:
+        """Empty the cache for a new sequence (buffers keep their addresses)."""
+        self.cache.reset()
+
+    @torch.inference_mode()
+    def prefill(self, input_ids: Tensor) -> Tensor:
+        """Eager forward of the prompt ``[B, T]`` into the cache; logits of the last position ``[B, 1, V]``."""
+        logits = self.model(input_ids.to(self.device), kv_cache=self.cache)  # [B, 1, V]
+        self.next_token.copy_(torch.argmax(logits[:, -1, :], dim=-1, keepdim=True))
+        self.input_ids.copy_(self.next_token)
+        return logits
+
+    def set_input(self, token_ids: Tensor | Sequence[int]) -> None:
+        """The tokens ``[B]`` (or ``[B, 1]``) the next ``step`` feeds."""
+        ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(self.input_ids.shape)
+        self.input_ids.copy_(ids, non_blocking=True)
+
+    @torch.inference_mode()
+    def step(self) -> Tensor:
+        """Decode one position; returns logits ``[B, 1, V]`` (a graph-owned buffer when captured)."""
+        if self.cache.remaining_capacity < 1:
+            self.cache.advance_host(1)  # raises the overflow error, naming position and capacity
+        if self._graph is not None:
+            self._graph.replay()
+            assert self.logits is not None
+        else:
+            with self.cache.host_frozen():
+                self.logits = self._step_fn()
+        self.cache.advance_host(1)
+        return self.logits
+
+
+def generate_fast(
+    model: nn.Module,
+    tokenizer: TokenDecoder,
+    prompt_token_ids: Sequence[int],
+    params: SamplingParams,
+    *,
+    device: str | torch.device,
+    decoder: FastDecoder | None = None,
+    on_token: Callable[[int], None] | None = None,
+    eos_ids: set[int],
+) -> GenerationResult:
+    """``generate(..., decode="fast")``: same contract and result as the eager loop.
+
+    Greedy decoding without a repetition penalty stays on the device (tokens are read back every
+    ``READBACK_EVERY`` steps, so a few steps past an EOS or stop string may be computed and
+    dropped). Other sampling settings read the logits back each step and draw with
+    :func:`sample_token` and the CPU generator, exactly as the eager loop does.
+    """
+    from infer_ref.engine.generate import GenerationResult, GenerationTiming, _first_stop
+
+    device = torch.device(device)
+    tokens = [int(t) for t in prompt_token_ids]
+    needed = len(tokens) + params.max_new_tokens
+    if decoder is None:
+        decoder = FastDecoder(model, needed, device=device)
+    elif decoder.model is not model or decoder.max_seq_len < needed:
+        raise ValueError(
+            f"the FastDecoder passed holds {decoder.max_seq_len} positions for another or the same model; "
+            f"this request needs {needed} for this model"
+        )
+    decoder.reset()
+    generator = params.make_generator()
+    timing = GenerationTiming()
+    generated: list[int] = []
+    finish = "length"
+    text = ""
+
+    def accept(token: int) -> bool:
+        """Record one token; True when generation must stop."""
+        nonlocal finish, text
+        tokens.append(token)
+        generated.append(token)
+        if on_token is not None:
+            on_token(token)
+        if token in eos_ids:
+            finish = "eos"
+            return True
+        if params.stop:
+            text = tokenizer.decode(generated, skip_special_tokens=True)
+            cut = _first_stop(text, params.stop)
+            if cut is not None:
+                text, finish = text[:cut], "stop"
+                return True
+        return len(generated) >= params.max_new_tokens
+
+    with torch.inference_mode():
+        _sync(device)
+        t0 = time.perf_counter()
+        logits = decoder.prefill(torch.tensor([tokens], dtype=torch.long, device=device))  # [1, 1, V]
+        first = sample_token(logits[0, -1, :], tokens, params, generator)
+        timing.prefill_time_s = time.perf_counter() - t0
+        done = accept(first)
+        decoder.set_input([first])
+
+        on_device = params.greedy and params.repetition_penalty == 1.0
+        if not done and on_device:
+            _greedy_on_device(decoder, params.max_new_tokens - 1, accept, timing, device)
+        elif not done:
+            while not done:
+                _sync(device)
+                t0 = time.perf_counter()
+                logits = decoder.step()
+                token = sample_token(logits[0, -1, :], tokens, params, generator)
+                timing.decode_times_s.append(time.perf_counter() - t0)
+                done = accept(token)
+                decoder.set_input([token])
+
+    if finish != "stop":
+        text = tokenizer.decode(generated, skip_special_tokens=True)
+    return GenerationResult(
+        token_ids=generated,
+        text=text,
+        finish_reason=finish,  # type: ignore[arg-type]
+        prompt_tokens=len(prompt_token_ids),
+        timing=timing,
+        cache_memory_bytes=decoder.cache.memory_bytes,
+    )
+
+
+def _greedy_on_device(
+    decoder: FastDecoder,
+    steps: int,
+    accept: Callable[[int], bool],
+    timing: GenerationTiming,
+    device: torch.device,
+) -> None:
+    """Replay ``steps`` greedy steps, reading tokens back in chunks; per-step times from CUDA events."""
+    out = torch.empty(steps, dtype=torch.long, device=device)
+    cuda = device.type == "cuda"
+    events: list[torch.cuda.Event] = []
+    clocks: list[float] = []
+
+    def mark() -> None:
+        if cuda:
+            events.append(torch.cuda.Event(enable_timing=True))
+            events[-1].record()
+        else:
+            clocks.append(time.perf_counter())
+
+    read = 0
+    mark()
+    for i in range(steps):
+        decoder.step()
+        out[i : i + 1].copy_(decoder.next_token[0])
+        mark()
+        if i + 1 - read >= READBACK_EVERY or i + 1 == steps:
+            chunk = out[read : i + 1].tolist()  # the only host sync of the chunk
+            read = i + 1
+            if any(accept(int(t)) for t in chunk):
+                break
+    if cuda:
+        torch.cuda.synchronize(device)
+        timing.decode_times_s.extend(a.elapsed_time(b) / 1e3 for a, b in pairwise(events))
+    else:
+        timing.decode_times_s.extend(b - a for a, b in pairwise(clocks))
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
