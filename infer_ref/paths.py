@@ -1,0 +1,64 @@
+"""Resolving model names to local snapshot folders.
+
+infer_ref never downloads anything. A model is named either by a local path (a snapshot folder in
+Hugging Face layout, or for tokenizers a ``tokenizer.json`` file) or by a name that is looked up
+under the folder given by the ``INFER_REF_MODELS`` environment variable::
+
+    INFER_REF_MODELS=/data/models
+    "meta-llama/Llama-3.2-1B-Instruct"  ->  /data/models/meta-llama/Llama-3.2-1B-Instruct
+                                        or  /data/models/Llama-3.2-1B-Instruct
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+__all__ = ["MODELS_ENV_VAR", "resolve_model_path"]
+
+MODELS_ENV_VAR = "INFER_REF_MODELS"
+
+
+def _candidates(name: str) -> list[pathlib.Path]:
+    """Folders under ``$INFER_REF_MODELS`` that ``name`` may refer to, most specific first."""
+    root = os.environ.get(MODELS_ENV_VAR)
+    if not root:
+        return []
+    base = pathlib.Path(root).expanduser()
+    out = [base / name]
+    last = pathlib.PurePath(name).name
+    if last and last != name:
+        out.append(base / last)
+    return out
+
+
+def resolve_model_path(name_or_path: str | os.PathLike[str]) -> pathlib.Path:
+    """Return the local path that ``name_or_path`` names.
+
+    Order of lookup:
+
+    1. ``name_or_path`` itself, if it exists (a snapshot folder or a file);
+    2. ``$INFER_REF_MODELS/<name_or_path>``;
+    3. ``$INFER_REF_MODELS/<last path component>`` (``"meta-llama/Llama-3.2-1B"`` ->
+       ``$INFER_REF_MODELS/Llama-3.2-1B``).
+
+    Raises:
+        FileNotFoundError: nothing was found. The message says that nothing is downloaded and how
+            to point infer_ref at a local snapshot.
+    """
+    path = pathlib.Path(name_or_path).expanduser()
+    if path.exists():
+        return path
+    name = os.fspath(name_or_path)
+    tried = _candidates(name)
+    for cand in tried:
+        if cand.exists():
+            return cand
+    looked = ", ".join(str(c) for c in tried)
+    where = f" Looked under ${MODELS_ENV_VAR}: {looked}." if tried else f" ${MODELS_ENV_VAR} is not set."
+    raise FileNotFoundError(
+        f"model {name!r} was not found: no such local file or folder. infer_ref never downloads "
+        f"anything (no model hub access). Point at a local snapshot folder (config.json, "
+        f"*.safetensors, tokenizer.json), or set {MODELS_ENV_VAR} to a folder holding snapshots so "
+        f"that names resolve as ${MODELS_ENV_VAR}/<name> or ${MODELS_ENV_VAR}/<last part of name>." + where
+    )
