@@ -1,0 +1,219 @@
+"""The ``infer-ref`` command.
+
+``infer-ref generate [PROMPT]`` runs the embedded llama-tiny fixture when no ``--model`` is given,
+streams tokens as they are produced and ends with a metrics block. Usage errors (unknown model,
+bad dtype or device, a prompt too long for the model) print one line and exit with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from infer_ref.engine.generate import GenerationResult
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
+DEFAULT_MODEL = "llama-tiny"
+DEFAULT_PROMPT = "Count to ten."
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
+
+
+class UsageError(Exception):
+    """A problem with what the user asked for: reported in one line, exit status 2."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "run"):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.run(args))
+    except UsageError as err:
+        print(f"infer-ref: error: {err}", file=sys.stderr)
+        return 2
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="infer-ref", description=__doc__.splitlines()[0] if __doc__ else None)
+    commands = parser.add_subparsers(title="commands")
+    gen = commands.add_parser("generate", help="generate text from a prompt")
+    gen.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
+    gen.add_argument("--model", default=DEFAULT_MODEL,
+                     help="snapshot folder, fixture name (llama-tiny, qwen3-tiny, gemma3-tiny), or a name under "
+                          "$INFER_REF_MODELS (default: the embedded llama-tiny)")
+    gen.add_argument("--chat", action=argparse.BooleanOptionalAction, default=True,
+                     help="wrap the prompt in the model's chat template (default: on)")
+    gen.add_argument("--max-new-tokens", type=int, default=64)
+    gen.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    gen.add_argument("--top-k", type=int, default=None)
+    gen.add_argument("--top-p", type=float, default=None)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--kv-cache", action=argparse.BooleanOptionalAction, default=True,
+                     help="use the KV cache (default) or recompute the full sequence every step")
+    gen.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when available)")
+    gen.add_argument("--dtype", default=None, choices=sorted(DTYPES),
+                     help="default: bfloat16 on CUDA, float32 on CPU")
+    gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    gen.set_defaults(run=_generate)
+    _add_optional_commands(commands)
+    return parser
+
+
+def _add_optional_commands(commands: argparse._SubParsersAction) -> None:
+    try:
+        from infer_ref.golden_cli import add_golden_commands
+    except ImportError:
+        return
+    add_golden_commands(commands)
+
+
+# -- generate ----------------------------------------------------------------------------------------
+
+
+def resolve_model(name: str) -> Path:
+    """A fixture name, a snapshot folder, or a name under $INFER_REF_MODELS."""
+    from infer_ref.paths import resolve_model_path
+
+    fixture = FIXTURES / name
+    if "/" not in name and fixture.is_dir():
+        return fixture
+    try:
+        return resolve_model_path(name)
+    except FileNotFoundError as err:
+        fixtures = ", ".join(sorted(p.name for p in FIXTURES.iterdir())) if FIXTURES.is_dir() else "none found"
+        raise UsageError(f"{err} Embedded fixtures: {fixtures}.") from None
+
+
+def resolve_device(name: str | None) -> torch.device:
+    if name is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise UsageError(f"unknown device {name!r}: expected cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"device {name!r} requested but CUDA is not available on this machine; use --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        raise UsageError(f"unsupported device {name!r}: expected cpu, cuda or cuda:N")
+    return device
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from infer_ref.chat import render_chat_template
+    from infer_ref.engine import SamplingParams, generate
+    from infer_ref.config import ConfigError
+    from infer_ref.loader import CheckpointError, load_model
+    from infer_ref.tokenizer import Tokenizer
+
+    folder = resolve_model(args.model)
+    device = resolve_device(args.device)
+    dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    try:
+        params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                                seed=args.seed, max_new_tokens=args.max_new_tokens)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+
+    try:
+        model, config = load_model(folder, dtype=dtype, device=device)
+        tokenizer = Tokenizer(folder)
+    except (ConfigError, CheckpointError, FileNotFoundError) as err:
+        raise UsageError(f"cannot load {folder}: {err}") from None
+    if args.chat:
+        text = render_chat_template([{"role": "user", "content": args.prompt}], config.model_type)
+        prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+    else:
+        prompt_ids = tokenizer.encode(args.prompt)
+    needed = len(prompt_ids) + params.max_new_tokens
+    if needed > config.max_position_embeddings:
+        raise UsageError(
+            f"prompt of {len(prompt_ids)} tokens + --max-new-tokens {params.max_new_tokens} = {needed} exceeds "
+            f"the model's context of {config.max_position_embeddings} positions"
+        )
+
+    stream = None if args.json else _Streamer(tokenizer)
+    result = generate(model, tokenizer, prompt_ids, params, device=device, use_kv_cache=args.kv_cache,
+                      on_token=stream.push if stream else None)
+    summary = _summary(result, folder, config.model_type, device, dtype, args.kv_cache)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print()
+        print(_metrics_block(summary))
+    return 0
+
+
+class _Streamer:
+    """Prints the text of each new token as it arrives (decoding the whole tail keeps multi-byte text intact)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.printed = ""
+
+    def push(self, token: int) -> None:
+        self.ids.append(token)
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.startswith(self.printed) and not text.endswith("\ufffd"):
+            sys.stdout.write(text[len(self.printed):])
+            sys.stdout.flush()
+            self.printed = text
+
+
+def _summary(result: GenerationResult, folder: Path, model_type: str, device: torch.device,
+             dtype: torch.dtype, use_kv_cache: bool) -> dict[str, Any]:
+    timing = result.timing
+    forwards_ms = [timing.prefill_time_s * 1e3] + [t * 1e3 for t in timing.decode_times_s]
+    decode_s = timing.decode_time_s
+    return {
+        "model": str(folder),
+        "model_type": model_type,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+        "use_kv_cache": use_kv_cache,
+        "prompt_tokens": result.prompt_tokens,
+        "generated_tokens": result.generated_tokens,
+        "finish_reason": result.finish_reason,
+        "text": result.text,
+        "token_ids": result.token_ids,
+        "metrics": {
+            "time_to_first_token_ms": round(timing.prefill_time_s * 1e3, 3),
+            "decode_tokens_per_second": round(len(timing.decode_times_s) / decode_s, 3) if decode_s > 0 else None,
+            "per_forward_ms": {
+                "min": round(min(forwards_ms), 3),
+                "max": round(max(forwards_ms), 3),
+                "mean": round(statistics.fmean(forwards_ms), 3),
+                "n": len(forwards_ms),
+            },
+            "cache_memory_mb": round(result.cache_memory_bytes / 2**20, 3) if result.cache_memory_bytes else None,
+        },
+    }
+
+
+def _metrics_block(summary: dict[str, Any]) -> str:
+    m = summary["metrics"]
+    pf = m["per_forward_ms"]
+    cache = f"{m['cache_memory_mb']:.3f} MiB" if m["cache_memory_mb"] is not None else "off"
+    tps = f"{m['decode_tokens_per_second']:.3f}" if m["decode_tokens_per_second"] is not None else "n/a"
+    return "\n".join([
+        f"finish: {summary['finish_reason']} after {summary['generated_tokens']} tokens "
+        f"({summary['model_type']}, {summary['dtype']}, {summary['device']})",
+        f"kv cache: {cache}",
+        "metrics:",
+        f"  time_to_first_token_ms: {m['time_to_first_token_ms']:.3f}",
+        f"  decode_tokens_per_second: {tps}",
+        f"  per_forward_ms: min {pf['min']:.3f}  max {pf['max']:.3f}  mean {pf['mean']:.3f}  (n={pf['n']})",
+    ])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
