@@ -41,7 +41,7 @@ def test_json_output_is_one_object() -> None:
     ("args", "message"),
     [
         (("--model", "no-such-model"), "was not found"),
-        (("--device", "tpu"), "unsupported device 'tpu'"),
+        (("--device", "mps"), "unsupported device 'mps'"),
         (("--device", "warp9"), "unknown device 'warp9'"),
         (("--max-new-tokens", "100000"), "exceeds the model's context"),
         (("--temperature", "-1"), "temperature must be >= 0"),
