@@ -44,14 +44,14 @@ say "environment"
   $PY -c 'import torch, transformers, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'
   git rev-parse --short HEAD 2>/dev/null || true; } 2>&1 | tee -a "$LOG"
 
-stage fast_check 150 $PY benchmarks/check_fast_decode.py "${DEV[@]}" "${TINY[@]}" --json "$OUT/fast_check.json"
-stage compare 240 $PY benchmarks/decode_compare.py "${DEV[@]}" "${TINY[@]}" "${SMALL[@]}" \
+stage fast_check 80 $PY benchmarks/check_fast_decode.py "${DEV[@]}" "${TINY[@]}" --json "$OUT/fast_check.json"
+stage compare 170 $PY benchmarks/decode_compare.py "${DEV[@]}" "${TINY[@]}" "${SMALL[@]}" \
     --json "$OUT/compare.json" --markdown "$OUT/compare_table.md"
-stage gate 120 env "${GATE_ENV[@]}" $PY -m pytest -m benchmark tests/benchmarks -q -s -p no:cacheprovider \
+stage gate 80 env "${GATE_ENV[@]}" $PY -m pytest -m benchmark tests/benchmarks -q -s -p no:cacheprovider \
     --benchmark-json "$OUT/gate.json"
-stage plot 120 $PY benchmarks/bench_generation.py --model "$BENCH_MODEL" "${DEV[@]}" --compare --decode both \
+stage plot 60 $PY benchmarks/bench_generation.py --model "$BENCH_MODEL" "${DEV[@]}" --compare --decode both \
     "${BENCH_SIZE[@]}" --json "$OUT/bench_llama.json" --plot "$OUT/latency_vs_position.png"
-stage compare_compiled 200 $PY benchmarks/decode_compare.py "${DEV[@]}" "${COMPILE_MODELS[@]}" "${COMPILE_FLAG[@]}" \
+stage compare_compiled 120 $PY benchmarks/decode_compare.py "${DEV[@]}" "${COMPILE_MODELS[@]}" "${COMPILE_FLAG[@]}" \
     "${SMALL[@]}" --json "$OUT/compare_compiled.json" --markdown "$OUT/compare_compiled_table.md"
 
 say "writing results.md"
