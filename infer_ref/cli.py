@@ -109,8 +109,8 @@ def resolve_device(name: str | None) -> torch.device:
 
 def _generate(args: argparse.Namespace) -> int:
     from infer_ref.chat import render_chat_template
-    from infer_ref.engine import SamplingParams, generate
     from infer_ref.config import ConfigError
+    from infer_ref.engine import SamplingParams, generate
     from infer_ref.loader import CheckpointError, load_model
     from infer_ref.tokenizer import Tokenizer
 
@@ -129,7 +129,9 @@ def _generate(args: argparse.Namespace) -> int:
     except (ConfigError, CheckpointError, FileNotFoundError) as err:
         raise UsageError(f"cannot load {folder}: {err}") from None
     if args.chat:
-        text = render_chat_template([{"role": "user", "content": args.prompt}], config.model_type)
+        # Qwen3 answers directly (an empty think block), as the fixtures were trained to.
+        options = {"enable_thinking": False} if config.model_type == "qwen3" else {}
+        text = render_chat_template([{"role": "user", "content": args.prompt}], config.model_type, **options)
         prompt_ids = tokenizer.encode(text, add_special_tokens=False)
     else:
         prompt_ids = tokenizer.encode(args.prompt)

@@ -308,10 +308,7 @@ def _rope(
         return _rope_config(full, "rope_parameters.full_attention"), _rope_config(
             local, "rope_parameters.sliding_attention"
         )
-    if isinstance(params, Mapping):
-        merged = dict(params)
-    else:
-        merged = dict(raw.get("rope_scaling") or {})
+    merged = dict(params) if isinstance(params, Mapping) else dict(raw.get("rope_scaling") or {})
     merged.setdefault("rope_theta", raw.get("rope_theta", defaults["rope_theta"]))
     return _rope_config(merged, "rope_parameters"), None
 

@@ -2,20 +2,22 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from infer_ref.config import ConfigError, ModelConfig
 from infer_ref.models.common import DecoderLM
 from infer_ref.models.gemma3 import Gemma3Model
 from infer_ref.models.llama import LlamaModel
 from infer_ref.models.qwen3 import Qwen3Model
 
-MODEL_CLASSES: dict[str, type[DecoderLM]] = {
+MODEL_CLASSES: dict[str, Callable[[ModelConfig], DecoderLM]] = {
     "llama": LlamaModel,
     "qwen3": Qwen3Model,
     "gemma3_text": Gemma3Model,
 }
 
 
-def model_class(config: ModelConfig) -> type[DecoderLM]:
+def model_class(config: ModelConfig) -> Callable[[ModelConfig], DecoderLM]:
     try:
         return MODEL_CLASSES[config.model_type]
     except KeyError:
