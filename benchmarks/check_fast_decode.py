@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
             if dtype == torch.float32:
                 r["passed"] = r["passed"] and r["tokens_equal"]
         except Exception as exc:
-            r = {"model": name, "dtype": str(dtype), "passed": False, "error": f"{type(exc).__name__}: {exc}"[:1000]}
+            r = {"model": name, "dtype": str(dtype).removeprefix("torch."), "passed": False, "error": f"{type(exc).__name__}: {exc}"[:1000]}
         results.append(r)
         print(
             f"[fast-check] {name:18s} {r.get('dtype', '')}: {'PASS' if r['passed'] else 'FAIL'} "

@@ -119,7 +119,7 @@ def measure_model(name: str, args: argparse.Namespace, device: torch.device, dty
     state = synthetic_state(hf_config, device, dtype, seed=args.seed)
     model = build_infer_ref(hf_config, state, device)
     model.config = dataclasses.replace(model.config, eos_token_ids=())
-    hf = build_hf(hf_config, state, device, dtype)
+    hf = None if args.fast_only else build_hf(hf_config, state, device, dtype)
     sync(device)
     print(f"[compare] {name}: weights ready in {time.perf_counter() - t_build:.1f}s", file=sys.stderr, flush=True)
     config = model.config
@@ -140,13 +140,16 @@ def measure_model(name: str, args: argparse.Namespace, device: torch.device, dty
                 for _ in range(args.warmup + args.repeats)]
         return median([r.timing.decode_time_s for r in runs[args.warmup:]])
 
-    record("ir_generate", ir_gen("eager"))
-    record("ir_loop", median([ir_loop(model, prompt, steps, device) for _ in range(args.warmup + args.repeats)][args.warmup:]))
+    if not args.fast_only:
+        record("ir_generate", ir_gen("eager"))
+        record("ir_loop", median([ir_loop(model, prompt, steps, device) for _ in range(args.warmup + args.repeats)][args.warmup:]))
     fast = FastDecoder(model, args.prompt_len + n, device=device)
     record("ir_fast", ir_gen(fast))
     fast_tokens = generate(model, NullDecoder(), prompt_list, params, device=device, decode=fast).token_ids
     eager_tokens = generate(model, NullDecoder(), prompt_list, params, device=device).token_ids
     del fast
+    if args.fast_only:
+        hf = None
     if args.compile:
         try:
             t0 = time.perf_counter()
@@ -157,10 +160,11 @@ def measure_model(name: str, args: argparse.Namespace, device: torch.device, dty
         except Exception as exc:  # keep the row: report why the compiled step is missing
             row["compile_error"] = f"{type(exc).__name__}: {exc}"[:500]
             print(f"[compare] {name}: compile failed: {row['compile_error']}", file=sys.stderr)
-    t_full = _timed(lambda: hf_generate(hf, prompt, n), device, args.warmup, args.repeats)
-    t_one = _timed(lambda: hf_generate(hf, prompt, 1), device, args.warmup, args.repeats)
-    record("hf_generate", max(t_full - t_one, 1e-9))
-    record("hf_loop", median([hf_loop(hf, prompt, steps, device) for _ in range(args.warmup + args.repeats)][args.warmup:]))
+    if hf is not None:
+        t_full = _timed(lambda: hf_generate(hf, prompt, n), device, args.warmup, args.repeats)
+        t_one = _timed(lambda: hf_generate(hf, prompt, 1), device, args.warmup, args.repeats)
+        record("hf_generate", max(t_full - t_one, 1e-9))
+        record("hf_loop", median([hf_loop(hf, prompt, steps, device) for _ in range(args.warmup + args.repeats)][args.warmup:]))
 
     wbytes = weight_bytes_per_token(model)
     itemsize = next(model.parameters()).element_size()
@@ -206,7 +210,8 @@ def markdown(result: dict[str, Any]) -> str:
             f"| {r['model']} | " + " | ".join(vals)
             + f" | {r['weight_bytes_per_token'] / 1e6:.0f} | {r['fast_bandwidth_GBps']:.0f}"
             + f" | {100 * r['fast_bandwidth_GBps'] / bw:.1f}% | {100 * r['best_fast_bandwidth_GBps'] / bw:.1f}%"
-            + f" | {t['ir_loop'] / t['hf_loop']:.2f}x | {r['fast_equals_eager_tokens_prefix']}/{r['new_tokens']} |"
+            + (f" | {t['ir_loop'] / t['hf_loop']:.2f}x" if "hf_loop" in t and "ir_loop" in t else " | -")
+            + f" | {r['fast_equals_eager_tokens_prefix']}/{r['new_tokens']} |"
         )
     lines += ["", "Bandwidth = (weight bytes per token + KV bytes at the mean context) x tokens/s; "
               "weight bytes count every parameter once, the embedding table as one row unless tied "
@@ -221,11 +226,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--device", default=None)
     ap.add_argument("--dtype", default=None, choices=sorted(DTYPES))
     ap.add_argument("--prompt-len", type=int, default=128)
-    ap.add_argument("--new-tokens", type=int, default=256)
+    ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--warmup", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--compile", action="store_true", help="also time the torch.compile'd fast step")
+    ap.add_argument("--fast-only", action="store_true", help="time only the fast path(s): no eager, no transformers")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--markdown", type=Path)
     args = ap.parse_args(argv)

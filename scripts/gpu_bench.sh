@@ -31,12 +31,12 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
     DEV=(--device cpu); TINY=(--tiny); SMALL=(--prompt-len 16 --new-tokens 16 --repeats 1)
     BENCH_MODEL=tiny-llama; BENCH_SIZE=(--prompt-len 32 --new-tokens 32 --repeats 1)
     GATE_ENV=(INFER_REF_DEVICE=cpu INFER_REF_BENCH_MODEL=tiny-llama INFER_REF_BENCH_PROMPT=200 INFER_REF_BENCH_NEW=100)
-    COMPILE_MODELS=(--models tiny-llama); COMPILE_FLAG=()  # torch.compile needs the CUDA graph path
+    COMPILE_MODELS=(--models tiny-llama); COMPILE_FLAG=(--fast-only)  # torch.compile needs the CUDA graph path
 else
     DEV=(--device cuda); TINY=(); SMALL=()
     BENCH_MODEL=llama-3.2-1b; BENCH_SIZE=(--prompt-len 512 --new-tokens 256 --repeats 2)
     GATE_ENV=(INFER_REF_DEVICE=cuda)
-    COMPILE_MODELS=(--models llama-3.2-1b qwen3-1.7b gemma-3-1b-it); COMPILE_FLAG=(--compile)
+    COMPILE_MODELS=(--models llama-3.2-1b); COMPILE_FLAG=(--compile --fast-only)
 fi
 
 say "environment"
@@ -45,13 +45,13 @@ say "environment"
   git rev-parse --short HEAD 2>/dev/null || true; } 2>&1 | tee -a "$LOG"
 
 stage fast_check 80 $PY benchmarks/check_fast_decode.py "${DEV[@]}" "${TINY[@]}" --json "$OUT/fast_check.json"
-stage compare 170 $PY benchmarks/decode_compare.py "${DEV[@]}" "${TINY[@]}" "${SMALL[@]}" \
+stage compare 200 $PY benchmarks/decode_compare.py "${DEV[@]}" "${TINY[@]}" "${SMALL[@]}" \
     --json "$OUT/compare.json" --markdown "$OUT/compare_table.md"
 stage gate 80 env "${GATE_ENV[@]}" $PY -m pytest -m benchmark tests/benchmarks -q -s -p no:cacheprovider \
     --benchmark-json "$OUT/gate.json"
 stage plot 60 $PY benchmarks/bench_generation.py --model "$BENCH_MODEL" "${DEV[@]}" --compare --decode both \
     "${BENCH_SIZE[@]}" --json "$OUT/bench_llama.json" --plot "$OUT/latency_vs_position.png"
-stage compare_compiled 120 $PY benchmarks/decode_compare.py "${DEV[@]}" "${COMPILE_MODELS[@]}" "${COMPILE_FLAG[@]}" \
+stage compare_compiled 130 $PY benchmarks/decode_compare.py "${DEV[@]}" "${COMPILE_MODELS[@]}" "${COMPILE_FLAG[@]}" \
     "${SMALL[@]}" --json "$OUT/compare_compiled.json" --markdown "$OUT/compare_compiled_table.md"
 
 say "writing results.md"

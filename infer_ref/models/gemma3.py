@@ -51,4 +51,5 @@ class Gemma3Model(DecoderLM):
     def embed(self, input_ids: Tensor) -> Tensor:
         x = self.embed_tokens(input_ids)  # [B, T, E]
         # sqrt(hidden) rounded to the activation dtype first: 33.94 becomes 34.0 in bf16.
-        return x * torch.tensor(self.config.hidden_size**0.5, dtype=x.dtype, device=x.device)
+        # torch.full, not torch.tensor: no host-to-device copy, so a CUDA graph can capture it.
+        return x * torch.full((), self.config.hidden_size**0.5, dtype=x.dtype, device=x.device)

@@ -6,7 +6,7 @@ speedup of at least 2x; the ratio goes into the benchmark's ``extra_info``. Work
 
 - CPU: the fixture checkpoint ``llama-tiny`` (a synthetic tiny Llama when it is absent), float32,
   prompt 256, 192 new tokens;
-- CUDA: the real-shape synthetic Llama-3.2-1B, bfloat16, prompt 3072, 64 new tokens.
+- CUDA: the real-shape synthetic Llama-3.2-1B, bfloat16, prompt 4096, 64 new tokens.
 
 Override with INFER_REF_BENCH_MODEL / _PROMPT / _NEW / _DTYPE. Run: ``pytest -m benchmark
 tests/benchmarks --benchmark-autosave`` (see benchmarks/README.md for comparing runs).
@@ -33,7 +33,7 @@ def _workload(device: str) -> dict:
     default_model = "llama-3.2-1b" if cuda else ("llama-tiny" if (FIXTURES / "llama-tiny" / "config.json").exists() else "tiny-llama")
     return {
         "model": os.environ.get("INFER_REF_BENCH_MODEL", default_model),
-        "prompt": int(os.environ.get("INFER_REF_BENCH_PROMPT", 3072 if cuda else 256)),
+        "prompt": int(os.environ.get("INFER_REF_BENCH_PROMPT", 4096 if cuda else 256)),
         "new": int(os.environ.get("INFER_REF_BENCH_NEW", 64 if cuda else 192)),
         "dtype": os.environ.get("INFER_REF_BENCH_DTYPE", "bfloat16" if cuda else "float32"),
         "device": device,
