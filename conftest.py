@@ -3,21 +3,23 @@
 from __future__ import annotations
 
 import os
+from importlib.metadata import entry_points
 
 import pytest
 import torch
-from hypothesis import HealthCheck, settings
 
-# Hypothesis profiles. ``ci`` extends the built-in one (derandomized, no deadline); ``dev`` is a
-# quick local loop; ``nightly`` searches much harder. Pick with --hypothesis-profile=NAME or
-# INFER_REF_HYPOTHESIS_PROFILE=NAME; CI=true selects ``ci``.
-_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large]
-settings.register_profile(
-    "ci", parent=settings.get_profile("ci"), max_examples=25, deadline=None, suppress_health_check=_SLOW_OK
-)
-settings.register_profile("dev", max_examples=10, deadline=None, suppress_health_check=_SLOW_OK)
-settings.register_profile("nightly", max_examples=500, deadline=None, suppress_health_check=_SLOW_OK)
-settings.load_profile(os.environ.get("INFER_REF_HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+from infer_ref.testing.profiles import load_default_profile
+
+# Hypothesis profiles (infer_ref/testing/profiles.py). ``ci`` extends the built-in one
+# (derandomized, no deadline); ``dev`` is a quick local loop; ``nightly`` searches much harder.
+# Pick with --hypothesis-profile=NAME or INFER_REF_HYPOTHESIS_PROFILE=NAME; CI=true selects ``ci``.
+load_default_profile()
+
+# The conformance plugin (--ir-impl, --ir-xfails, capability skips, report header) is registered
+# through the ``pytest11`` entry point when infer_ref is installed; load it here when it is not.
+_PLUGIN = "infer_ref.testing.plugin"
+if not any(ep.value == _PLUGIN for ep in entry_points(group="pytest11")):
+    pytest_plugins = [_PLUGIN]
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
