@@ -1,0 +1,152 @@
+"""Expected values for the properties, computed without the code under test.
+
+Three kinds of oracle, in the order DESIGN.md ranks them:
+
+* **transformers** on the same weights, in float64 (``transformers_logits``): the model-level truth.
+* **stated arithmetic** in float64 (``visible_keys``, ``naive_attention``, ``llama3_inv_freq``,
+  ``rotate_pairs``): the definitions written out with loops and explicit formulas, sharing no code
+  with ``infer_ref.models``.
+* **full recompute** is done by the tests themselves (the implementation's own uncached forward).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from infer_ref.config import RopeConfig
+
+
+def visible_keys(q_len: int, start: int, window: int | None) -> Tensor:
+    """Bool ``[q_len, start+q_len]`` by the definition: query ``i`` sits at ``p = start+i`` and sees
+    key ``j`` iff ``j <= p`` and, with a window, ``p - window < j`` (distance ``0 .. window-1``)."""
+    kv_len = start + q_len
+    out = torch.zeros(q_len, kv_len, dtype=torch.bool)
+    for i in range(q_len):
+        p = start + i
+        for j in range(kv_len):
+            out[i, j] = j <= p and (window is None or p - j < window)
+    return out
+
+
+def mask_as_visibility(mask: Tensor | None, q_len: int, start: int) -> Tensor:
+    """An implementation's mask as an explicit bool ``[q_len, start+q_len]`` (None: all visible)."""
+    if mask is None:
+        return torch.ones(q_len, start + q_len, dtype=torch.bool)
+    return mask.to(device="cpu", dtype=torch.bool)
+
+
+def naive_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, scale: float) -> Tensor:
+    """Float64 attention with GQA by index: query head ``h`` reads kv head ``h // (H / Hkv)``.
+
+    q ``[B, H, T, D]``, k/v ``[B, Hkv, S, D]``, visible bool ``[T, S]`` -> ``[B, H, T, D]``.
+    """
+    q, k, v = q.double(), k.double(), v.double()
+    b, h, t, d = q.shape
+    groups = h // k.shape[1]
+    out = torch.empty(b, h, t, d, dtype=torch.float64)
+    for head in range(h):
+        kh, vh = k[:, head // groups], v[:, head // groups]  # [B, S, D]
+        scores = torch.einsum("btd,bsd->bts", q[:, head], kh) * scale  # [B, T, S]
+        scores = scores.masked_fill(~visible.to(scores.device), float("-inf"))
+        out[:, head] = torch.einsum("bts,bsd->btd", torch.softmax(scores, dim=-1), vh)
+    return out
+
+
+def llama3_inv_freq(head_dim: int, rope: RopeConfig) -> list[float]:
+    """Llama 3.1 frequency scaling, from its definition, in Python floats (float64).
+
+    wavelength ``w = 2π / f``; ``w < orig / high``: keep ``f``; ``w > orig / low``: ``f / factor``;
+    between: ``(1 - s) f / factor + s f`` with ``s = (orig / w - low) / (high - low)``.
+    The base frequencies ``f = theta ** (-2i / D)`` are rounded to float32 first, as every
+    implementation that matches transformers computes them.
+    """
+    assert rope.original_max_position_embeddings is not None
+    orig = rope.original_max_position_embeddings
+    out = []
+    for i in range(0, head_dim, 2):
+        f = float(torch.tensor(1.0 / (rope.theta ** (i / head_dim)), dtype=torch.float32))
+        w = 2 * math.pi / f
+        if w < orig / rope.high_freq_factor:
+            out.append(f)
+        elif w > orig / rope.low_freq_factor:
+            out.append(f / rope.factor)
+        else:
+            s = (orig / w - rope.low_freq_factor) / (rope.high_freq_factor - rope.low_freq_factor)
+            out.append((1 - s) * f / rope.factor + s * f)
+    return out
+
+
+def llama3_band(head_dim: int, rope: RopeConfig) -> list[str]:
+    """Which band each frequency falls in: 'keep', 'smooth' or 'divide'."""
+    assert rope.original_max_position_embeddings is not None
+    orig = rope.original_max_position_embeddings
+    bands = []
+    for i in range(0, head_dim, 2):
+        w = 2 * math.pi * rope.theta ** (i / head_dim)
+        bands.append("keep" if w < orig / rope.high_freq_factor else "divide" if w > orig / rope.low_freq_factor else "smooth")
+    return bands
+
+
+def rotate_pairs(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
+    """RoPE by definition in float64: dims ``i`` and ``i + D/2`` rotated by ``pos * inv_freq[i]``.
+
+    x ``[..., T, D]``, positions ``[T]``, inv_freq ``[D/2]``.
+    """
+    x = x.double()
+    half = x.shape[-1] // 2
+    angle = positions.double()[:, None] * inv_freq.double()[None, :]  # [T, D/2]
+    c, s = angle.cos(), angle.sin()
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
+
+
+# -- transformers --------------------------------------------------------------------------------
+
+_HF_MODELS: OrderedDict[str, Any] = OrderedDict()
+_HF_CACHE_SIZE = 16
+
+
+def transformers_available() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def transformers_model(hf_config: Mapping[str, Any], state: Mapping[str, Tensor], key: str | None = None) -> Any:
+    """A float64 ``AutoModelForCausalLM`` (sdpa attention) with ``state`` loaded; memoised by ``key``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    key = key or json.dumps(dict(hf_config), sort_keys=True)
+    if key in _HF_MODELS:
+        _HF_MODELS.move_to_end(key)
+        return _HF_MODELS[key]
+    fields = {k: v for k, v in hf_config.items() if k not in ("model_type", "architectures")}
+    config = AutoConfig.for_model(hf_config["model_type"], **fields)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64)
+    missing, unexpected = model.load_state_dict({k: v.double() for k, v in state.items()}, strict=False)
+    tied = bool(hf_config.get("tie_word_embeddings"))
+    if unexpected or [m for m in missing if not (tied and m == "lm_head.weight")]:
+        raise RuntimeError(f"transformers oracle: missing {missing}, unexpected {unexpected}")
+    model.eval()
+    _HF_MODELS[key] = model
+    while len(_HF_MODELS) > _HF_CACHE_SIZE:
+        _HF_MODELS.popitem(last=False)
+    return model
+
+
+@torch.inference_mode()
+def transformers_logits(
+    hf_config: Mapping[str, Any], state: Mapping[str, Tensor], input_ids: Tensor, key: str | None = None
+) -> Tensor:
+    """Float64 logits ``[B, T, V]`` of transformers' full (uncached) forward."""
+    model = transformers_model(hf_config, state, key)
+    return model(input_ids.cpu()).logits
