@@ -1,0 +1,405 @@
+"""Planted bugs: deliberately broken implementations, one or more per bug class of DESIGN.md.
+
+Each mutant is a complete :class:`~infer_ref.testing.adapter.Adapter`, selectable like any other
+implementation (``pytest --ir-impl=infer_ref.testing.mutants:rope_no_offset``), and each plants
+one bug the way it has shipped in real engines. The suite is only trusted if it fails on every one
+of them: ``python -m infer_ref.testing.mutants`` runs it against all mutants and prints which tests
+caught each.
+
+Nothing global is patched. A mutant's models are ordinary infer_ref models whose *instances* get a
+replacement ``forward`` / ``embed`` / attention ``forward`` (:func:`_patch_model`), copies of the
+real code with one switch (:class:`Knobs`) flipped; its caches are subclasses of ``KVCache``. With
+every switch at its default the copies produce the real model's logits bit for bit (checked by
+``tests/property/test_kit.py``), so a mutant differs from infer_ref by exactly its planted bug.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from infer_ref.cache.contiguous import KVCache
+from infer_ref.config import RopeConfig
+from infer_ref.models.common import (
+    RotaryEmbedding,
+    apply_rope,
+    attention_mask,
+    repeat_kv,
+    rope_inv_freq,
+)
+from infer_ref.testing import adapters as ref
+from infer_ref.testing.adapter import Adapter, CacheSpec
+
+MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
+
+# The bug classes of DESIGN.md, verbatim.
+BUG_CLASSES = (
+    "RoPE position not offset by the cache length",
+    "sliding-window mask missing on decode",
+    "window off-by-one",
+    "one layer's window applied to all layers",
+    "global length read from a sliding layer",
+    "causal mask top-left aligned for T>1 over a cache",
+    "unwritten cache slots attended",
+    "cache not reset between requests",
+    "advance skipped or doubled",
+    "V rotated by RoPE",
+    "QK-norm after RoPE or missing",
+    "wrong attention scale (query_pre_attn_scalar)",
+    "embed scale not rounded to dtype",
+    "llama3 rope scaling ignored",
+    "layers aliasing one cache slice",
+    "overflow clamped silently",
+)
+
+# -- broken masks --------------------------------------------------------------------------------
+
+
+def mask_no_window_on_decode(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
+    """The "one new token sees everything" shortcut taken without looking at the window."""
+    if q_len == 1:
+        return None
+    return attention_mask(q_len, start, window, device)
+
+
+def mask_window_off_by_one(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
+    """``j >= p - window`` instead of ``j > p - window``: every query sees window + 1 keys."""
+    kv_len = start + q_len
+    if q_len == 1 and (window is None or kv_len <= window + 1):
+        return None
+    q_pos = torch.arange(start, kv_len, device=device)[:, None]
+    k_pos = torch.arange(kv_len, device=device)[None, :]
+    visible = k_pos <= q_pos
+    if window is not None:
+        visible = visible & (k_pos >= q_pos - window)
+    return visible
+
+
+def mask_top_left_aligned(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
+    """``torch.ones(T, S).tril()``: query i sees keys 0..i, as if the chunk started at position 0."""
+    kv_len = start + q_len
+    if q_len == 1 and (window is None or kv_len <= window):
+        return None
+    q_idx = torch.arange(q_len, device=device)[:, None]
+    k_pos = torch.arange(kv_len, device=device)[None, :]
+    visible = k_pos <= q_idx
+    if window is not None:
+        visible = visible & (k_pos > q_idx - window)
+    return visible
+
+
+# -- broken caches -------------------------------------------------------------------------------
+
+
+class FullBufferCache(KVCache):
+    """``update`` returns the whole ``max_seq_len`` buffer (a static cache read without its length):
+    unwritten zero slots take part in attention."""
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        super().update(layer_idx, k, v)
+        return self.k[layer_idx], self.v[layer_idx]
+
+
+class NoRestartCache(KVCache):
+    """``reset`` clears the tensors but forgets the counter: the next request starts mid-cache."""
+
+    def reset(self) -> None:
+        self.k.zero_()
+        self.v.zero_()
+
+
+class ClampingCache(KVCache):
+    """Writes past ``max_seq_len`` are truncated and ``advance`` saturates, without an error."""
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self._check_layer(layer_idx)
+        self._check_entries(k, v)
+        start = self._seq_len
+        end = min(start + k.shape[2], self.max_seq_len)
+        self.k[layer_idx, :, :, start:end] = k[:, :, : end - start]
+        self.v[layer_idx, :, :, start:end] = v[:, :, : end - start]
+        return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
+
+    def advance(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ValueError(f"advance(n) needs a positive integer n, got {n!r}")
+        self._seq_len = min(self._seq_len + n, self.max_seq_len)
+
+
+def aliased_cache(spec: CacheSpec) -> KVCache:
+    """Per-layer storage built by broadcasting one layer (``zeros(1, ...).expand(L, ...)``, the tensor
+    version of ``[torch.zeros(shape)] * num_layers``): every layer reads and writes the same slice."""
+    shape = (1, spec.batch_size, spec.num_kv_heads, spec.max_seq_len, spec.head_dim)
+    full = (spec.num_layers, *shape[1:])
+    k = torch.zeros(shape, dtype=spec.dtype, device=spec.device).expand(full)
+    v = torch.zeros(shape, dtype=spec.dtype, device=spec.device).expand(full)
+    return KVCache(k, v)
+
+
+# -- the switchable copies of the model code ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """One switch per planted bug; the defaults reproduce infer_ref exactly."""
+
+    mask: MaskFn = attention_mask
+    rope_offset: bool = True  # False: positions 0..T-1 on every call
+    rope_offset_from_sliding_layer: bool = False  # offset = min(seq_len, window) when layer 0 slides
+    first_layer_window_everywhere: bool = False
+    pad_mask_to_capacity: bool = False  # with FullBufferCache: the mask covers the written length only
+    advance: str = "once"  # "once" | "twice" | "skip_decode"
+    v_rotated: bool = False
+    qk_norm: str = "before_rope"  # "before_rope" | "after_rope" | "missing"
+    scale_from_head_dim: bool = False
+    embed_scale_unrounded: bool = False
+    llama3_ignored: bool = False
+    cache_factory: Callable[[CacheSpec], KVCache] | None = None
+    cache_cls: type[KVCache] = KVCache
+
+
+def _mask_for(knobs: Knobs, q_len: int, start: int, window: int | None, device: torch.device | str, kv_cache: Any) -> Tensor | None:
+    mask = knobs.mask(q_len, start, window, device)
+    if knobs.pad_mask_to_capacity and kv_cache is not None and mask is not None:
+        mask = F.pad(mask, (0, kv_cache.max_seq_len - mask.shape[-1]), value=True)  # [T, max_seq_len]
+    return mask
+
+
+def _decoder_forward(self: Any, input_ids: Tensor, kv_cache: Any = None, *, all_logits: bool = False, knobs: Knobs) -> Tensor:
+    """Copy of ``DecoderLM.forward`` with the knobs."""
+    config = self.config
+    t = self._check_inputs(input_ids, kv_cache)
+    start = 0 if kv_cache is None else kv_cache.seq_len
+    rope_start = start if knobs.rope_offset else 0
+    if knobs.rope_offset_from_sliding_layer and config.is_sliding(0):
+        rope_start = min(start, config.sliding_window)
+    positions = torch.arange(rope_start, rope_start + t, device=input_ids.device)
+    x = self.embed(input_ids)  # [B, T, E]
+    tables = {lt: rotary(positions, x.dtype) for lt, rotary in self.rotary.items()}
+    for i, block in enumerate(self.layers):
+        layer_type = config.layer_types[i]
+        window_type = config.layer_types[0] if knobs.first_layer_window_everywhere else layer_type
+        mask = _mask_for(knobs, t, start, self._window(window_type), input_ids.device, kv_cache)
+        cos, sin = tables[layer_type]
+        x = block(x, cos, sin, mask, kv_cache, i)
+    if kv_cache is not None:
+        if knobs.advance == "once" or (knobs.advance == "skip_decode" and t > 1):
+            kv_cache.advance(t)
+        elif knobs.advance == "twice":
+            kv_cache.advance(t)
+            kv_cache.advance(t)
+        if not all_logits:
+            x = x[:, -1:, :]
+    return self.logits(self.norm(x))
+
+
+def _attention_forward(
+    self: Any,
+    x: Tensor,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor | None,
+    kv_cache: Any = None,
+    layer_idx: int = 0,
+    *,
+    knobs: Knobs,
+) -> Tensor:
+    """Copy of ``Attention.forward`` with the knobs."""
+    b, t, _ = x.shape
+    q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
+    k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+    v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+    has_norm = self.q_norm is not None and self.k_norm is not None
+    if has_norm and knobs.qk_norm == "before_rope":
+        q, k = self.q_norm(q), self.k_norm(k)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    if knobs.v_rotated:
+        v = apply_rope(v, cos, sin)
+    if has_norm and knobs.qk_norm == "after_rope":
+        q, k = self.q_norm(q), self.k_norm(k)
+    if kv_cache is not None:
+        k, v = kv_cache.update(layer_idx, k, v)
+    groups = self.num_heads // self.num_kv_heads
+    scale = self.head_dim**-0.5 if knobs.scale_from_head_dim else self.scale
+    out = F.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask, scale=scale)
+    return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+
+
+def _gemma_embed_unrounded(self: Any, input_ids: Tensor) -> Tensor:
+    return self.embed_tokens(input_ids) * self.config.hidden_size**0.5  # 33.94..., not bf16's 34.0
+
+
+def _strip_llama3(rope: RopeConfig) -> RopeConfig:
+    return RopeConfig(theta=rope.theta) if rope.rope_type == "llama3" else rope
+
+
+def _patch_model(model: Any, knobs: Knobs) -> Any:
+    """Give this model instance the knobbed forward methods (nothing global is touched)."""
+    model.forward = types.MethodType(lambda self, ids, kv_cache=None, *, all_logits=False: _decoder_forward(
+        self, ids, kv_cache, all_logits=all_logits, knobs=knobs
+    ), model)
+    for block in model.layers:
+        attn = block.self_attn
+        attn.forward = types.MethodType(
+            lambda self, x, cos, sin, mask, kv_cache=None, layer_idx=0: _attention_forward(
+                self, x, cos, sin, mask, kv_cache, layer_idx, knobs=knobs
+            ),
+            attn,
+        )
+    if knobs.embed_scale_unrounded and model.config.model_type == "gemma3_text":
+        model.embed = types.MethodType(_gemma_embed_unrounded, model)
+    if knobs.llama3_ignored:
+        for rotary in model.rotary.values():
+            rotary.inv_freq = rope_inv_freq(rotary.head_dim, _strip_llama3(rotary.rope)).to(rotary.inv_freq.device)
+    return model
+
+
+def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
+    """An Adapter over infer_ref whose every path goes through ``knobs``."""
+
+    def make_cache(spec: CacheSpec) -> KVCache:
+        if knobs.cache_factory is not None:
+            return knobs.cache_factory(spec)
+        cache = ref.make_cache(spec)
+        return knobs.cache_cls(cache.k, cache.v)
+
+    def read_cache(cache: KVCache, layer_idx: int) -> tuple[Tensor, Tensor]:
+        return ref.read_cache(cache, layer_idx)
+
+    def mask(q_len: int, start: int, window: int | None) -> Tensor | None:
+        return knobs.mask(q_len, start, window, "cpu")
+
+    def rope_tables(head_dim: int, rope: RopeConfig, positions: Tensor) -> tuple[Tensor, Tensor]:
+        if knobs.llama3_ignored:
+            rope = _strip_llama3(rope)
+        if not knobs.rope_offset:
+            positions = positions - positions.min() if positions.numel() else positions
+        return RotaryEmbedding(head_dim, rope)(positions, torch.float32)
+
+    def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any, layer_idx: int, window: int | None, scale: float) -> Tensor:
+        start, t = cache.seq_len, q.shape[2]
+        keys, values = cache.update(layer_idx, k, v)
+        groups = q.shape[1] // k.shape[1]
+        return F.scaled_dot_product_attention(
+            q,
+            repeat_kv(keys, groups),
+            repeat_kv(values, groups),
+            attn_mask=_mask_for(knobs, t, start, window, q.device, cache),
+            scale=scale,
+        )
+
+    def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
+        return _patch_model(ref.load_model(folder, dtype, device), knobs)
+
+    def make_model_cache(model: Any, max_seq_len: int, batch_size: int) -> KVCache:
+        param = next(model.parameters())
+        cfg = model.config
+        spec = CacheSpec(
+            cfg.num_hidden_layers, batch_size, cfg.num_key_value_heads, cfg.computed_head_dim, max_seq_len, param.dtype, str(param.device)
+        )
+        return make_cache(spec)
+
+    return Adapter(
+        name=name,
+        version="mutant",
+        description=description,
+        make_cache=make_cache,
+        read_cache=read_cache,
+        cache_storage=ref.cache_storage,
+        attention_mask=mask,
+        rope_tables=rope_tables,
+        apply_rope=apply_rope,
+        attend=attend,
+        load_model=load_model,
+        make_model_cache=make_model_cache,
+        forward=ref.forward,
+        generate=ref.generate,
+    )
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A planted bug: its name (the ``--ir-impl`` attribute), its DESIGN.md bug class, what it does,
+    and the test files worth running against it (the runner's subset)."""
+
+    name: str
+    bug_class: str
+    doc: str
+    knobs: Knobs
+    targets: tuple[str, ...] = field(default=())
+
+    @property
+    def adapter(self) -> Adapter:
+        return make_adapter(self.name, self.knobs, self.doc)
+
+    @property
+    def impl(self) -> str:
+        return f"infer_ref.testing.mutants:{self.name}"
+
+
+_CACHE = ("test_cache.py",)
+_MASK = ("test_masks.py",)
+_ROPE = ("test_rope.py",)
+_ATTN = ("test_attention.py",)
+_MODEL = ("test_model.py",)
+
+MUTANTS: dict[str, Mutant] = {
+    m.name: m
+    for m in (
+        Mutant("rope_no_offset", BUG_CLASSES[0], "RoPE positions restart at 0 on every call instead of at seq_len.",
+               Knobs(rope_offset=False), _ROPE + _MODEL),
+        Mutant("decode_window_missing", BUG_CLASSES[1], "A single decode token gets no mask, so it sees past its sliding window.",
+               Knobs(mask=mask_no_window_on_decode), _MASK + _ATTN + _MODEL),
+        Mutant("window_off_by_one", BUG_CLASSES[2], "Sliding layers see window + 1 keys (`>=` for `>`).",
+               Knobs(mask=mask_window_off_by_one), _MASK + _ATTN + _MODEL),
+        Mutant("first_layer_window_everywhere", BUG_CLASSES[3], "The mask built for layer 0 (sliding in Gemma 3) is used by every layer, global ones included.",
+               Knobs(first_layer_window_everywhere=True), _MODEL),
+        Mutant("offset_from_sliding_layer", BUG_CLASSES[4], "The RoPE offset is layer 0's stored length, which a sliding layer caps at the window.",
+               Knobs(rope_offset_from_sliding_layer=True), _MODEL),
+        Mutant("mask_top_left", BUG_CLASSES[5], "Chunk masks are `ones(T, S).tril()`: query i sees keys 0..i whatever the cache holds.",
+               Knobs(mask=mask_top_left_aligned), _MASK + _ATTN + _MODEL),
+        Mutant("attend_unwritten_slots", BUG_CLASSES[6], "`update` returns the whole max_seq_len buffer and the mask lets the query see its zero tail.",
+               Knobs(cache_cls=FullBufferCache, pad_mask_to_capacity=True), _CACHE + _ATTN + _MODEL),
+        Mutant("reset_keeps_length", BUG_CLASSES[7], "`reset` zeroes the tensors but leaves seq_len, so the next request continues the last one.",
+               Knobs(cache_cls=NoRestartCache), _CACHE + _MODEL),
+        Mutant("advance_twice", BUG_CLASSES[8], "Both the model and its caller advance the cache: seq_len moves 2T per forward.",
+               Knobs(advance="twice"), _MODEL),
+        Mutant("advance_skipped_on_decode", BUG_CLASSES[8], "Prefill advances, single-token steps do not: each decode token overwrites the last.",
+               Knobs(advance="skip_decode"), _MODEL),
+        Mutant("v_rotated", BUG_CLASSES[9], "RoPE applied to V as well as Q and K.",
+               Knobs(v_rotated=True), _MODEL),
+        Mutant("qk_norm_after_rope", BUG_CLASSES[10], "Qwen3/Gemma 3 per-head q_norm/k_norm applied after RoPE instead of before.",
+               Knobs(qk_norm="after_rope"), _MODEL),
+        Mutant("qk_norm_missing", BUG_CLASSES[10], "Qwen3/Gemma 3 q_norm/k_norm weights loaded but never applied.",
+               Knobs(qk_norm="missing"), _MODEL),
+        Mutant("scale_from_head_dim", BUG_CLASSES[11], "Attention scale head_dim ** -0.5 instead of query_pre_attn_scalar ** -0.5.",
+               Knobs(scale_from_head_dim=True), _MODEL),
+        Mutant("embed_scale_unrounded", BUG_CLASSES[12], "Gemma embeddings multiplied by the Python float sqrt(hidden) (33.94) instead of its bf16 value (34.0).",
+               Knobs(embed_scale_unrounded=True), _MODEL),
+        Mutant("llama3_scaling_ignored", BUG_CLASSES[13], "rope_scaling of type llama3 dropped: plain theta ** (-2i/D) frequencies.",
+               Knobs(llama3_ignored=True), _ROPE + _MODEL),
+        Mutant("layers_aliased", BUG_CLASSES[14], "All layers share one storage slice (`zeros(1, ...).expand(L, ...)`).",
+               Knobs(cache_factory=aliased_cache), _CACHE + _ATTN + _MODEL),
+        Mutant("overflow_clamped", BUG_CLASSES[15], "Writes past capacity are truncated and advance saturates, no error.",
+               Knobs(cache_cls=ClampingCache), _CACHE),
+    )
+}
+
+# The unbroken copy: all knobs at their defaults (must pass everything).
+CONTROL = make_adapter("control", Knobs(), "infer_ref through the mutant machinery with no bug planted")
+
+
+def __getattr__(name: str) -> Adapter:
+    if name in MUTANTS:
+        return MUTANTS[name].adapter
+    raise AttributeError(f"module {__name__!r} has no mutant {name!r}; mutants: {', '.join(MUTANTS)}")
+
+
+__all__ = ["BUG_CLASSES", "CONTROL", "MUTANTS", "Knobs", "Mutant", "make_adapter"]
