@@ -36,6 +36,10 @@ class KVCache:
             )
         if k.dtype != v.dtype or k.device != v.device:
             raise ValueError(f"k and v must share dtype and device, got {k.dtype}/{k.device} and {v.dtype}/{v.device}")
+        for name, t in (("k", k), ("v", v)):
+            if any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape, strict=True)):
+                # An expanded tensor would make layers (or batch rows) alias one storage slice.
+                raise ValueError(f"{name} broadcasts one storage slice over several entries (stride 0): allocate it")
         if not 0 <= seq_len <= k.shape[3]:
             raise ValueError(f"seq_len must be in [0, {k.shape[3]}], got {seq_len}")
         self.k = k

@@ -240,3 +240,9 @@ def test_constructor_validates() -> None:
         KVCache(k, k.clone(), seq_len=5)
     with pytest.raises(ValueError, match="must both be"):
         KVCache(k, torch.zeros(1, 1, 1, 5, 2))
+
+
+def test_constructor_rejects_aliased_layers() -> None:
+    shared = torch.zeros(1, 1, 2, 4, 8).expand(3, 1, 2, 4, 8)
+    with pytest.raises(ValueError, match="broadcasts one storage slice"):
+        KVCache(shared, torch.zeros(3, 1, 2, 4, 8))
