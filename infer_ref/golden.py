@@ -724,7 +724,7 @@ def transformers_sessions(model: Any) -> SessionFactory:
         @torch.inference_mode()
         def step(ids: Sequence[int]) -> Tensor:
             x = torch.tensor([list(ids)], dtype=torch.long, device=device)
-            out = model(input_ids=x, past_key_values=state["cache"], use_cache=True)
+            out = model(input_ids=x, past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
             state["cache"] = out.past_key_values
             return out.logits[0, -1]
 
@@ -744,7 +744,7 @@ def transformers_uncached_sessions(model: Any) -> SessionFactory:
         def step(ids: Sequence[int]) -> Tensor:
             seq.extend(int(t) for t in ids)
             x = torch.tensor([seq], dtype=torch.long, device=device)
-            return model(input_ids=x, use_cache=False).logits[0, -1]
+            return model(input_ids=x, use_cache=False, logits_to_keep=1).logits[0, -1]
 
         return step
 
