@@ -59,6 +59,8 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--kv-cache", action=argparse.BooleanOptionalAction, default=True,
                      help="use the KV cache (default) or recompute the full sequence every step")
+    gen.add_argument("--fast", action="store_true",
+                     help="decode with the captured static-shape step (CUDA graph on CUDA; same tokens as eager)")
     gen.add_argument("--device", default=None, help="cpu, cuda, cuda:N (default: cuda when available)")
     gen.add_argument("--dtype", default=None, choices=sorted(DTYPES),
                      help="default: bfloat16 on CUDA, float32 on CPU")
@@ -143,9 +145,12 @@ def _generate(args: argparse.Namespace) -> int:
         )
 
     stream = None if args.json else _Streamer(tokenizer)
+    if args.fast and not args.kv_cache:
+        raise UsageError("--fast decodes through a static KV cache: it cannot be combined with --no-kv-cache")
     result = generate(model, tokenizer, prompt_ids, params, device=device, use_kv_cache=args.kv_cache,
-                      on_token=stream.push if stream else None)
-    summary = _summary(result, folder, config.model_type, device, dtype, args.kv_cache)
+                      on_token=stream.push if stream else None, decode="fast" if args.fast else "eager")
+    summary = _summary(result, folder, config.model_type, device, dtype, args.kv_cache,
+                       "fast" if args.fast else "eager")
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -172,7 +177,7 @@ class _Streamer:
 
 
 def _summary(result: GenerationResult, folder: Path, model_type: str, device: torch.device,
-             dtype: torch.dtype, use_kv_cache: bool) -> dict[str, Any]:
+             dtype: torch.dtype, use_kv_cache: bool, decode: str) -> dict[str, Any]:
     timing = result.timing
     forwards_ms = [timing.prefill_time_s * 1e3] + [t * 1e3 for t in timing.decode_times_s]
     decode_s = timing.decode_time_s
@@ -182,6 +187,7 @@ def _summary(result: GenerationResult, folder: Path, model_type: str, device: to
         "device": str(device),
         "dtype": str(dtype).removeprefix("torch."),
         "use_kv_cache": use_kv_cache,
+        "decode": decode,
         "prompt_tokens": result.prompt_tokens,
         "generated_tokens": result.generated_tokens,
         "finish_reason": result.finish_reason,

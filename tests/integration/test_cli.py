@@ -46,6 +46,7 @@ def test_json_output_is_one_object() -> None:
         (("--max-new-tokens", "100000"), "exceeds the model's context"),
         (("--temperature", "-1"), "temperature must be >= 0"),
         (("--dtype", "int8"), "invalid choice: 'int8'"),
+        (("--fast", "--no-kv-cache"), "cannot be combined with --no-kv-cache"),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(args: tuple[str, ...], message: str) -> None:
@@ -59,3 +60,11 @@ def test_usage_errors_exit_2_without_traceback(args: tuple[str, ...], message: s
 def test_cuda_requested_without_cuda() -> None:
     proc = _run("generate", "--device", "cuda")
     assert proc.returncode == 2 and "CUDA is not available" in proc.stderr
+
+
+def test_fast_decode_gives_the_eager_answer() -> None:
+    proc = _run("generate", "--device", "cpu", "--fast", "--json", "--model", "gemma3-tiny", "--max-new-tokens", "200", "Count to thirty.")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["decode"] == "fast" and report["finish_reason"] == "eos"
+    assert report["text"] == ", ".join(str(i) for i in range(1, 31)) + "."
