@@ -72,39 +72,59 @@ class Progress:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from infer_ref import golden
 
-    if args.checkpoint:
-        source = golden.ModelSource.checkpoint(args.checkpoint, name=args.name)
-    else:
-        source = golden.ModelSource.synthetic(args.synthetic)
-        if args.name:
-            source.name = args.name
-    out = Path(args.out) if args.out else golden.default_golden_path(source.name, args.dtype, args.device, Path(args.out_dir))
-    if out.exists() and not args.force:
-        print(f"error: {out} exists; pass --force to overwrite a golden file", file=sys.stderr)
-        return EXIT_EXISTS
-    prompts = source.prompts()
-    total = sum(args.max_new_tokens or p.get("max_new_tokens") or 64 for p in prompts)
-    bar = Progress(total, f"generate {out.name}", not args.quiet)
-    doc = golden.write_golden(
-        source,
-        dtype=args.dtype,
-        device=args.device,
-        top_k=args.top_k,
-        max_new_tokens=args.max_new_tokens,
-        progress=bar,
-    )
-    seconds = bar.close()
-    golden.dump_golden(doc, out, force=args.force)
-    steps = golden.total_steps(doc)
-    margins = [
-        s["top_logprobs"][0] - s["top_logprobs"][1] for c in doc["cases"] for s in c["steps"] if len(s["top_logprobs"]) > 1
+    sources = [golden.ModelSource.checkpoint(p) for p in args.checkpoint or []]
+    sources += [golden.ModelSource.synthetic(n) for n in args.synthetic or []]
+    if (args.out or args.name) and len(sources) != 1:
+        print("error: --out and --name need exactly one model", file=sys.stderr)
+        return EXIT_FORMAT
+    if args.name:
+        sources[0].name = args.name
+    outs = [
+        Path(args.out) if args.out else golden.default_golden_path(src.name, args.dtype, args.device, Path(args.out_dir))
+        for src in sources
     ]
-    pct = golden.margin_percentiles(margins)
-    print(
-        f"wrote {out}: {len(doc['cases'])} prompt(s), {steps} steps in {seconds:.1f}s; golden margin "
-        f"min {pct[0]:.3g} p1 {pct[1]:.3g} p5 {pct[2]:.3g} median {pct[4]:.3g}"
-    )
+    existing = [str(o) for o in outs if o.exists()]
+    if existing and not args.force:
+        print(f"error: {', '.join(existing)} exist(s); pass --force to overwrite golden files", file=sys.stderr)
+        return EXIT_EXISTS
+    for source, out in zip(sources, outs, strict=True):
+        prompts = source.prompts()
+        total = sum(args.max_new_tokens or p.get("max_new_tokens") or 64 for p in prompts)
+        bar = Progress(total, f"generate {out.name}", not args.quiet)
+        doc = golden.write_golden(
+            source,
+            dtype=args.dtype,
+            device=args.device,
+            top_k=args.top_k,
+            max_new_tokens=args.max_new_tokens,
+            progress=bar,
+            log=None if args.quiet else (lambda m: print(f"  {m}", file=sys.stderr, flush=True)),
+        )
+        seconds = bar.close()
+        golden.dump_golden(doc, out, force=args.force)
+        steps = golden.total_steps(doc)
+        margins = [
+            s["top_logprobs"][0] - s["top_logprobs"][1] for c in doc["cases"] for s in c["steps"] if len(s["top_logprobs"]) > 1
+        ]
+        pct = golden.margin_percentiles(margins)
+        print(
+            f"wrote {out}: {len(doc['cases'])} prompt(s), {steps} steps in {seconds:.1f}s; golden margin "
+            f"min {pct[0]:.3g} p1 {pct[1]:.3g} p5 {pct[2]:.3g} median {pct[4]:.3g}",
+            flush=True,
+        )
+        source._state = None
+        _free_cuda()
     return EXIT_OK
+
+
+def _free_cuda() -> None:
+    import gc
+
+    import torch
+
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def _run_verify(
@@ -187,11 +207,19 @@ def _result_json(path: str, impl: str, code: int, message: str, report: Any) -> 
 
 def _cmd_report(args: argparse.Namespace) -> int:
     """Verify each file with each implementation and write a markdown report."""
-    import torch
 
     from infer_ref import golden
 
     device = args.device
+    reuse: dict[tuple[str, str], dict[str, Any]] = {}
+    reused_planted: dict[str, Any] | None = None
+    if args.reuse and Path(args.reuse).is_file():
+        for line in Path(args.reuse).read_text(encoding="utf-8").splitlines():
+            entry = json.loads(line)
+            if "planted_bug" in entry:
+                reused_planted = entry
+            else:
+                reuse[(Path(entry["file"]).name, entry["impl"])] = entry
     rows: list[dict[str, Any]] = []
     files_meta: list[dict[str, Any]] = []
     worst = EXIT_OK
@@ -226,6 +254,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
             continue
         hf_model = None
         for impl in args.impl:
+            reused = reuse.get((Path(path).name, impl))
+            if reused is not None:
+                report = golden.VerifyReport.from_dict(reused["report"])
+                code = EXIT_OK if report.ok else EXIT_MISMATCH
+                worst = max(worst, code)
+                message = report.summary() if report.ok else golden.format_failure(report)
+                rows.append({"file": path, "impl": impl, "code": code, "report": report, "seconds": reused.get("seconds", 0.0), "message": message})
+                continue
             t0 = time.perf_counter()
             dtype = golden.DTYPES[doc["run"]["dtype"]]
             if impl == "infer_ref":
@@ -248,11 +284,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
             rows.append({"file": path, "impl": impl, "code": code, "report": report, "seconds": time.perf_counter() - t0, "message": message})
         del hf_model
         source._state = None
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        _free_cuda()
 
     planted: dict[str, Any] | None = None
-    if args.plant_bug:
+    if args.plant_bug and reused_planted is not None and reused_planted["planted_bug"] == args.plant_bug:
+        planted = {"bug": args.plant_bug, "file": reused_planted["file"], "code": reused_planted["code"], "message": reused_planted["message"]}
+        if planted["code"] != EXIT_MISMATCH:
+            worst = max(worst, EXIT_MISMATCH)
+    elif args.plant_bug:
         target = args.plant_bug_file or args.files[-1]
         code, message, _ = _run_verify(target, "infer_ref", device, None, args.plant_bug, args.quiet)
         planted = {"bug": args.plant_bug, "file": target, "code": code, "message": message}
@@ -393,8 +432,8 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
 
     gen = sub.add_parser("generate", help="write a golden file with transformers (greedy)")
     what = gen.add_mutually_exclusive_group(required=True)
-    what.add_argument("--checkpoint", help="a local HF snapshot folder with PROVENANCE.json (canonical prompts)")
-    what.add_argument("--synthetic", choices=sorted(golden.SYNTHETIC_MODELS), help="a seeded synthetic model")
+    what.add_argument("--checkpoint", nargs="+", help="local HF snapshot folder(s) with PROVENANCE.json (canonical prompts)")
+    what.add_argument("--synthetic", nargs="+", choices=sorted(golden.SYNTHETIC_MODELS), help="seeded synthetic model(s)")
     gen.add_argument("--name", help="model name in the file and file name (default: folder or synthetic name)")
     gen.add_argument("--dtype", default="float32", choices=sorted(golden.DTYPES))
     gen.add_argument("--device", default="cpu")
@@ -425,6 +464,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     rep.add_argument("--plant-bug", choices=sorted(golden.PLANTED_BUGS), default=None)
     rep.add_argument("--plant-bug-file", default=None, help="golden file for the planted-bug check (default: the last)")
     rep.add_argument("--pytest-log", default=None, help="include the tail of this pytest log")
+    rep.add_argument("--reuse", default=None, help="JSON lines of results already computed (by the GPU tests) to reuse")
     rep.add_argument("--quiet", action="store_true")
     rep.set_defaults(func=_cmd_report)
 

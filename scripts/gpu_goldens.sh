@@ -62,32 +62,32 @@ print("cuda available:", torch.cuda.is_available(), "|", torch.cuda.get_device_n
 EOF
 
 say "generate $DEVICE-$DTYPE golden files into $GOLDEN_DIR"
-for name in "${FIXTURES[@]}"; do
-  python -m infer_ref.golden_cli generate --checkpoint "fixtures/checkpoints/$name" \
-    --dtype "$DTYPE" --device "$DEVICE" --out-dir "$GOLDEN_DIR" --force 2>&1 | tee -a "$LOGDIR/generate.log"
-  save
-done
-for name in "${SYNTHETIC[@]}"; do
-  python -m infer_ref.golden_cli generate --synthetic "$name" \
-    --dtype "$DTYPE" --device "$DEVICE" --out-dir "$GOLDEN_DIR" --force 2>&1 | tee -a "$LOGDIR/generate.log"
-  save
-done
+CKPTS=()
+for name in "${FIXTURES[@]}"; do CKPTS+=("fixtures/checkpoints/$name"); done
+python -m infer_ref.golden_cli generate --checkpoint "${CKPTS[@]}" \
+  --dtype "$DTYPE" --device "$DEVICE" --out-dir "$GOLDEN_DIR" --force 2>&1 | tee -a "$LOGDIR/generate.log"
+save
+python -m infer_ref.golden_cli generate --synthetic "${SYNTHETIC[@]}" \
+  --dtype "$DTYPE" --device "$DEVICE" --out-dir "$GOLDEN_DIR" --force 2>&1 | tee -a "$LOGDIR/generate.log"
+save
 
 say "GPU-tier golden tests (infer_ref and transformers, planted bug)"
 set +e
-INFER_REF_GOLDEN_DIR="$GOLDEN_DIR" INFER_REF_GOLDEN_SYNTHETIC="${SYNTHETIC[*]}" \
+RESULTS="$LOGDIR/gpu_results.jsonl"
+: >"$RESULTS"
+INFER_REF_GOLDEN_DIR="$GOLDEN_DIR" INFER_REF_GOLDEN_SYNTHETIC="${SYNTHETIC[*]}" INFER_REF_GOLDEN_RESULTS="$RESULTS" \
   python -m pytest tests/golden -m gpu -v -p no:cacheprovider 2>&1 | tee "$LOGDIR/pytest_gpu.log"
 PYTEST_RC=${PIPESTATUS[0]}
 set -e
 save
 
-say "report: verify every file with infer_ref, transformers (cached) and transformers (uncached)"
+say "report: reuse the test results, add transformers without cache (the bf16 noise reference)"
 FILES=()
 for n in "${FIXTURES[@]}" "${SYNTHETIC[@]}"; do FILES+=("$GOLDEN_DIR/$n.$DEVICE-$DTYPE.json"); done
 set +e
 python -m infer_ref.golden_cli report "${FILES[@]}" --device "$DEVICE" --out "$REPORT" \
   --plant-bug sliding-window-decode-mask --plant-bug-file "$GOLDEN_DIR/$GEMMA.$DEVICE-$DTYPE.json" \
-  --pytest-log "$LOGDIR/pytest_gpu.log" --json "$LOGDIR/golden_results.json" 2>&1 | tee "$LOGDIR/report.log"
+  --pytest-log "$LOGDIR/pytest_gpu.log" --reuse "$RESULTS" --json "$LOGDIR/golden_results.json" 2>&1 | tee "$LOGDIR/report.log"
 REPORT_RC=${PIPESTATUS[0]}
 set -e
 save

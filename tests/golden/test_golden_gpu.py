@@ -6,12 +6,16 @@ Qwen3-1.7B and gemma-3-1b-it shapes) are generated from their seed on the GPU; t
 digest is checked against the file before anything is compared.
 
 ``INFER_REF_GOLDEN_DIR`` points at another folder of golden files; ``INFER_REF_GOLDEN_SYNTHETIC``
-(space-separated) names other synthetic models, the last being the Gemma one.
+(space-separated) names other synthetic models, the last being the Gemma one;
+``INFER_REF_GOLDEN_RESULTS`` names a JSON-lines file the results are appended to (the report
+command reuses them).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,13 @@ FIXTURES = ("llama-tiny", "qwen3-tiny", "gemma3-tiny")
 GEMMA = SYNTHETIC[-1]
 
 
+def _record(entry: dict[str, object]) -> None:
+    target = os.environ.get("INFER_REF_GOLDEN_RESULTS")
+    if target:
+        with open(target, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(entry, default=str) + "\n")
+
+
 def _file(name: str) -> Path:
     path = DIR / f"{name}.cuda-bfloat16.json"
     if not path.is_file():
@@ -38,8 +49,12 @@ def _file(name: str) -> Path:
 @pytest.mark.parametrize("impl", ["infer_ref", "transformers"])
 @pytest.mark.parametrize("name", FIXTURES + SYNTHETIC)
 def test_cuda_golden(name: str, impl: str) -> None:
-    report = golden.verify_file(_file(name), impl=impl, device="cuda")
+    t0 = time.perf_counter()
+    path = _file(name)
+    report = golden.verify_file(path, impl=impl, device="cuda", raise_on_failure=False)
+    _record({"file": str(path), "impl": impl, "report": report.to_dict(), "seconds": time.perf_counter() - t0})
     print(report.summary())
+    report.raise_for_failures()
     assert report.ok
     if name in FIXTURES:
         assert report.free_match == report.total_steps  # trained: clear margins even in bf16
@@ -51,6 +66,7 @@ def test_planted_sliding_window_bug_fails_the_real_shape_gemma_golden() -> None:
     with golden.planted_bug("sliding-window-decode-mask"), pytest.raises(golden.GoldenMismatch) as info:
         golden.verify_file(path, impl="infer_ref", device="cuda")
     print(info.value)
+    _record({"planted_bug": "sliding-window-decode-mask", "file": str(path), "code": 1, "message": str(info.value)})
     assert str(info.value).startswith("golden mismatch:")
     positions = [f.position for c in info.value.report.cases for f in c.failures]
     assert min(positions) > window
