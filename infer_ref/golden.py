@@ -464,14 +464,17 @@ def _synthetic_specs() -> dict[str, SyntheticSpec]:
     real_init = SyntheticInit(gain=1.0, embed_std=0.15, norm_jitter=0.1)
     gemma_init = SyntheticInit(gain=1.0, embed_std=0.15, norm_jitter=0.1, post_norm_gain=6.0)
     # Gemma's window is 512: the first prompt crosses it in prefill (and decode runs entirely past
-    # it); the second starts below it and crosses it during decode, at step 64.
-    real_cases = (
-        PromptCase("prefill-crosses-window", prompt_len=600, new_tokens=160, seed=1),
-        PromptCase("decode-crosses-window", prompt_len=448, new_tokens=128, seed=2),
-    )
+    # it); the second starts below it and crosses it during decode, at step 64. 128 new tokens each.
+    # Llama and Qwen3 have no window: one long prompt is enough for them.
+    prefill_case = PromptCase("prefill-crosses-window", prompt_len=600, new_tokens=128, seed=1)
+    decode_case = PromptCase("decode-crosses-window", prompt_len=448, new_tokens=128, seed=2)
     specs = {
-        name: SyntheticSpec(name, REAL_SHAPE_CONFIGS[name], seed=0, init=init, cases=real_cases)
-        for name, init in (("llama-3.2-1b", real_init), ("qwen3-1.7b", real_init), ("gemma-3-1b-it", gemma_init))
+        name: SyntheticSpec(name, REAL_SHAPE_CONFIGS[name], seed=0, init=init, cases=cases)
+        for name, init, cases in (
+            ("llama-3.2-1b", real_init, (prefill_case,)),
+            ("qwen3-1.7b", real_init, (prefill_case,)),
+            ("gemma-3-1b-it", gemma_init, (prefill_case, decode_case)),
+        )
     }
     # Small stand-ins of the same structure (window 16), for dry runs of the GPU flow on CPU.
     standin_cases = (
