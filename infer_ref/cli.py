@@ -32,14 +32,18 @@ class UsageError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    if not hasattr(args, "run"):
-        parser.print_help()
-        return 2
     try:
-        return int(args.run(args))
+        if hasattr(args, "run"):
+            return int(args.run(args))
+        if hasattr(args, "func"):  # the golden commands
+            from infer_ref.golden_cli import run
+
+            return int(run(args.func, args))
     except UsageError as err:
         print(f"infer-ref: error: {err}", file=sys.stderr)
         return 2
+    parser.print_help()
+    return 2
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -71,10 +75,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(commands: argparse._SubParsersAction) -> None:
-    try:
-        from infer_ref.golden_cli import add_golden_commands
-    except ImportError:
-        return
+    from infer_ref.golden_cli import add_golden_commands
+
     add_golden_commands(commands)
 
 

@@ -68,3 +68,14 @@ def test_fast_decode_gives_the_eager_answer() -> None:
     report = json.loads(proc.stdout)
     assert report["decode"] == "fast" and report["finish_reason"] == "eos"
     assert report["text"] == ", ".join(str(i) for i in range(1, 31)) + "."
+
+
+def test_golden_verify_through_the_main_command() -> None:
+    proc = _run("golden", "verify", "fixtures/golden/qwen3-tiny.cpu-float32.json")
+    assert proc.returncode == 0, proc.stderr
+    assert "PASS" in proc.stdout
+
+
+def test_no_command_prints_help_and_exits_2() -> None:
+    proc = _run()
+    assert proc.returncode == 2 and "generate" in proc.stdout
