@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+from typing_extensions import Self
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
@@ -48,8 +49,9 @@ class KVCache:
 
     # -- construction --------------------------------------------------------------------------
 
-    @staticmethod
+    @classmethod
     def allocate(
+        cls,
         num_layers: int,
         num_kv_heads: int,
         head_dim: int,
@@ -58,7 +60,7 @@ class KVCache:
         batch_size: int = 1,
         dtype: torch.dtype = torch.bfloat16,
         device: str | torch.device = "cuda",
-    ) -> KVCache:
+    ) -> Self:
         """Zero-filled cache tensors."""
         dims = {
             "num_layers": num_layers,
@@ -71,22 +73,20 @@ class KVCache:
         if bad:
             raise ValueError(f"cache dimensions must be positive integers, got {bad}")
         shape = (num_layers, batch_size, num_kv_heads, max_seq_len, head_dim)
-        return KVCache(
-            torch.zeros(shape, dtype=dtype, device=device),
-            torch.zeros(shape, dtype=dtype, device=device),
-        )
+        return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
 
-    @staticmethod
+    @classmethod
     def from_model_config(
+        cls,
         config: ModelConfig,
         max_seq_len: int,
         *,
         batch_size: int = 1,
         dtype: torch.dtype = torch.bfloat16,
         device: str | torch.device = "cuda",
-    ) -> KVCache:
+    ) -> Self:
         """A cache sized for ``config`` (layers, kv heads, computed head_dim)."""
-        return KVCache.allocate(
+        return cls.allocate(
             config.num_hidden_layers,
             config.num_key_value_heads,
             config.computed_head_dim,
@@ -187,7 +187,7 @@ class KVCache:
 
     def __repr__(self) -> str:
         return (
-            f"KVCache(layers={self.num_layers}, batch={self.batch_size}, kv_heads={self.num_kv_heads}, "
+            f"{type(self).__name__}(layers={self.num_layers}, batch={self.batch_size}, kv_heads={self.num_kv_heads}, "
             f"head_dim={self.head_dim}, seq_len={self._seq_len}/{self.max_seq_len}, dtype={self.dtype}, "
             f"device={self.device})"
         )

@@ -19,19 +19,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
 
-from infer_ref.cache.contiguous import KVCacheOverflowError
-
-if TYPE_CHECKING:
-    from infer_ref.config import ModelConfig
+from infer_ref.cache.contiguous import KVCache, KVCacheOverflowError
 
 
-class StaticKVCache:
+class StaticKVCache(KVCache):
     """Pre-allocated KV cache with the write position on the device.
+
+    Storage, geometry, validation and errors are :class:`KVCache`'s; what differs is where writes
+    land (the device position ``pos``) and what ``update`` returns (the whole buffer).
 
     Attributes:
         k: keys, ``[num_layers, batch, num_kv_heads, max_seq_len, head_dim]``.
@@ -42,82 +41,11 @@ class StaticKVCache:
     # Tells DecoderLM.forward to take positions and masks from the cache (see cache/protocol.py).
     static_shape = True
 
-    def __init__(self, k: Tensor, v: Tensor) -> None:
-        if k.dim() != 5 or k.shape != v.shape:
-            raise ValueError(
-                "k and v must both be [num_layers, batch, num_kv_heads, max_seq_len, head_dim], "
-                f"got {tuple(k.shape)} and {tuple(v.shape)}"
-            )
-        if k.dtype != v.dtype or k.device != v.device:
-            raise ValueError(f"k and v must share dtype and device, got {k.dtype}/{k.device} and {v.dtype}/{v.device}")
-        self.k = k
-        self.v = v
-        self.pos = torch.zeros(1, dtype=torch.long, device=k.device)
+    def __init__(self, k: Tensor, v: Tensor, seq_len: int = 0) -> None:
+        super().__init__(k, v, seq_len)
+        self.pos = torch.full((1,), seq_len, dtype=torch.long, device=k.device)
         self._slots = torch.arange(k.shape[3], device=k.device)  # [S_max] key positions
-        self._seq_len = 0
         self._frozen = False
-
-    @staticmethod
-    def from_model_config(
-        config: ModelConfig,
-        max_seq_len: int,
-        *,
-        batch_size: int = 1,
-        dtype: torch.dtype = torch.bfloat16,
-        device: str | torch.device = "cuda",
-    ) -> StaticKVCache:
-        if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0:
-            raise ValueError(f"max_seq_len must be a positive integer, got {max_seq_len!r}")
-        shape = (config.num_hidden_layers, batch_size, config.num_key_value_heads, max_seq_len, config.computed_head_dim)
-        return StaticKVCache(
-            torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device)
-        )
-
-    # -- geometry ------------------------------------------------------------------------------
-
-    @property
-    def seq_len(self) -> int:
-        return self._seq_len
-
-    @property
-    def num_layers(self) -> int:
-        return self.k.shape[0]
-
-    @property
-    def batch_size(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.k.shape[2]
-
-    @property
-    def max_seq_len(self) -> int:
-        return self.k.shape[3]
-
-    @property
-    def head_dim(self) -> int:
-        return self.k.shape[4]
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.k.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.k.device
-
-    @property
-    def is_full(self) -> bool:
-        return self._seq_len >= self.max_seq_len
-
-    @property
-    def remaining_capacity(self) -> int:
-        return self.max_seq_len - self._seq_len
-
-    @property
-    def memory_bytes(self) -> int:
-        return self.k.nbytes + self.v.nbytes
 
     # -- the static-shape hook used by DecoderLM.forward ------------------------------------------
 
@@ -141,17 +69,8 @@ class StaticKVCache:
 
     def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write ``k``/``v`` ``[B, Hkv, T, D]`` at slots ``pos .. pos+T-1``; return the whole layer buffers."""
-        if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) or not 0 <= layer_idx < self.num_layers:
-            raise IndexError(f"layer index {layer_idx!r} out of range: cache has layers 0..{self.num_layers - 1}")
-        expected = (self.batch_size, self.num_kv_heads, k.shape[2], self.head_dim)
-        if tuple(k.shape) != expected or k.shape != v.shape or k.shape[2] == 0:
-            raise ValueError(
-                f"k/v have shapes {tuple(k.shape)}/{tuple(v.shape)}, expected [batch={self.batch_size}, "
-                f"num_kv_heads={self.num_kv_heads}, new_len>=1, head_dim={self.head_dim}]"
-            )
-        if k.dtype != self.dtype or v.dtype != self.dtype:
-            raise TypeError(f"k/v have dtype {k.dtype}/{v.dtype}, cache holds {self.dtype}")
-        t = k.shape[2]
+        self._check_layer(layer_idx)
+        t = self._check_entries(k, v)
         if not self._frozen:
             self._check_capacity(t)
         index = self.positions(t)  # [T]
@@ -194,13 +113,6 @@ class StaticKVCache:
         self.k.zero_()
         self.v.zero_()
         self.set_position(0)
-
-    def __repr__(self) -> str:
-        return (
-            f"StaticKVCache(layers={self.num_layers}, batch={self.batch_size}, kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}, seq_len={self._seq_len}/{self.max_seq_len}, dtype={self.dtype}, "
-            f"device={self.device})"
-        )
 
     def _check_capacity(self, n: int) -> None:
         if self._seq_len + n > self.max_seq_len:
