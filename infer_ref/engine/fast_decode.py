@@ -17,17 +17,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from itertools import pairwise
-from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor, nn
 
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.config import ModelConfig
+from infer_ref.engine.result import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
 from infer_ref.engine.sampling import SamplingParams, sample_token
-
-if TYPE_CHECKING:
-    from infer_ref.engine.generate import GenerationResult, GenerationTiming, TokenDecoder
 
 # Tokens read back to the host at a time by the greedy loop (EOS / stop strings are checked then).
 READBACK_EVERY = 16
@@ -171,8 +168,6 @@ def generate_fast(
     dropped). Other sampling settings read the logits back each step and draw with
     :func:`sample_token` and the CPU generator, exactly as the eager loop does.
     """
-    from infer_ref.engine.generate import GenerationResult, GenerationTiming, _first_stop
-
     device = torch.device(device)
     tokens = [int(t) for t in prompt_token_ids]
     needed = len(tokens) + params.max_new_tokens
@@ -184,35 +179,18 @@ def generate_fast(
             f"this request needs {needed} for this model"
         )
     decoder.reset()
+    collector = TokenCollector(
+        tokens, tokenizer, max_new_tokens=params.max_new_tokens, stop=params.stop, eos_ids=eos_ids, on_token=on_token
+    )
+    accept = collector.accept
     generator = params.make_generator()
     timing = GenerationTiming()
-    generated: list[int] = []
-    finish = "length"
-    text = ""
-
-    def accept(token: int) -> bool:
-        """Record one token; True when generation must stop."""
-        nonlocal finish, text
-        tokens.append(token)
-        generated.append(token)
-        if on_token is not None:
-            on_token(token)
-        if token in eos_ids:
-            finish = "eos"
-            return True
-        if params.stop:
-            text = tokenizer.decode(generated, skip_special_tokens=True)
-            cut = _first_stop(text, params.stop)
-            if cut is not None:
-                text, finish = text[:cut], "stop"
-                return True
-        return len(generated) >= params.max_new_tokens
 
     with torch.inference_mode():
         _sync(device)
         t0 = time.perf_counter()
         logits = decoder.prefill(torch.tensor([tokens], dtype=torch.long, device=device))  # [1, 1, V]
-        first = sample_token(logits[0, -1, :], tokens, params, generator)
+        first = sample_token(logits[0, -1, :], collector.tokens, params, generator)
         timing.prefill_time_s = time.perf_counter() - t0
         done = accept(first)
         decoder.set_input([first])
@@ -225,21 +203,12 @@ def generate_fast(
                 _sync(device)
                 t0 = time.perf_counter()
                 logits = decoder.step()
-                token = sample_token(logits[0, -1, :], tokens, params, generator)
+                token = sample_token(logits[0, -1, :], collector.tokens, params, generator)
                 timing.decode_times_s.append(time.perf_counter() - t0)
                 done = accept(token)
                 decoder.set_input([token])
 
-    if finish != "stop":
-        text = tokenizer.decode(generated, skip_special_tokens=True)
-    return GenerationResult(
-        token_ids=generated,
-        text=text,
-        finish_reason=finish,  # type: ignore[arg-type]
-        prompt_tokens=len(prompt_token_ids),
-        timing=timing,
-        cache_memory_bytes=decoder.cache.memory_bytes,
-    )
+    return collector.result(timing, decoder.cache.memory_bytes)
 
 
 def _greedy_on_device(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, Protocol
 
 import torch
@@ -17,12 +16,17 @@ from torch import Tensor, nn
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
+from infer_ref.engine.result import (
+    GenerationResult,
+    GenerationTiming,
+    TokenCollector,
+    TokenDecoder,
+)
 from infer_ref.engine.sampling import SamplingParams, sample_token
 
 if TYPE_CHECKING:
     from infer_ref.engine.fast_decode import FastDecoder
 
-FinishReason = Literal["length", "eos", "stop"]
 
 
 class InferModel(Protocol):
@@ -35,55 +39,9 @@ class InferModel(Protocol):
     def parameters(self) -> Iterator[nn.Parameter]: ...
 
 
-class TokenDecoder(Protocol):
-    """The part of a tokenizer that ``generate`` uses."""
-
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str: ...
-
-
-@dataclass
-class GenerationTiming:
-    prefill_time_s: float = 0.0
-    decode_times_s: list[float] = field(default_factory=list)  # one per decode forward
-
-    @property
-    def decode_time_s(self) -> float:
-        return sum(self.decode_times_s)
-
-    @property
-    def total_time_s(self) -> float:
-        return self.prefill_time_s + self.decode_time_s
-
-
-@dataclass
-class GenerationResult:
-    """Output of ``generate``.
-
-    ``token_ids`` are the generated tokens, an EOS token included when that ended generation (as
-    transformers returns it); ``text`` is their decoding without special tokens, cut before a stop
-    string when one ended it.
-    """
-
-    token_ids: list[int]
-    text: str
-    finish_reason: FinishReason
-    prompt_tokens: int
-    timing: GenerationTiming
-    cache_memory_bytes: int | None = None
-
-    @property
-    def generated_tokens(self) -> int:
-        return len(self.token_ids)
-
-
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _first_stop(text: str, stops: Sequence[str]) -> int | None:
-    hits = [i for i in (text.find(s) for s in stops) if i >= 0]
-    return min(hits) if hits else None
 
 
 def _model_config(model: nn.Module, use_kv_cache: bool) -> ModelConfig | None:
@@ -162,14 +120,15 @@ def generate(
             device=device,
         )
 
+    collector = TokenCollector(
+        tokens, tokenizer, max_new_tokens=params.max_new_tokens, stop=params.stop, eos_ids=eos_ids, on_token=on_token
+    )
     generator = params.make_generator()
     timing = GenerationTiming()
-    generated: list[int] = []
-    finish: FinishReason = "length"
-    text = ""
-
-    for step in range(params.max_new_tokens):
-        fed = tokens if kv_cache is None or step == 0 else tokens[-1:]
+    done = False
+    while not done:
+        step = len(collector.generated)
+        fed = collector.tokens if kv_cache is None or step == 0 else collector.tokens[-1:]
         input_ids = torch.tensor([fed], dtype=torch.long, device=device)  # [1, T]
         _sync(device)
         t0 = time.perf_counter()
@@ -180,29 +139,6 @@ def generate(
             timing.prefill_time_s = elapsed
         else:
             timing.decode_times_s.append(elapsed)
+        done = collector.accept(sample_token(logits[0, -1, :], collector.tokens, params, generator))
 
-        token = sample_token(logits[0, -1, :], tokens, params, generator)
-        tokens.append(token)
-        generated.append(token)
-        if on_token is not None:
-            on_token(token)
-        if token in eos_ids:
-            finish = "eos"
-            break
-        if params.stop:
-            text = tokenizer.decode(generated, skip_special_tokens=True)
-            cut = _first_stop(text, params.stop)
-            if cut is not None:
-                text, finish = text[:cut], "stop"
-                break
-
-    if finish != "stop":
-        text = tokenizer.decode(generated, skip_special_tokens=True)
-    return GenerationResult(
-        token_ids=generated,
-        text=text,
-        finish_reason=finish,
-        prompt_tokens=len(prompt_token_ids),
-        timing=timing,
-        cache_memory_bytes=kv_cache.memory_bytes if kv_cache is not None else None,
-    )
+    return collector.result(timing, kv_cache.memory_bytes if kv_cache is not None else None)
