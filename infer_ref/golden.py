@@ -383,11 +383,10 @@ def synthetic_state_dict(
     ``embed_std``, norm weights ``1 + norm_jitter * noise`` (Gemma stores the offset from 1, so
     just ``norm_jitter * noise``; see ``post_norm_gain``), biases 0.02. See :data:`GENERATOR_DESCRIPTION`.
     """
-    from infer_ref.models import build_model
+    from infer_ref.loader import build_on_meta, checkpoint_shapes
 
     config = ModelConfig.from_hf_dict(hf_config)
-    with torch.device("meta"):
-        shapes = {name: p.shape for name, p in build_model(config).named_parameters(remove_duplicate=True)}
+    shapes = checkpoint_shapes(build_on_meta(config))
     gemma = config.model_type == "gemma3_text"
     state: dict[str, Tensor] = {}
     for name in sorted(shapes):
@@ -696,24 +695,13 @@ def load_infer_ref_model(source: ModelSource, dtype: torch.dtype, device: str | 
         assert source.path is not None
         model, _ = load_model(source.path, dtype=dtype, device=device)
         return model
-    from infer_ref.loader import build_on_meta
+    from infer_ref.loader import build_on_meta, load_weights
 
-    config = source.config
-    model = build_on_meta(config)
     state = {
-        (k if k.startswith("lm_head.") else k.removeprefix("model.")): v.to(dtype=dtype, device=device)
+        (k if k.startswith("lm_head.") else k.removeprefix("model.")): v
         for k, v in source.state(dtype, device).items()
     }
-    if config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)
-    missing, unexpected = model.load_state_dict(state, strict=False, assign=True)
-    allowed_missing = {"lm_head.weight"} if config.tie_word_embeddings else set()
-    if set(missing) - allowed_missing or unexpected:
-        raise RuntimeError(f"synthetic weights do not fit infer_ref's model: missing {missing}, unexpected {unexpected}")
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
-    model.reset_buffers(device)
-    return model.eval()
+    return load_weights(build_on_meta(source.config), state, dtype=dtype, device=device)
 
 
 # -- "forward with a cache" adapters ---------------------------------------------------------------------

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 import infer_ref
@@ -21,7 +20,7 @@ from infer_ref.config import RopeConfig
 from infer_ref.engine.generate import generate as _generate
 from infer_ref.engine.sampling import SamplingParams
 from infer_ref.loader import load_model as _load_model
-from infer_ref.models.common import RotaryEmbedding, apply_rope, attention_mask, repeat_kv
+from infer_ref.models.common import RotaryEmbedding, apply_rope, attention_mask, grouped_query_attention
 from infer_ref.testing.adapter import Adapter, CacheSpec
 
 
@@ -60,14 +59,7 @@ def attend(
     """The attention core of ``infer_ref.models.common.Attention`` after projections and RoPE."""
     start, t = cache.seq_len, q.shape[2]
     keys, values = cache.update(layer_idx, k, v)  # [B, Hkv, S, D]
-    groups = q.shape[1] // k.shape[1]
-    return F.scaled_dot_product_attention(
-        q,
-        repeat_kv(keys, groups),
-        repeat_kv(values, groups),
-        attn_mask=attention_mask(t, start, window, q.device),
-        scale=scale,
-    )  # [B, H, T, D]
+    return grouped_query_attention(q, keys, values, attention_mask(t, start, window, q.device), scale)  # [B, H, T, D]
 
 
 def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:

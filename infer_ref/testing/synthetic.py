@@ -24,7 +24,7 @@ from safetensors.torch import save_file
 from torch import Tensor
 
 from infer_ref.config import ModelConfig
-from infer_ref.models import build_model
+from infer_ref.loader import build_on_meta, checkpoint_shapes
 
 FAMILIES = ("llama", "qwen3", "gemma3_text")
 
@@ -219,8 +219,7 @@ def random_state_dict(
 ) -> dict[str, Tensor]:
     """HF-named tensors for ``hf_config``, drawn deterministically from ``seed``."""
     config = ModelConfig.from_hf_dict(hf_config)
-    with torch.device("meta"):
-        shapes = {name: p.shape for name, p in build_model(config).named_parameters(remove_duplicate=True)}
+    shapes = checkpoint_shapes(build_on_meta(config))
     generator = torch.Generator(device="cpu").manual_seed(seed)
     gemma = config.model_type == "gemma3_text"
     state: dict[str, Tensor] = {}

@@ -93,9 +93,10 @@ def test_attention_matches_float64_formula() -> None:
     attn = _attention(num_kv_heads=2)
     x = torch.randn(1, 4, 32, dtype=DTYPE)
     cos, sin = _rope()(torch.arange(4), DTYPE)
-    q = attn.q_proj(x).view(1, 4, 4, 8).transpose(1, 2)
-    k = attn.k_proj(x).view(1, 4, 2, 8).transpose(1, 2)
-    v = attn.v_proj(x).view(1, 4, 2, 8).transpose(1, 2)
+    w_q, w_k, w_v = attn.qkv_proj.weight.split([32, 16, 16])  # stacked q/k/v rows (checkpoint order)
+    q = (x @ w_q.T).view(1, 4, 4, 8).transpose(1, 2)
+    k = (x @ w_k.T).view(1, 4, 2, 8).transpose(1, 2)
+    v = (x @ w_v.T).view(1, 4, 2, 8).transpose(1, 2)
 
     def rot(t: torch.Tensor) -> torch.Tensor:
         return t * cos + torch.cat((-t[..., 4:], t[..., :4]), -1) * sin

@@ -14,7 +14,7 @@ import torch
 
 from infer_ref import KVCacheOverflowError, load_model
 from infer_ref.cache.static import StaticKVCache
-from infer_ref.engine.fast_decode import FastDecoder
+from infer_ref.engine.fast_decode import FastDecoder, sliced_argmax
 from infer_ref.engine.generate import generate
 from infer_ref.engine.sampling import SamplingParams
 from infer_ref.models.common import attention_mask
@@ -171,3 +171,17 @@ def test_fast_needs_the_kv_cache(model) -> None:
     with pytest.raises(ValueError, match="use_kv_cache"):
         generate(model, Decoder(), PROMPT, SamplingParams(temperature=0, max_new_tokens=2), device="cpu",
                  use_kv_cache=False, decode="fast")
+
+
+@pytest.mark.parametrize("vocab", [1, 7, 255, 256, 257, 1000, 128256])
+@pytest.mark.parametrize("batch", [1, 3])
+def test_sliced_argmax_equals_torch_argmax_including_ties(vocab: int, batch: int) -> None:
+    """The fast step's two-stage argmax against torch.argmax (first index among ties)."""
+    g = torch.Generator().manual_seed(vocab * 10 + batch)
+    x = torch.randint(-3, 4, (batch, vocab), generator=g).float()  # few distinct values: many ties
+    x[0, vocab // 2 :] = x[0].max()  # a tie spanning many slices
+    if batch > 1:
+        x[1] = float("-inf")  # all equal and -inf: index 0
+        x[2, -1] = 10.0  # the maximum in the padded last slice
+    assert torch.equal(sliced_argmax(x), torch.argmax(x, dim=-1, keepdim=True))
+    assert torch.equal(sliced_argmax(x.to(torch.bfloat16), slices=7), torch.argmax(x.to(torch.bfloat16), -1, keepdim=True))

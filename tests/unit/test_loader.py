@@ -1,4 +1,4 @@
-"""load_model: HF names, sharding, tying, multimodal Gemma, and precise errors."""
+"""load_model: HF names, packed projections, sharding, tying, multimodal Gemma, and precise errors."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import torch
 from safetensors.torch import save_file
 
 from infer_ref import CheckpointError, load_model
+from infer_ref.loader import build_on_meta, checkpoint_shapes, checkpoint_views
 from infer_ref.testing.synthetic import random_state_dict, tiny_config, write_snapshot
 
 
@@ -24,9 +25,35 @@ def test_loads_values_dtype_device(tmp_path) -> None:
     folder, state = _write(tmp_path)
     model, config = load_model(folder, dtype=torch.float64, device="cpu")
     assert config.model_type == "llama"
-    assert model.layers[1].self_attn.q_proj.weight.dtype == torch.float64
-    assert torch.equal(model.layers[1].self_attn.q_proj.weight, state["model.layers.1.self_attn.q_proj.weight"].double())
+    views = checkpoint_views(model)
+    assert views["layers.1.self_attn.q_proj.weight"].dtype == torch.float64
+    assert torch.equal(views["layers.1.self_attn.q_proj.weight"], state["model.layers.1.self_attn.q_proj.weight"].double())
     assert not model.training
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3_text"])
+def test_packed_projections_stack_checkpoint_rows_in_order(tmp_path, family) -> None:
+    """qkv_proj is q, k, v stacked by rows and gate_up_proj is gate, up: checked against the file's tensors."""
+    folder, state = _write(tmp_path, family)
+    model, _ = load_model(folder, dtype=torch.float32)
+    for i, block in enumerate(model.layers):
+        hf = lambda name, i=i: state[f"model.layers.{i}.{name}.weight"]  # noqa: E731
+        qkv = torch.cat([hf("self_attn.q_proj"), hf("self_attn.k_proj"), hf("self_attn.v_proj")])
+        assert torch.equal(block.self_attn.qkv_proj.weight, qkv)
+        assert torch.equal(block.mlp.gate_up_proj.weight, torch.cat([hf("mlp.gate_proj"), hf("mlp.up_proj")]))
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3_text"])
+def test_checkpoint_views_round_trip_and_share_storage(tmp_path, family) -> None:
+    folder, state = _write(tmp_path, family)
+    model, _ = load_model(folder, dtype=torch.float32)
+    views = checkpoint_views(model)
+    on_file = {k.removeprefix("model."): v for k, v in state.items() if not (k == "lm_head.weight" and model.lm_head.weight is model.embed_tokens.weight)}
+    assert sorted(views) == sorted(on_file) == sorted(checkpoint_shapes(build_on_meta(model.config)))
+    for name, tensor in views.items():
+        assert torch.equal(tensor, on_file[name]), name
+    qkv = model.layers[0].self_attn.qkv_proj.weight
+    assert views["layers.0.self_attn.k_proj.weight"].untyped_storage().data_ptr() == qkv.untyped_storage().data_ptr()
 
 
 def test_tied_head_is_the_embedding(tmp_path) -> None:
@@ -65,7 +92,7 @@ def test_multimodal_gemma3_loads_text_decoder(tmp_path) -> None:
     write_snapshot(tmp_path, config, renamed)
     model, cfg = load_model(tmp_path, dtype=torch.float32)
     assert cfg.model_type == "gemma3_text"
-    assert torch.equal(model.layers[0].mlp.up_proj.weight, state["model.layers.0.mlp.up_proj.weight"])
+    assert torch.equal(checkpoint_views(model)["layers.0.mlp.up_proj.weight"], state["model.layers.0.mlp.up_proj.weight"])
 
 
 def test_missing_tensor_is_named(tmp_path) -> None:
@@ -77,6 +104,18 @@ def test_missing_tensor_is_named(tmp_path) -> None:
 def test_unexpected_tensor_is_named(tmp_path) -> None:
     folder, _ = _write(tmp_path, mutate=lambda s: s.update({"model.layers.0.self_attn.rotary.inv_freq2": torch.zeros(1)}))
     with pytest.raises(CheckpointError, match="unexpected tensors: layers.0.self_attn.rotary.inv_freq2"):
+        load_model(folder)
+
+
+def test_missing_part_of_a_packed_projection_is_named(tmp_path) -> None:
+    folder, _ = _write(tmp_path, mutate=lambda s: s.pop("model.layers.0.self_attn.k_proj.weight"))
+    with pytest.raises(CheckpointError, match=r"missing tensors: layers.0.self_attn.k_proj.weight$"):
+        load_model(folder)
+
+
+def test_misshaped_part_of_a_packed_projection_is_named(tmp_path) -> None:
+    folder, _ = _write(tmp_path, mutate=lambda s: s.update({"model.layers.1.mlp.up_proj.weight": torch.zeros(127, 64)}))
+    with pytest.raises(CheckpointError, match=r"mis-shaped tensors: layers.1.mlp.up_proj.weight: checkpoint \(127, 64\) vs model \(128, 64\)"):
         load_model(folder)
 
 

@@ -24,14 +24,16 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention import sdpa_kernel
 
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
 from infer_ref.models.common import (
+    SDPA_BACKENDS,
     RotaryEmbedding,
     apply_rope,
     attention_mask,
-    repeat_kv,
+    grouped_query_attention,
     rope_inv_freq,
 )
 from infer_ref.testing import adapters as ref
@@ -183,12 +185,13 @@ def _decoder_forward(self: Any, input_ids: Tensor, kv_cache: Any = None, *, all_
     positions = torch.arange(rope_start, rope_start + t, device=input_ids.device)
     x = self.embed(input_ids)  # [B, T, E]
     tables = {lt: rotary(positions, x.dtype) for lt, rotary in self.rotary.items()}
-    for i, block in enumerate(self.layers):
-        layer_type = config.layer_types[i]
-        window_type = config.layer_types[0] if knobs.first_layer_window_everywhere else layer_type
-        mask = _mask_for(knobs, t, start, self._window(window_type), input_ids.device, kv_cache)
-        cos, sin = tables[layer_type]
-        x = block(x, cos, sin, mask, kv_cache, i)
+    with sdpa_kernel(SDPA_BACKENDS, set_priority=True):
+        for i, block in enumerate(self.layers):
+            layer_type = config.layer_types[i]
+            window_type = config.layer_types[0] if knobs.first_layer_window_everywhere else layer_type
+            mask = _mask_for(knobs, t, start, self._window(window_type), input_ids.device, kv_cache)
+            cos, sin = tables[layer_type]
+            x = block(x, cos, sin, mask, kv_cache, i)
     if kv_cache is not None:
         if knobs.advance == "once" or (knobs.advance == "skip_decode" and t > 1):
             kv_cache.advance(t)
@@ -213,9 +216,10 @@ def _attention_forward(
 ) -> Tensor:
     """Copy of ``Attention.forward`` with the knobs."""
     b, t, _ = x.shape
-    q = self.q_proj(x).view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
-    k = self.k_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-    v = self.v_proj(x).view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+    q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+    q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
+    k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+    v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
     has_norm = self.q_norm is not None and self.k_norm is not None
     if has_norm and knobs.qk_norm == "before_rope":
         q, k = self.q_norm(q), self.k_norm(k)
@@ -226,9 +230,8 @@ def _attention_forward(
         q, k = self.q_norm(q), self.k_norm(k)
     if kv_cache is not None:
         k, v = kv_cache.update(layer_idx, k, v)
-    groups = self.num_heads // self.num_kv_heads
     scale = self.head_dim**-0.5 if knobs.scale_from_head_dim else self.scale
-    out = F.scaled_dot_product_attention(q, repeat_kv(k, groups), repeat_kv(v, groups), attn_mask=mask, scale=scale)
+    out = grouped_query_attention(q, k, v, mask, scale)
     return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
 
@@ -286,14 +289,7 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
     def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any, layer_idx: int, window: int | None, scale: float) -> Tensor:
         start, t = cache.seq_len, q.shape[2]
         keys, values = cache.update(layer_idx, k, v)
-        groups = q.shape[1] // k.shape[1]
-        return F.scaled_dot_product_attention(
-            q,
-            repeat_kv(keys, groups),
-            repeat_kv(values, groups),
-            attn_mask=_mask_for(knobs, t, start, window, q.device, cache),
-            scale=scale,
-        )
+        return grouped_query_attention(q, keys, values, _mask_for(knobs, t, start, window, q.device, cache), scale)
 
     def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
         return _patch_model(ref.load_model(folder, dtype, device), knobs)
