@@ -25,7 +25,7 @@ import torch
 from torch import Tensor, nn
 
 from infer_ref.config import ModelConfig
-from infer_ref.loader import build_on_meta, load_model
+from infer_ref.loader import build_on_meta, checkpoint_shapes, checkpoint_views, load_model, load_weights
 from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -62,7 +62,7 @@ def synthetic_state(hf_config: Mapping[str, Any], device: torch.device, dtype: t
     through a CPU float32 copy: a 1.7B-parameter model is ready in about a second on a GPU.
     """
     config = ModelConfig.from_hf_dict(hf_config)
-    shapes = {n: p.shape for n, p in build_on_meta(config).named_parameters(remove_duplicate=True)}
+    shapes = checkpoint_shapes(build_on_meta(config))
     gen = torch.Generator(device=device).manual_seed(seed)
     gemma = config.model_type == "gemma3_text"
     state: dict[str, Tensor] = {}
@@ -82,22 +82,17 @@ def synthetic_state(hf_config: Mapping[str, Any], device: torch.device, dtype: t
 
 
 def build_infer_ref(hf_config: Mapping[str, Any], state: Mapping[str, Tensor], device: torch.device) -> nn.Module:
-    config = ModelConfig.from_hf_dict(hf_config)
-    model = build_on_meta(config)
-    model.load_state_dict(dict(state), strict=False, assign=True)
-    if config.tie_word_embeddings:
-        model.lm_head.weight = model.embed_tokens.weight
-    model.reset_buffers(device)
-    return model.eval()
+    return load_weights(build_on_meta(ModelConfig.from_hf_dict(hf_config)), state, device=device)
 
 
-def build_hf(hf_config: Mapping[str, Any], state: Mapping[str, Tensor], device: torch.device, dtype: torch.dtype) -> nn.Module:
-    """The transformers model of ``hf_config`` holding the same weight tensors (shared, not copied)."""
+def build_hf(hf_config: Mapping[str, Any], ir_model: nn.Module, device: torch.device, dtype: torch.dtype) -> nn.Module:
+    """The transformers model of ``hf_config`` holding infer_ref's weight tensors (shared, not copied)."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.for_model(hf_config["model_type"], **{k: v for k, v in hf_config.items() if k != "model_type"})
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    state = checkpoint_views(ir_model)  # q/k/v and gate/up as row views of infer_ref's packed matrices
     hf_state = {(n if n.startswith("lm_head.") else f"model.{n}"): t for n, t in state.items()}
     missing, unexpected = model.load_state_dict(hf_state, strict=False, assign=True)
     missing = [m for m in missing if not (m == "lm_head.weight" and cfg.tie_word_embeddings)]
@@ -110,12 +105,11 @@ def build_hf(hf_config: Mapping[str, Any], state: Mapping[str, Tensor], device: 
 
 def load_bench_model(
     name: str, device: torch.device, dtype: torch.dtype, *, seed: int = 0
-) -> tuple[nn.Module, dict[str, Any], dict[str, Tensor] | None]:
-    """(infer_ref model, description, synthetic state or None). EOS ids are dropped: runs go the full length."""
+) -> tuple[nn.Module, dict[str, Any], dict[str, Any]]:
+    """(infer_ref model, description, HF config). EOS ids are dropped: runs go the full length."""
     hf_config = hf_config_for(name)
     if hf_config is not None:
-        state = synthetic_state(hf_config, device, dtype, seed)
-        model = build_infer_ref(hf_config, state, device)
+        model = build_infer_ref(hf_config, synthetic_state(hf_config, device, dtype, seed), device)
         source = f"synthetic {name} (seeded random weights, seed {seed}, drawn on {device.type} in {dtype})"
     else:
         path = Path(name) if Path(name).exists() else FIXTURES / name
@@ -123,13 +117,12 @@ def load_bench_model(
             known = ", ".join([*sorted(p.name for p in FIXTURES.glob("*") if (p / "config.json").exists()), *REAL_SHAPES])
             raise SystemExit(f"unknown model {name!r}: give a snapshot path, a fixture ({known}) or tiny-<family>")
         model, _ = load_model(path, dtype=dtype, device=device)
-        state = None
         hf_config = json.loads((path / "config.json").read_text())
         source = f"checkpoint {path.relative_to(ROOT) if path.is_relative_to(ROOT) else path}"
     config: ModelConfig = model.config  # type: ignore[assignment]
     model.config = dataclasses.replace(config, eos_token_ids=())  # type: ignore[assignment]
     info = {"name": name, "source": source, "model_type": config.model_type, "parameters": count_parameters(model)}
-    return model, info, state
+    return model, info, hf_config
 
 
 def count_parameters(model: nn.Module) -> int:

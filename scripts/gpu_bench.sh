@@ -3,11 +3,13 @@
 #
 #   OUT=/some/dir scripts/gpu_bench.sh            # on a CUDA machine, from the repository root
 #   OUT=/tmp/dry DRY_RUN=1 scripts/gpu_bench.sh   # the same stages on a CPU with tiny models
+#   OUT=/some/dir STAGES="compare" MODELS="gemma-3-1b-it" scripts/gpu_bench.sh   # a part
 #
 # Needs torch (CUDA), transformers, pytest-benchmark, matplotlib; no network. Each stage runs on
-# its own under a time limit, so a failing stage leaves the others' results. Writes at most
-# 8 files into $OUT: log.txt results.md compare.json compare_compiled.json fast_check.json
-# gate.json bench_llama.json latency_vs_position.png.
+# its own under a time limit, so a failing stage leaves the others' results. The whole run takes
+# about 15 min on an H100 (torch.compile of the three fast steps is most of it); STAGES (any of
+# fast_check compare gate plot) and MODELS split it. Writes at most 8 files into $OUT: log.txt
+# results.md compare.json fast_check.json gate.json bench_llama.json latency_vs_position.png.
 set -u
 OUT=${OUT:?set OUT to the results folder}
 mkdir -p "$OUT"
@@ -31,28 +33,31 @@ if [ "${DRY_RUN:-0}" = 1 ]; then
     DEV=(--device cpu); TINY=(--tiny); SMALL=(--prompt-len 16 --new-tokens 16 --repeats 1)
     BENCH_MODEL=tiny-llama; BENCH_SIZE=(--prompt-len 32 --new-tokens 32 --repeats 1)
     GATE_ENV=(INFER_REF_DEVICE=cpu INFER_REF_BENCH_MODEL=tiny-llama INFER_REF_BENCH_PROMPT=200 INFER_REF_BENCH_NEW=100)
-    COMPILE_MODELS=(--models tiny-llama); COMPILE_FLAG=(--fast-only)  # torch.compile needs the CUDA graph path
+    COMPILE=()  # torch.compile needs the CUDA graph path
+    MODELS=${MODELS:-tiny-llama tiny-qwen3 tiny-gemma3_text}
 else
     DEV=(--device cuda); TINY=(); SMALL=()
     BENCH_MODEL=llama-3.2-1b; BENCH_SIZE=(--prompt-len 512 --new-tokens 256 --repeats 2)
     GATE_ENV=(INFER_REF_DEVICE=cuda)
-    COMPILE_MODELS=(--models llama-3.2-1b); COMPILE_FLAG=(--compile --fast-only)
+    COMPILE=(--compile)
+    MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b gemma-3-1b-it}
 fi
+STAGES=${STAGES:-fast_check compare gate plot}
+want() { [[ " $STAGES " == *" $1 "* ]]; }
+read -r -a MODEL_ARGS <<<"$MODELS"
 
 say "environment"
 { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm,clocks.max.mem --format=csv 2>/dev/null || true
   $PY -c 'import torch, transformers, sys; print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda, "transformers", transformers.__version__, "gpu", torch.cuda.get_device_name(0) if torch.cuda.is_available() else None)'
   git rev-parse --short HEAD 2>/dev/null || true; } 2>&1 | tee -a "$LOG"
 
-stage fast_check 80 $PY benchmarks/check_fast_decode.py "${DEV[@]}" "${TINY[@]}" --json "$OUT/fast_check.json"
-stage compare 200 $PY benchmarks/decode_compare.py "${DEV[@]}" "${TINY[@]}" "${SMALL[@]}" \
-    --json "$OUT/compare.json" --markdown "$OUT/compare_table.md"
-stage gate 80 env "${GATE_ENV[@]}" $PY -m pytest -m benchmark tests/benchmarks -q -s -p no:cacheprovider \
+want fast_check && stage fast_check 90 $PY benchmarks/check_fast_decode.py "${DEV[@]}" "${TINY[@]}" --json "$OUT/fast_check.json"
+want compare && stage compare 900 $PY benchmarks/decode_compare.py "${DEV[@]}" --models "${MODEL_ARGS[@]}" "${COMPILE[@]}" \
+    "${SMALL[@]}" --json "$OUT/compare.json" --markdown "$OUT/compare_table.md"
+want gate && stage gate 100 env "${GATE_ENV[@]}" $PY -m pytest -m benchmark tests/benchmarks -q -s -p no:cacheprovider \
     --benchmark-json "$OUT/gate.json"
-stage plot 60 $PY benchmarks/bench_generation.py --model "$BENCH_MODEL" "${DEV[@]}" --compare --decode both \
+want plot && stage plot 60 $PY benchmarks/bench_generation.py --model "$BENCH_MODEL" "${DEV[@]}" --compare --decode both \
     "${BENCH_SIZE[@]}" --json "$OUT/bench_llama.json" --plot "$OUT/latency_vs_position.png"
-stage compare_compiled 130 $PY benchmarks/decode_compare.py "${DEV[@]}" "${COMPILE_MODELS[@]}" "${COMPILE_FLAG[@]}" \
-    "${SMALL[@]}" --json "$OUT/compare_compiled.json" --markdown "$OUT/compare_compiled_table.md"
 
 say "writing results.md"
 $PY - "$OUT" "$STATUS" <<'PYEOF' 2>&1 | tee -a "$LOG"
@@ -60,8 +65,7 @@ import json, sys
 from pathlib import Path
 out, status = Path(sys.argv[1]), sys.argv[2]
 md = ["# GPU benchmark results", "", "| stage | rc | time |", "|---|---|---|", status.rstrip(), ""]
-for name, title in (("compare_table.md", "Decode throughput (eager, fast, transformers)"),
-                    ("compare_compiled_table.md", "Fast path with torch.compile")):
+for name, title in (("compare_table.md", "Decode throughput (eager, fast, compiled fast, transformers)"),):
     p = out / name
     if p.exists():
         md += [f"## {title}", "", p.read_text(), ""]
