@@ -41,14 +41,19 @@ TINY = ("tiny-llama", "tiny-qwen3", "tiny-gemma3_text")
 
 
 @torch.inference_mode()
-def check(name: str, device: torch.device, dtype: torch.dtype, prompt_len: int, new: int, eps: float, top_k: int) -> dict[str, Any]:
+def check(
+    name: str, device: torch.device, dtype: torch.dtype, prompt_len: int, new: int, eps: float, top_k: int,
+    compile: bool = False,
+) -> dict[str, Any]:
+    if compile:
+        torch._dynamo.reset()  # a fresh compile per model, not recompilations of one cached frame
     model, info, _ = load_bench_model(name, device, dtype, seed=1)
     config = model.config
     gen = torch.Generator().manual_seed(1)
     prompt = torch.randint(4, config.vocab_size, (prompt_len,), generator=gen).tolist()
     params = SamplingParams(temperature=0.0, max_new_tokens=new)
     eager = generate(model, NullDecoder(), prompt, params, device=device).token_ids
-    decoder = FastDecoder(model, prompt_len + new, device=device)
+    decoder = FastDecoder(model, prompt_len + new, device=device, compile=compile)
     fast = generate(model, NullDecoder(), prompt, params, device=device, decode=decoder).token_ids
     free_running = next((i for i, (a, b) in enumerate(zip(eager, fast, strict=True)) if a != b), new)
 
@@ -79,6 +84,7 @@ def check(name: str, device: torch.device, dtype: torch.dtype, prompt_len: int, 
         "source": info["source"],
         "dtype": str(dtype).removeprefix("torch."),
         "captured": decoder.use_cuda_graph,
+        "compiled": decoder.compiled,
         "prompt_len": prompt_len,
         "new_tokens": new,
         "free_running_exact_match": free_running,
@@ -98,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-len", type=int, default=64)
     ap.add_argument("--new-tokens", type=int, default=64)
     ap.add_argument("--eps", type=float, default=0.1, help="bf16 teacher-forced tolerance (log-prob)")
+    ap.add_argument("--compile", action="store_true", help="check the torch.compile'd step (CUDA) instead")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     device = pick_device(args.device)
@@ -108,14 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     results: list[dict[str, Any]] = []
     for name, dtype, eps in plan:
         try:
-            r = check(name, device, dtype, args.prompt_len, args.new_tokens, eps, top_k=5)
+            r = check(name, device, dtype, args.prompt_len, args.new_tokens, eps, top_k=5, compile=args.compile)
             if dtype == torch.float32:
                 r["passed"] = r["passed"] and r["tokens_equal"]
         except Exception as exc:
             r = {"model": name, "dtype": str(dtype).removeprefix("torch."), "passed": False, "error": f"{type(exc).__name__}: {exc}"[:1000]}
         results.append(r)
         print(
-            f"[fast-check] {name:18s} {r.get('dtype', '')}: {'PASS' if r['passed'] else 'FAIL'} "
+            f"[fast-check{' compiled' if args.compile else ''}] {name:18s} {r.get('dtype', '')}: {'PASS' if r['passed'] else 'FAIL'} "
             f"free-running match {r.get('free_running_exact_match', '-')}/{args.new_tokens}, "
             f"max gap {r.get('teacher_forced_max_gap_to_best_logprob', float('nan')):.3g}, "
             f"max top-5 diff {r.get('teacher_forced_max_topk_logprob_diff', float('nan')):.3g}"

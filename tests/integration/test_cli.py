@@ -47,6 +47,8 @@ def test_json_output_is_one_object() -> None:
         (("--temperature", "-1"), "temperature must be >= 0"),
         (("--dtype", "int8"), "invalid choice: 'int8'"),
         (("--fast", "--no-kv-cache"), "cannot be combined with --no-kv-cache"),
+        (("--compile",), "--compile compiles the fast decode step: add --fast"),
+        (("--fast", "--compile"), "--compile needs a CUDA device"),
     ],
 )
 def test_usage_errors_exit_2_without_traceback(args: tuple[str, ...], message: str) -> None:
