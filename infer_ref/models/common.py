@@ -135,14 +135,6 @@ def attention_mask(q_len: int, start: int, window: int | None, device: torch.dev
 # -- attention and MLP ---------------------------------------------------------------------------
 
 
-def repeat_kv(x: Tensor, groups: int) -> Tensor:
-    """``[B, Hkv, S, D]`` -> ``[B, Hkv*groups, S, D]``: each KV head serves ``groups`` query heads."""
-    if groups == 1:
-        return x
-    b, hkv, s, d = x.shape
-    return x[:, :, None].expand(b, hkv, groups, s, d).reshape(b, hkv * groups, s, d)
-
-
 def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
     """Attention of H query heads over Hkv key/value heads, without copying K/V.
 
@@ -150,7 +142,8 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
     The G = H/Hkv query heads that share a KV head are folded into the query axis:
     ``[B, Hkv, G*T, D]`` (a view when T == 1), row ``g*T + i`` being query ``i`` of head ``g``, and
     the mask is tiled to ``[G*T, S]``. Each row is attended on its own, so this equals attending
-    over :func:`repeat_kv` copies, but reads the cache once instead of writing G copies of it.
+    over K/V repeated G times (query head ``h`` reads KV head ``h // G``), but reads the cache once
+    instead of writing G copies of it.
     """
     b, h, t, d = q.shape
     groups = h // k.shape[1]

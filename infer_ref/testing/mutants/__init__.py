@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -273,9 +273,6 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
         cache = ref.make_cache(spec)
         return knobs.cache_cls(cache.k, cache.v)
 
-    def read_cache(cache: KVCache, layer_idx: int) -> tuple[Tensor, Tensor]:
-        return ref.read_cache(cache, layer_idx)
-
     def mask(q_len: int, start: int, window: int | None) -> Tensor | None:
         return knobs.mask(q_len, start, window, "cpu")
 
@@ -302,21 +299,19 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
         )
         return make_cache(spec)
 
-    return Adapter(
+    # The reference adapter with every path a knob can reach replaced; the rest (reading the
+    # cache, apply_rope, forward, generate) is infer_ref's own.
+    return replace(
+        ref.INFER_REF,
         name=name,
         version="mutant",
         description=description,
         make_cache=make_cache,
-        read_cache=read_cache,
-        cache_storage=ref.cache_storage,
         attention_mask=mask,
         rope_tables=rope_tables,
-        apply_rope=apply_rope,
         attend=attend,
         load_model=load_model,
         make_model_cache=make_model_cache,
-        forward=ref.forward,
-        generate=ref.generate,
     )
 
 
