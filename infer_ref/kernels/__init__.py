@@ -1,0 +1,22 @@
+"""Device kernels, each beside the torch reference it must equal.
+
+``store_kvcache`` writes K/V rows into a cache through a slot mapping; ``gather_paged_kv`` and
+``paged_decode_attention`` read a paged cache through its block tables. Each public function
+dispatches to its Triton kernel on CUDA (when Triton is importable) and to the torch reference
+everywhere else; the ``*_reference`` functions are the definitions the kernels are tested against.
+"""
+
+from infer_ref.kernels.paged_attention import (
+    gather_paged_kv,
+    paged_decode_attention,
+    paged_decode_attention_reference,
+)
+from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
+
+__all__ = [
+    "gather_paged_kv",
+    "paged_decode_attention",
+    "paged_decode_attention_reference",
+    "store_kvcache",
+    "store_kvcache_reference",
+]
