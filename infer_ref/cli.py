@@ -63,6 +63,10 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--kv-cache", action=argparse.BooleanOptionalAction, default=True,
                      help="use the KV cache (default) or recompute the full sequence every step")
+    gen.add_argument("--cache", default="contiguous", choices=["contiguous", "static", "dynamic", "paged"],
+                     help="KV cache of the eager path: contiguous (default), static (fixed buffers, device-side "
+                          "position), dynamic (grows by concatenation) or paged (blocks of --block-size)")
+    gen.add_argument("--block-size", type=int, default=16, help="positions per block of --cache paged (default 16)")
     gen.add_argument("--fast", action="store_true",
                      help="decode with the captured static-shape step (CUDA graph on CUDA; same tokens as eager)")
     gen.add_argument("--compile", action="store_true",
@@ -151,9 +155,11 @@ def _generate(args: argparse.Namespace) -> int:
     stream = None if args.json else _Streamer(tokenizer)
     decode = _decode_mode(args, model, needed, device)
     result = generate(model, tokenizer, prompt_ids, params, device=device, use_kv_cache=args.kv_cache,
-                      on_token=stream.push if stream else None, decode=decode)
+                      on_token=stream.push if stream else None, decode=decode, cache=args.cache,
+                      block_size=args.block_size)
     mode = "compiled" if args.compile else "fast" if args.fast else "eager"
-    summary = _summary(result, folder, config.model_type, device, dtype, args.kv_cache, mode)
+    cache = "static (fast path)" if args.fast else args.cache if args.kv_cache else "off"
+    summary = _summary(result, folder, config.model_type, device, dtype, args.kv_cache, mode, cache)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
@@ -164,6 +170,12 @@ def _generate(args: argparse.Namespace) -> int:
 
 def _decode_mode(args: argparse.Namespace, model: Any, needed: int, device: torch.device) -> Any:
     """``generate``'s ``decode`` argument for --fast / --compile, checked before any work is done."""
+    if args.fast and args.cache != "contiguous":
+        raise UsageError(f"--fast decodes through its own static cache: it cannot be combined with --cache {args.cache}")
+    if not args.kv_cache and args.cache != "contiguous":
+        raise UsageError(f"--no-kv-cache runs without a cache: it cannot be combined with --cache {args.cache}")
+    if isinstance(args.block_size, bool) or args.block_size < 1:
+        raise UsageError(f"--block-size must be a positive integer, got {args.block_size}")
     if args.fast and not args.kv_cache:
         raise UsageError("--fast decodes through a static KV cache: it cannot be combined with --no-kv-cache")
     if not args.compile:
@@ -195,7 +207,7 @@ class _Streamer:
 
 
 def _summary(result: GenerationResult, folder: Path, model_type: str, device: torch.device,
-             dtype: torch.dtype, use_kv_cache: bool, decode: str) -> dict[str, Any]:
+             dtype: torch.dtype, use_kv_cache: bool, decode: str, cache: str) -> dict[str, Any]:
     timing = result.timing
     forwards_ms = [timing.prefill_time_s * 1e3] + [t * 1e3 for t in timing.decode_times_s]
     decode_s = timing.decode_time_s
@@ -205,6 +217,7 @@ def _summary(result: GenerationResult, folder: Path, model_type: str, device: to
         "device": str(device),
         "dtype": str(dtype).removeprefix("torch."),
         "use_kv_cache": use_kv_cache,
+        "cache": cache,
         "decode": decode,
         "prompt_tokens": result.prompt_tokens,
         "generated_tokens": result.generated_tokens,
@@ -233,7 +246,7 @@ def _metrics_block(summary: dict[str, Any]) -> str:
     return "\n".join([
         f"finish: {summary['finish_reason']} after {summary['generated_tokens']} tokens "
         f"({summary['model_type']}, {summary['dtype']}, {summary['device']})",
-        f"kv cache: {cache}",
+        f"kv cache: {summary['cache']}, {cache}",
         "metrics:",
         f"  time_to_first_token_ms: {m['time_to_first_token_ms']:.3f}",
         f"  decode_tokens_per_second: {tps}",

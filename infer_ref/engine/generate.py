@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 from torch import Tensor, nn
 
-from infer_ref.cache.contiguous import KVCache
+from infer_ref.cache.factory import CACHE_KINDS, DEFAULT_BLOCK_SIZE, build_cache
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
 from infer_ref.engine.result import (
@@ -76,6 +76,8 @@ def generate(
     use_kv_cache: bool = True,
     on_token: Callable[[int], None] | None = None,
     decode: Literal["eager", "fast"] | FastDecoder = "eager",
+    cache: str = "contiguous",
+    block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> GenerationResult:
     """Generate up to ``params.max_new_tokens`` tokens after ``prompt_token_ids``.
 
@@ -85,6 +87,9 @@ def generate(
     ``decode="fast"`` runs the decode steps through ``infer_ref.engine.fast_decode`` (static
     cache, one captured step replayed per token; needs ``use_kv_cache``); pass a ``FastDecoder``
     instead to reuse its cache and captured step across requests.
+
+    ``cache`` picks the eager path's KV cache: ``contiguous`` (default), ``static``, ``dynamic`` or
+    ``paged`` (blocks of ``block_size`` positions). The tokens must not depend on it.
     """
     device = torch.device(device)
     config = _model_config(model, use_kv_cache)
@@ -92,6 +97,10 @@ def generate(
     _check_length(len(tokens), params, config)
     eos_ids = set(config.eos_token_ids if config is not None else ()) | set(getattr(tokenizer, "eos_token_ids", ()))
 
+    if cache not in CACHE_KINDS:
+        raise ValueError(f"cache must be one of {', '.join(CACHE_KINDS)}, got {cache!r}")
+    if decode != "eager" and cache != "contiguous":
+        raise ValueError(f"decode={decode!r} runs on its own static cache; cache={cache!r} applies to decode='eager'")
     if decode != "eager":
         from infer_ref.engine.fast_decode import FastDecoder, generate_fast
 
@@ -110,14 +119,16 @@ def generate(
             eos_ids=eos_ids,
         )
 
-    kv_cache: KVCache | None = None
+    kv_cache: Any = None
     if use_kv_cache:
         assert config is not None
-        kv_cache = KVCache.from_model_config(
+        kv_cache = build_cache(
+            cache,
             config,
-            max_seq_len=len(tokens) + params.max_new_tokens,
+            len(tokens) + params.max_new_tokens,
             dtype=next(model.parameters()).dtype,
             device=device,
+            block_size=block_size,
         )
 
     collector = TokenCollector(
