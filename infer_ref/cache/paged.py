@@ -390,6 +390,11 @@ class PagedKVCache(CacheBase):
     def _ensure_blocks(self, t: int) -> None:
         """Make every row's table cover ``length + t`` positions; refuse, changing nothing, if it cannot."""
         bs = self.block_size
+        if self._owns_blocks and self.seq_len + t > self._max_seq_len:
+            raise KVCacheOverflowError(
+                f"KV cache overflow: {t} position(s) at {self.seq_len} need position {self.seq_len + t - 1}, "
+                f"but max_seq_len is {self._max_seq_len}"
+            )
         missing = [max(0, -(-(n + t) // bs) - len(tbl)) for n, tbl in zip(self._lengths, self._tables, strict=True)]
         if sum(missing) == 0:
             return
@@ -398,11 +403,6 @@ class PagedKVCache(CacheBase):
             raise KVCacheOverflowError(
                 f"row {row} holds {self._lengths[row]} positions in {len(self._tables[row])} block(s) of {bs}; "
                 f"{t} more need {missing[row]} more block(s), and this view cannot take blocks (extend its table)"
-            )
-        if self.seq_len + t > self._max_seq_len:
-            raise KVCacheOverflowError(
-                f"KV cache overflow: {t} position(s) at {self.seq_len} need position {self.seq_len + t - 1}, "
-                f"but max_seq_len is {self._max_seq_len}"
             )
         new = self.pool.acquire(sum(missing))  # PoolExhaustedError (an overflow) before any change
         for row, m in enumerate(missing):
