@@ -60,7 +60,7 @@ def test_two_caches_share_one_pool_without_touching_each_other() -> None:
     a, b = PagedKVCache(pool), PagedKVCache(pool)
     ka = _forward(a, 4, 0)
     kb = _forward(b, 5, 100)
-    assert not set(sum(a.block_tables, [])) & set(sum(b.block_tables, []))
+    assert not {x for t in a.block_tables for x in t} & {x for t in b.block_tables for x in t}
     assert pool.num_used == 4  # 2 blocks each
     assert torch.equal(a.get_kv(0)[0], ka[0]) and torch.equal(b.get_kv(1)[0], kb[1])
     a.reset()

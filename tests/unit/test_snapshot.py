@@ -8,7 +8,15 @@ from typing import Any
 import pytest
 import torch
 
-from infer_ref.cache import BlockPool, DynamicKVCache, KVCache, KVCacheOverflowError, KVSnapshot, PagedKVCache, StaticKVCache
+from infer_ref.cache import (
+    BlockPool,
+    DynamicKVCache,
+    KVCache,
+    KVCacheOverflowError,
+    KVSnapshot,
+    PagedKVCache,
+    StaticKVCache,
+)
 
 L, B, H, D = 2, 2, 2, 4
 F64 = torch.float64
