@@ -37,6 +37,20 @@ The callables, their shapes, and why each exists:
     cache has advanced by ``T`` on return; without one they are positions ``0 .. T-1``.
 ``generate(model, prompt_ids: list[int], max_new_tokens, use_kv_cache) -> list[int]``
     Greedy generation (temperature 0), stopping at the config's EOS ids or the length limit.
+``store_kvcache(k, v, k_cache, v_cache, slot_mapping) -> None``
+    Write rows ``k``/``v`` ``[N, Hkv, D]`` into 4-D caches ``[outer, inner, Hkv, D]`` (a paged
+    pool ``[num_blocks, block_size, Hkv, D]``) at slots ``slot_mapping`` ``[N]`` (int64): slot ``s``
+    is row ``(s // inner, s % inner)``; ``-1`` writes nothing.
+``paged_decode_attention(q, k_cache, v_cache, block_tables, seq_lens, scale, window) -> out``
+    One query per sequence, ``q`` ``[B, H, D]``, over its first ``seq_lens[b]`` positions read
+    through ``block_tables`` ``[B, M]`` (int32) from pools ``[num_blocks, block_size, Hkv, D]``;
+    ``seq_lens`` ``[B]`` int32; sliding ``window`` or None. Returns ``[B, H, D]``.
+``snapshot(cache) -> snap``, ``restore(cache, snap) -> None``, ``materialize(snap) -> cache``
+    A frozen copy of a cache's contents, loading one into a cache in place, and building a new
+    cache from one (seed 001's ``KvSnapshot``).
+``declared_unsupported: dict[str, str]``
+    Capabilities the implementation does not offer although its callables exist, with the reason
+    (a cache whose ``memory_bytes`` counts positions held, not a capacity, say).
 """
 
 from __future__ import annotations
@@ -72,6 +86,11 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "attention": ("make_cache", "attend"),
     "model": ("load_model", "make_model_cache", "forward"),
     "generate": ("load_model", "generate", "forward"),
+    # A cache with a capacity (max_seq_len) to overflow; one that grows declares it unsupported.
+    "cache.bounded": ("make_cache", "read_cache"),
+    "store": ("store_kvcache",),
+    "paged_attention": ("paged_decode_attention",),
+    "snapshot": ("make_cache", "read_cache", "snapshot", "restore", "materialize"),
 }
 
 
@@ -118,12 +137,24 @@ class Adapter:
     forward: Callable[[Any, Tensor, Any], Tensor] | None = None
     generate: Callable[[Any, list[int], int, bool], list[int]] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    store_kvcache: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor], None] | None = None
+    paged_decode_attention: Callable[[Tensor, Tensor, Tensor, Tensor, Tensor, float, int | None], Tensor] | None = None
+    snapshot: Callable[[Any], Any] | None = None
+    restore: Callable[[Any, Any], None] | None = None
+    materialize: Callable[[Any], Any] | None = None
+    declared_unsupported: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"
 
     def capabilities(self) -> dict[str, str | None]:
         """capability -> None when supported, else why not (the missing callables or cache members)."""
+        out = self._probe_capabilities()
+        for cap, why in self.declared_unsupported.items():
+            out[cap] = f"declared unsupported: {why}"
+        return out
+
+    def _probe_capabilities(self) -> dict[str, str | None]:
         out: dict[str, str | None] = {}
         for cap, needed in CAPABILITIES.items():
             missing = [name for name in needed if getattr(self, name) is None]
@@ -132,12 +163,12 @@ class Adapter:
             try:
                 probe = self.make_cache(CacheSpec(1, 1, 1, 2, 2, torch.float32, "cpu"))
             except Exception as exc:  # a cache that cannot even be built supports nothing
-                for cap in ("cache", "cache.storage", "attention", *CACHE_OPTIONAL_MEMBERS):
+                for cap in ("cache", "cache.storage", "cache.bounded", "attention", "snapshot", *CACHE_OPTIONAL_MEMBERS):
                     out[cap] = f"make_cache failed: {type(exc).__name__}: {exc}"
                 return out
             missing = [m for m in CACHE_MEMBERS if not hasattr(probe, m)]
             if missing:
-                for cap in ("cache", "cache.storage", "attention"):
+                for cap in ("cache", "cache.storage", "cache.bounded", "attention", "snapshot"):
                     out[cap] = f"its cache has no {', '.join(missing)}"
             for cap, members in CACHE_OPTIONAL_MEMBERS.items():
                 lacking = [m for m in members if not hasattr(probe, m)]

@@ -8,6 +8,7 @@ and the decoders themselves, not copies of them.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +16,15 @@ import torch
 from torch import Tensor
 
 import infer_ref
-from infer_ref.attention import attention_mask, grouped_query_attention
+from infer_ref.attention import attention_mask
 from infer_ref.cache.contiguous import KVCache
-from infer_ref.config import RopeConfig
+from infer_ref.cache.factory import DEFAULT_BLOCK_SIZE, build_cache
+from infer_ref.cache.protocol import cached_attention, key_mask
+from infer_ref.cache.snapshot import KVSnapshot
+from infer_ref.config import ModelConfig, RopeConfig
 from infer_ref.engine.generate import generate as _generate
 from infer_ref.engine.sampling import SamplingParams
+from infer_ref.kernels import paged_decode_attention, store_kvcache
 from infer_ref.loader import load_model as _load_model
 from infer_ref.models.common import RotaryEmbedding, apply_rope
 from infer_ref.testing.adapter import Adapter, CacheSpec
@@ -37,9 +42,10 @@ def make_cache(spec: CacheSpec) -> KVCache:
     )
 
 
-def read_cache(cache: KVCache, layer_idx: int) -> tuple[Tensor, Tensor]:
-    """``[B, Hkv, seq_len, D]`` K and V of one layer."""
-    return cache.k[layer_idx, :, :, : cache.seq_len], cache.v[layer_idx, :, :, : cache.seq_len]
+def read_cache(cache: Any, layer_idx: int) -> tuple[Tensor, Tensor]:
+    """``[B, Hkv, seq_len, D]`` K and V of one layer (every infer_ref cache type has ``get_kv``)."""
+    k, v = cache.get_kv(layer_idx)
+    return k, v
 
 
 def cache_storage(cache: KVCache) -> Sequence[Tensor]:
@@ -57,10 +63,10 @@ def rope_tables(head_dim: int, rope: RopeConfig, positions: Tensor) -> tuple[Ten
 def attend(
     q: Tensor, k: Tensor, v: Tensor, cache: Any, layer_idx: int, window: int | None, scale: float
 ) -> Tensor:
-    """The attention core of ``infer_ref.models.common.Attention`` after projections and RoPE."""
-    start, t = cache.seq_len, q.shape[2]
-    keys, values = cache.update(layer_idx, k, v)  # [B, Hkv, S, D]
-    return grouped_query_attention(q, keys, values, attention_mask(t, start, window, q.device), scale)  # [B, H, T, D]
+    """The attention core of ``infer_ref.models.common.Attention`` after projections and RoPE: the
+    cache supplies the mask (and, for some types, the attention itself), as in the model."""
+    mask = key_mask(cache, q.shape[2], window, q.device)  # [T, S] or None
+    return cached_attention(cache, layer_idx, q, k, v, mask, scale)  # [B, H, T, D]
 
 
 def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
@@ -96,6 +102,18 @@ def generate(model: Any, prompt_ids: list[int], max_new_tokens: int, use_kv_cach
     return list(result.token_ids)
 
 
+def snapshot(cache: Any) -> KVSnapshot:
+    return cache.snapshot()
+
+
+def restore(cache: Any, snap: KVSnapshot) -> None:
+    cache.restore(snap)
+
+
+def materialize(snap: KVSnapshot) -> Any:
+    return snap.materialize()
+
+
 INFER_REF = Adapter(
     name="infer_ref",
     version=infer_ref.__version__,
@@ -111,5 +129,83 @@ INFER_REF = Adapter(
     make_model_cache=make_model_cache,
     forward=forward,
     generate=generate,
+    store_kvcache=store_kvcache,
+    paged_decode_attention=paged_decode_attention,
+    snapshot=snapshot,
+    restore=restore,
+    materialize=materialize,
 )
 ADAPTER = INFER_REF
+
+
+# -- the other cache types, judged by the same suite -------------------------------------------------
+
+# The paged adapters use a block size that divides none of the suite's usual lengths and a free list
+# shuffled with a fixed seed, so consecutive positions land in scattered physical blocks.
+PAGED_BLOCK_SIZE = 3
+PAGED_SCRAMBLE_SEED = 1234
+
+
+def cache_adapter(kind: str, **build: Any) -> Adapter:
+    """infer_ref with every cache (the cache, model and generate capabilities) of type ``kind``."""
+
+    def make_kind_cache(spec: CacheSpec) -> Any:
+        config = _spec_config(spec)
+        return build_cache(kind, config, spec.max_seq_len, batch_size=spec.batch_size, dtype=spec.dtype, device=spec.device, **build)
+
+    def make_kind_model_cache(model: Any, max_seq_len: int, batch_size: int) -> Any:
+        param = next(model.parameters())
+        return build_cache(kind, model.config, max_seq_len, batch_size=batch_size, dtype=param.dtype, device=param.device, **build)
+
+    def generate_kind(model: Any, prompt_ids: list[int], max_new_tokens: int, use_kv_cache: bool) -> list[int]:
+        device = next(model.parameters()).device
+        params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens)
+        result = _generate(model, _NoTokenizer(), prompt_ids, params, device=device, use_kv_cache=use_kv_cache, cache=kind,
+                           block_size=build.get("block_size", DEFAULT_BLOCK_SIZE))
+        return list(result.token_ids)
+
+    unsupported = {}
+    if kind == "dynamic":
+        unsupported["cache.bounded"] = unsupported["cache.capacity"] = "no capacity: the cache grows by concatenation"
+    if kind == "static":
+        unsupported["cache"] = unsupported["cache.reset"] = (
+            "update returns the whole max_seq_len buffer (the cache's position and masks say which slots hold "
+            "positions), not the written prefix the cache capability reads"
+        )
+    if kind in ("dynamic", "paged"):
+        unsupported["cache.memory_bytes"] = (
+            "memory_bytes counts the positions held (dynamic) or the blocks held (paged), not a capacity; "
+            "infer_ref's own cache tests check those formulas"
+        )
+        unsupported["cache.storage"] = "no zero-filled storage to inspect: reset drops positions or returns blocks"
+    return replace(
+        INFER_REF,
+        name=f"infer_ref[{kind}]",
+        description=f"infer_ref with its {kind} KV cache",
+        make_cache=make_kind_cache,
+        make_model_cache=make_kind_model_cache,
+        generate=generate_kind,
+        cache_storage=cache_storage if kind in ("contiguous", "static") else None,
+        declared_unsupported=unsupported,
+    )
+
+
+def _spec_config(spec: CacheSpec) -> ModelConfig:
+    """A minimal ModelConfig with a cache spec's geometry (what build_cache reads)."""
+    return ModelConfig.from_hf_dict(
+        {
+            "model_type": "llama",
+            "vocab_size": 8,
+            "hidden_size": spec.num_kv_heads * spec.head_dim,
+            "intermediate_size": 8,
+            "num_hidden_layers": spec.num_layers,
+            "num_attention_heads": spec.num_kv_heads,
+            "num_key_value_heads": spec.num_kv_heads,
+            "head_dim": spec.head_dim,
+        }
+    )
+
+
+INFER_REF_STATIC = cache_adapter("static")
+INFER_REF_DYNAMIC = cache_adapter("dynamic")
+INFER_REF_PAGED = cache_adapter("paged", block_size=PAGED_BLOCK_SIZE, scramble_seed=PAGED_SCRAMBLE_SEED)
