@@ -50,7 +50,7 @@ def paged_decode_attention_reference(
     scale: float,
     window: int | None = None,
 ) -> Tensor:
-    """One query row per sequence over its paged prefix, in float32: ``[B, H, D]``.
+    """One query row per sequence over its paged prefix, in float32 (float64 for float64 inputs): ``[B, H, D]``.
 
     Args:
         q: ``[B, H, D]``, the query at position ``seq_lens[b] - 1`` (its own K/V already stored).
@@ -65,13 +65,14 @@ def paged_decode_attention_reference(
     b, h, d = q.shape
     hkv = k_cache.shape[2]
     out = torch.empty_like(q)
+    acc = torch.promote_types(q.dtype, torch.float32)  # never below float32
     for row in range(b):
         n = int(seq_lens[row])
-        k = gather_paged_kv(k_cache, block_tables[row : row + 1], n)[0].float()  # [Hkv, n, D]
-        v = gather_paged_kv(v_cache, block_tables[row : row + 1], n)[0].float()
+        k = gather_paged_kv(k_cache, block_tables[row : row + 1], n)[0].to(acc)  # [Hkv, n, D]
+        v = gather_paged_kv(v_cache, block_tables[row : row + 1], n)[0].to(acc)
         first = 0 if window is None else max(0, n - window)
         k, v = k[:, first:], v[:, first:]
-        qg = q[row].float().view(hkv, h // hkv, d)  # [Hkv, G, D]
+        qg = q[row].to(acc).view(hkv, h // hkv, d)  # [Hkv, G, D]
         scores = torch.einsum("kgd,ksd->kgs", qg, k) * scale  # [Hkv, G, S]
         out[row] = torch.einsum("kgs,ksd->kgd", F.softmax(scores, dim=-1), v).reshape(h, d).to(q.dtype)
     return out
