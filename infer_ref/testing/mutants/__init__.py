@@ -32,6 +32,8 @@ from infer_ref.config import RopeConfig
 from infer_ref.models.common import SDPA_BACKENDS, RotaryEmbedding, apply_rope, rope_inv_freq
 from infer_ref.testing import adapters as ref
 from infer_ref.testing.adapter import Adapter, CacheSpec
+from infer_ref.testing.mutants import caches
+from infer_ref.testing.mutants.caches import CACHE_BUG_CLASSES
 
 MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
 
@@ -157,8 +159,10 @@ class Knobs:
     scale_from_head_dim: bool = False
     embed_scale_unrounded: bool = False
     llama3_ignored: bool = False
-    cache_factory: Callable[[CacheSpec], KVCache] | None = None
+    cache_factory: Callable[[CacheSpec], Any] | None = None
     cache_cls: type[KVCache] = KVCache
+    store_kvcache: Callable[..., None] | None = None  # replaces the adapter's store
+    paged_decode_attention: Callable[..., Tensor] | None = None  # replaces the adapter's paged read
 
 
 def _mask_for(knobs: Knobs, q_len: int, start: int, window: int | None, device: torch.device | str, kv_cache: Any) -> Tensor | None:
@@ -261,7 +265,7 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
 def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
     """An Adapter over infer_ref whose every path goes through ``knobs``."""
 
-    def make_cache(spec: CacheSpec) -> KVCache:
+    def make_cache(spec: CacheSpec) -> Any:
         if knobs.cache_factory is not None:
             return knobs.cache_factory(spec)
         cache = ref.make_cache(spec)
@@ -285,7 +289,7 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
     def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
         return _patch_model(ref.load_model(folder, dtype, device), knobs)
 
-    def make_model_cache(model: Any, max_seq_len: int, batch_size: int) -> KVCache:
+    def make_model_cache(model: Any, max_seq_len: int, batch_size: int) -> Any:
         param = next(model.parameters())
         cfg = model.config
         spec = CacheSpec(
@@ -306,6 +310,8 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
         attend=attend,
         load_model=load_model,
         make_model_cache=make_model_cache,
+        store_kvcache=knobs.store_kvcache or ref.INFER_REF.store_kvcache,
+        paged_decode_attention=knobs.paged_decode_attention or ref.INFER_REF.paged_decode_attention,
     )
 
 
@@ -334,6 +340,9 @@ _MASK = ("test_masks.py",)
 _ROPE = ("test_rope.py",)
 _ATTN = ("test_attention.py",)
 _MODEL = ("test_model.py",)
+_STORE = ("test_store.py",)
+_PAGED = ("test_paged_attention.py",)
+_SNAPSHOT = ("test_snapshots.py",)
 
 MUTANTS: dict[str, Mutant] = {
     m.name: m
@@ -374,6 +383,16 @@ MUTANTS: dict[str, Mutant] = {
                Knobs(cache_factory=aliased_cache), _CACHE + _ATTN + _MODEL),
         Mutant("overflow_clamped", BUG_CLASSES[15], "Writes past capacity are truncated and advance saturates, no error.",
                Knobs(cache_cls=ClampingCache), _CACHE),
+        Mutant("store_minus_one_wraps", CACHE_BUG_CLASSES[0], "The slot store indexes with -1 as well: a skipped token overwrites the cache's last slot.",
+               Knobs(store_kvcache=caches.store_minus_one_wraps), _STORE),
+        Mutant("paged_read_whole_last_block", CACHE_BUG_CLASSES[1], "Paged decode attends all ceil(len/bs)*bs slots of its blocks, unwritten tail included.",
+               Knobs(paged_decode_attention=caches.paged_decode_reads_whole_last_block), _PAGED),
+        Mutant("decode_slot_off_by_one", CACHE_BUG_CLASSES[2], "A paged cache writes each decode token at the slot of the position before it.",
+               Knobs(cache_factory=caches.paged_off_by_one_cache), _CACHE + _MODEL),
+        Mutant("shallow_snapshot", CACHE_BUG_CLASSES[3], "snapshot() returns views of the live K/V buffers instead of a copy.",
+               Knobs(cache_cls=caches.ShallowSnapshotCache), _SNAPSHOT),
+        Mutant("restore_rebinds_buffers", CACHE_BUG_CLASSES[4], "restore() rebinds k/v to new tensors instead of copying into the existing ones.",
+               Knobs(cache_cls=caches.RebindingRestoreCache), _SNAPSHOT),
     )
 }
 
@@ -387,4 +406,4 @@ def __getattr__(name: str) -> Adapter:
     raise AttributeError(f"module {__name__!r} has no mutant {name!r}; mutants: {', '.join(MUTANTS)}")
 
 
-__all__ = ["BUG_CLASSES", "CONTROL", "MUTANTS", "Knobs", "Mutant", "make_adapter"]
+__all__ = ["BUG_CLASSES", "CACHE_BUG_CLASSES", "CONTROL", "MUTANTS", "DecodeSlotOffByOnePagedCache", "Knobs", "Mutant", "make_adapter"]
