@@ -38,6 +38,7 @@ from benchmarks.bench_utils import (
     reset_peak,
     sync,
 )
+from infer_ref.cache.factory import CACHE_KINDS
 from infer_ref.engine.fast_decode import FastDecoder
 from infer_ref.engine.generate import GenerationResult, generate
 from infer_ref.engine.sampling import SamplingParams
@@ -59,20 +60,22 @@ def run_config(
     warmup: int,
     repeats: int,
     compile: bool = False,
+    cache: str = "contiguous",
+    block_size: int = 16,
 ) -> dict[str, Any]:
     """Warm up, then time ``repeats`` generations; every statistic is over the timed runs."""
     params = SamplingParams(temperature=0.0, max_new_tokens=new_tokens)
     mode: Any = "eager"
     if decode == "fast":
         mode = FastDecoder(model, len(prompt) + new_tokens, device=device, compile=compile)
+    options: dict[str, Any] = {"device": device, "use_kv_cache": use_kv_cache, "decode": mode}
+    if use_kv_cache and decode == "eager":
+        options |= {"cache": cache, "block_size": block_size}
     for _ in range(warmup):
-        generate(model, NullDecoder(), prompt, params, device=device, use_kv_cache=use_kv_cache, decode=mode)
+        generate(model, NullDecoder(), prompt, params, **options)
     sync(device)
     reset_peak(device)
-    runs: list[GenerationResult] = [
-        generate(model, NullDecoder(), prompt, params, device=device, use_kv_cache=use_kv_cache, decode=mode)
-        for _ in range(repeats)
-    ]
+    runs: list[GenerationResult] = [generate(model, NullDecoder(), prompt, params, **options) for _ in range(repeats)]
     ttfts = [r.timing.prefill_time_s for r in runs]
     decode_totals = [r.timing.decode_time_s for r in runs]
     steps = [t for r in runs for t in r.timing.decode_times_s]
@@ -82,6 +85,8 @@ def run_config(
     cache_bytes = runs[0].cache_memory_bytes
     return {
         "use_kv_cache": use_kv_cache,
+        "cache": (cache if decode == "eager" else "static") if use_kv_cache else "none",
+        "block_size": block_size if use_kv_cache and cache == "paged" and decode == "eager" else None,
         "decode": decode if use_kv_cache else "uncached",
         "compiled": compile,
         "prompt_tokens": len(prompt),
@@ -126,7 +131,7 @@ def format_report(report: dict[str, Any]) -> str:
     for run in report["runs"]:
         kind = "enabled" if run["use_kv_cache"] else "disabled"
         if run["use_kv_cache"]:
-            kind += f" ({run['cache_memory_mb']:.1f} MB), decode={run['decode']}{' +compile' if run['compiled'] else ''}"
+            kind += f" ({run['cache']}, {run['cache_memory_mb']:.1f} MB), decode={run['decode']}{' +compile' if run['compiled'] else ''}"
         s = run["step_latency_s"]
         lines += [
             "",
@@ -168,7 +173,7 @@ def plot_latency(report: dict[str, Any], path: Path) -> None:
     for run in report["runs"]:
         ys = [t * 1e3 for t in run["step_latency_by_position_s"]]
         xs = list(range(run["first_decode_position"], run["first_decode_position"] + len(ys)))
-        label = "uncached" if not run["use_kv_cache"] else f"cached, {run['decode']}{' +compile' if run['compiled'] else ''}"
+        label = "uncached" if not run["use_kv_cache"] else f"{run['cache']} cache, {run['decode']}{' +compile' if run['compiled'] else ''}"
         ax.plot(xs, ys, label=label, linewidth=1)
     ax.set_xlabel("sequence position of the decode step")
     ax.set_ylabel("step latency (ms, median over repeats)")
@@ -198,6 +203,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--compare", action="store_true", help="run cached and uncached, report the speedup")
     ap.add_argument("--decode", choices=["eager", "fast", "both"], default="eager", help="cached decode path(s)")
     ap.add_argument("--compile", action="store_true", help="fast path: torch.compile the captured step (CUDA)")
+    ap.add_argument("--cache", nargs="+", default=["contiguous"], choices=list(CACHE_KINDS),
+                    help="cache type(s) of the eager cached path, run side by side (default: contiguous)")
+    ap.add_argument("--block-size", type=int, default=16, help="positions per block of the paged cache")
     ap.add_argument("--json", type=Path, help="write the JSON report here")
     ap.add_argument("--plot", type=Path, help="write a PNG of per-step latency against position here")
     args = ap.parse_args(argv)
@@ -210,21 +218,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     post_load = memory_now_bytes(device)
     prompt = prompt_ids(model.config.vocab_size, args.prompt_len, args.seed)
 
-    plan: list[tuple[bool, str]] = []
+    plan: list[tuple[bool, str, str]] = []  # (use the cache, decode path, cache type of the eager path)
     cached_paths = ["eager", "fast"] if args.decode == "both" else [args.decode]
     if args.kv_cache or args.compare:
-        plan += [(True, d) for d in cached_paths]
+        for d in cached_paths:
+            plan += [(True, d, c) for c in (args.cache if d == "eager" else ["static"])]
     if not args.kv_cache or args.compare:
-        plan.append((False, "eager"))
+        plan.append((False, "eager", "none"))
 
     runs = []
-    for use_cache, decode in plan:
-        label = f"cached/{decode}" if use_cache else "uncached"
+    for use_cache, decode, cache_kind in plan:
+        label = f"cached/{decode}/{cache_kind}" if use_cache else "uncached"
         print(f"[bench] {args.model}: {label} ...", file=sys.stderr, flush=True)
         runs.append(
             run_config(
                 model, prompt, args.new_tokens, device, use_kv_cache=use_cache, decode=decode,
                 warmup=args.warmup, repeats=args.repeats, compile=args.compile and decode == "fast",
+                cache=cache_kind, block_size=args.block_size,
             )
         )
 
@@ -240,7 +250,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "environment": environment(device),
         "runs": runs,
     }
-    by_kind = {r["decode"]: r for r in runs}
+    # Comparisons use the first cache type of each decode path (contiguous unless --cache says otherwise).
+    by_kind: dict[str, dict[str, Any]] = {}
+    for r in runs:
+        by_kind.setdefault(r["decode"], r)
     if "uncached" in by_kind and len(by_kind) > 1:
         unc = by_kind["uncached"]
         report["speedup"] = {

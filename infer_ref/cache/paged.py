@@ -89,6 +89,7 @@ class PagedKVCache(CacheBase):
         self._owns_blocks = True
         self.layer_windows = self._check_windows(layer_windows, pool.num_layers)
         self._plan: _StepPlan | None = None
+        self._table_cache: tuple[Any, Tensor] | None = None
 
     # -- construction --------------------------------------------------------------------------
 
@@ -366,26 +367,40 @@ class PagedKVCache(CacheBase):
         return plan
 
     def _plan_for(self, t: int) -> _StepPlan:
-        """The slots of this forward, computed at its first layer and reused by the others."""
+        """The slots of this forward, computed at its first layer and reused by the others.
+
+        Slots come from the block tables on the device (``table[p // bs] * bs + p % bs``), so a step
+        costs a few small kernels, not Python work proportional to the context.
+        """
         lengths = tuple(self._lengths)
         if self._plan is not None and self._plan.lengths == lengths and self._plan.t == t:
             return self._plan
         self._ensure_blocks(t)
-        longest = max(lengths) + t
-        write = [self.slot_mapping(range(n, n + t), row) for row, n in enumerate(lengths)]
-        read = [self.slot_mapping(range(n + t), row) + [0] * (longest - n - t) for row, n in enumerate(lengths)]
-        width = max(len(tbl) for tbl in self._tables)
-        table = [tbl + [-1] * (width - len(tbl)) for tbl in self._tables]
-        device = self.device
+        table = self._device_table()  # [B, M] int64, -1 past each row's blocks
+        bs, device = self.block_size, self.device
+        starts = torch.tensor(lengths, dtype=torch.long, device=device)[:, None]  # [B, 1]
+        ends = starts + t  # [B, 1], positions held after the write
+        read_pos = torch.arange(max(lengths) + t, device=device).expand(len(lengths), -1)  # [B, S]
+        write_pos = starts + torch.arange(t, device=device)  # [B, T]
+        read = _slots_through(table, read_pos, bs)
         self._plan = _StepPlan(
             lengths=lengths,
             t=t,
-            write_slots=torch.tensor(write, dtype=torch.long, device=device).reshape(-1),
-            read_slots=torch.tensor(read, dtype=torch.long, device=device),
-            table=torch.tensor(table, dtype=torch.int32, device=device),
-            lengths_after=torch.tensor([n + t for n in lengths], dtype=torch.int32, device=device),
+            write_slots=_slots_through(table, write_pos, bs).reshape(-1),
+            read_slots=torch.where(read_pos < ends, read, 0),  # padding past a row's end reads slot 0, masked
+            table=table.to(torch.int32),
+            lengths_after=ends[:, 0].to(torch.int32),
         )
         return self._plan
+
+    def _device_table(self) -> Tensor:
+        """The block tables as one ``[B, M]`` int64 device tensor, rebuilt only when a table changed."""
+        key = tuple(tuple(t) for t in self._tables)  # O(blocks) once per forward, not per layer
+        if self._table_cache is None or self._table_cache[0] != key:
+            width = max(1, *(len(t) for t in self._tables))
+            rows = [t + [-1] * (width - len(t)) for t in self._tables]
+            self._table_cache = (key, torch.tensor(rows, dtype=torch.long, device=self.device))
+        return self._table_cache[1]
 
     def _ensure_blocks(self, t: int) -> None:
         """Make every row's table cover ``length + t`` positions; refuse, changing nothing, if it cannot."""
@@ -471,6 +486,13 @@ class PagedKVCache(CacheBase):
 def model_layer_windows(config: ModelConfig) -> list[int | None]:
     """Each layer's sliding window (None for global layers), as the models apply them."""
     return [config.sliding_window if t == "sliding_attention" else None for t in config.layer_types]
+
+
+def _slots_through(table: Tensor, positions: Tensor, block_size: int) -> Tensor:
+    """Slots ``table[b, p // bs] * bs + p % bs`` of positions ``[B, N]`` (int64, same shape)."""
+    width = table.shape[1]
+    blocks = table.gather(1, (positions // block_size).clamp(max=width - 1))  # [B, N]
+    return blocks * block_size + positions % block_size
 
 
 def _gather(pool: Tensor, slots: Tensor) -> Tensor:
