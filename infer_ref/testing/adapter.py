@@ -37,6 +37,11 @@ The callables, their shapes, and why each exists:
     cache has advanced by ``T`` on return; without one they are positions ``0 .. T-1``.
 ``generate(model, prompt_ids: list[int], max_new_tokens, use_kv_cache) -> list[int]``
     Greedy generation (temperature 0), stopping at the config's EOS ids or the length limit.
+``make_block_manager(num_blocks, block_size, hash_fn) -> allocator``
+    A prefix-caching block manager over ``num_blocks`` blocks of ``block_size`` positions that
+    hashes full blocks with ``hash_fn(parent_hash | None, token_ids) -> int``; the allocator has
+    the members of :class:`infer_ref.testing.allocator.AllocatorUnderTest`. The state machine of
+    ``test_block_manager.py`` drives it beside a model of the specification.
 """
 
 from __future__ import annotations
@@ -72,6 +77,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "attention": ("make_cache", "attend"),
     "model": ("load_model", "make_model_cache", "forward"),
     "generate": ("load_model", "generate", "forward"),
+    "block_manager": ("make_block_manager",),
 }
 
 
@@ -118,6 +124,7 @@ class Adapter:
     forward: Callable[[Any, Tensor, Any], Tensor] | None = None
     generate: Callable[[Any, list[int], int, bool], list[int]] | None = None
     extra: dict[str, Any] = field(default_factory=dict, compare=False)
+    make_block_manager: Callable[[int, int, Callable[[int | None, Sequence[int]], int]], Any] | None = None
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"

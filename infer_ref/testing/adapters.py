@@ -22,6 +22,7 @@ from infer_ref.engine.sampling import SamplingParams
 from infer_ref.loader import load_model as _load_model
 from infer_ref.models.common import RotaryEmbedding, apply_rope, attention_mask, grouped_query_attention
 from infer_ref.testing.adapter import Adapter, CacheSpec
+from infer_ref.testing.allocator import driver_factory
 
 
 def make_cache(spec: CacheSpec) -> KVCache:
@@ -110,5 +111,6 @@ INFER_REF = Adapter(
     make_model_cache=make_model_cache,
     forward=forward,
     generate=generate,
+    make_block_manager=driver_factory(),
 )
 ADAPTER = INFER_REF
