@@ -1247,7 +1247,7 @@ def total_steps(doc: Mapping[str, Any]) -> int:
 
 
 def _no_window_on_decode() -> Callable[..., Any]:
-    from infer_ref.models import common
+    from infer_ref.cache import protocol as common
 
     original = common.attention_mask
 
@@ -1267,8 +1267,8 @@ PLANTED_BUGS: dict[str, Callable[[], Callable[..., Any]]] = {
 
 @contextlib.contextmanager
 def planted_bug(name: str) -> Iterator[None]:
-    """Temporarily plant a known bug into infer_ref's model code."""
-    from infer_ref.models import common
+    """Temporarily plant a known bug into infer_ref's model code (the mask every forward asks for)."""
+    from infer_ref.cache import protocol as common
 
     if name not in PLANTED_BUGS:
         raise KeyError(f"unknown planted bug {name!r}; known: {', '.join(PLANTED_BUGS)}")

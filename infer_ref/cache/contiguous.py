@@ -2,26 +2,32 @@
 
 Two tensors hold K and V for every layer; one counter (``seq_len``) says how many positions are
 filled. K is stored after QK-norm and RoPE, V raw, so cached entries are ready for attention.
-Every misuse raises before anything is written: a failed call leaves the cache as it was.
+Writes go through :func:`infer_ref.kernels.store_kvcache` (seed 004's update at position + count:
+the Triton store on CUDA, the torch reference elsewhere). Every misuse raises before anything is
+written: a failed call leaves the cache as it was.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 from typing_extensions import Self
 
+from infer_ref.cache.base import CacheBase
+from infer_ref.cache.errors import KVCacheOverflowError
+from infer_ref.cache.snapshot import KVSnapshot
+from infer_ref.cache.storage import check_dims, check_storage_pair, resolve_device
+from infer_ref.kernels.store import store_kvcache
+
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
 
-
-class KVCacheOverflowError(ValueError):
-    """A write or advance past ``max_seq_len``."""
+__all__ = ["KVCache", "KVCacheOverflowError"]
 
 
-class KVCache:
+class KVCache(CacheBase):
     """Pre-allocated contiguous KV cache.
 
     Attributes:
@@ -30,19 +36,9 @@ class KVCache:
     """
 
     def __init__(self, k: Tensor, v: Tensor, seq_len: int = 0) -> None:
-        if k.dim() != 5 or k.shape != v.shape:
-            raise ValueError(
-                "k and v must both be [num_layers, batch, num_kv_heads, max_seq_len, head_dim], "
-                f"got {tuple(k.shape)} and {tuple(v.shape)}"
-            )
-        if k.dtype != v.dtype or k.device != v.device:
-            raise ValueError(f"k and v must share dtype and device, got {k.dtype}/{k.device} and {v.dtype}/{v.device}")
-        for name, t in (("k", k), ("v", v)):
-            if any(stride == 0 and size > 1 for stride, size in zip(t.stride(), t.shape, strict=True)):
-                # An expanded tensor would make layers (or batch rows) alias one storage slice.
-                raise ValueError(f"{name} broadcasts one storage slice over several entries (stride 0): allocate it")
-        if not 0 <= seq_len <= k.shape[3]:
-            raise ValueError(f"seq_len must be in [0, {k.shape[3]}], got {seq_len}")
+        check_storage_pair(k, v, "[num_layers, batch, num_kv_heads, max_seq_len, head_dim]")
+        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 0 <= seq_len <= k.shape[3]:
+            raise ValueError(f"seq_len must be an integer in [0, {k.shape[3]}], got {seq_len!r}")
         self.k = k
         self.v = v
         self._seq_len = seq_len
@@ -59,20 +55,14 @@ class KVCache:
         *,
         batch_size: int = 1,
         dtype: torch.dtype = torch.bfloat16,
-        device: str | torch.device = "cuda",
+        device: str | torch.device | None = None,
     ) -> Self:
-        """Zero-filled cache tensors."""
-        dims = {
-            "num_layers": num_layers,
-            "num_kv_heads": num_kv_heads,
-            "head_dim": head_dim,
-            "max_seq_len": max_seq_len,
-            "batch_size": batch_size,
-        }
-        bad = {name: value for name, value in dims.items() if isinstance(value, bool) or not isinstance(value, int) or value <= 0}
-        if bad:
-            raise ValueError(f"cache dimensions must be positive integers, got {bad}")
+        """Zero-filled cache tensors (``device`` None: CUDA when available, else CPU)."""
+        check_dims(
+            num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, max_seq_len=max_seq_len, batch_size=batch_size
+        )
         shape = (num_layers, batch_size, num_kv_heads, max_seq_len, head_dim)
+        device = resolve_device(device)
         return cls(torch.zeros(shape, dtype=dtype, device=device), torch.zeros(shape, dtype=dtype, device=device))
 
     @classmethod
@@ -83,7 +73,7 @@ class KVCache:
         *,
         batch_size: int = 1,
         dtype: torch.dtype = torch.bfloat16,
-        device: str | torch.device = "cuda",
+        device: str | torch.device | None = None,
     ) -> Self:
         """A cache sized for ``config`` (layers, kv heads, computed head_dim)."""
         return cls.allocate(
@@ -95,6 +85,22 @@ class KVCache:
             dtype=dtype,
             device=device,
         )
+
+    @classmethod
+    def from_snapshot(cls, snapshot: KVSnapshot) -> Self:
+        """A new cache with the snapshot's contents and the source's capacity."""
+        capacity = int(snapshot.settings.get("max_seq_len", snapshot.seq_len))
+        cache = cls.allocate(
+            snapshot.num_layers,
+            snapshot.num_kv_heads,
+            snapshot.head_dim,
+            max(capacity, 1),
+            batch_size=snapshot.batch_size,
+            dtype=snapshot.dtype,
+            device=snapshot.device,
+        )
+        cache.restore(snapshot)
+        return cache
 
     # -- geometry ------------------------------------------------------------------------------
 
@@ -131,14 +137,6 @@ class KVCache:
         return self.k.device
 
     @property
-    def is_full(self) -> bool:
-        return self._seq_len >= self.max_seq_len
-
-    @property
-    def remaining_capacity(self) -> int:
-        return self.max_seq_len - self._seq_len
-
-    @property
     def memory_bytes(self) -> int:
         """Bytes held by both tensors: ``2 * L * B * Hkv * S * D * itemsize``."""
         return self.k.nbytes + self.v.nbytes
@@ -164,14 +162,12 @@ class KVCache:
                 f"KV cache overflow: writing {new_len} position(s) at {start} needs position {end - 1}, "
                 f"but max_seq_len is {self.max_seq_len} (remaining capacity {self.remaining_capacity})"
             )
-        self.k[layer_idx, :, :, start:end] = k
-        self.v[layer_idx, :, :, start:end] = v
+        self._store(layer_idx, start, k, v)
         return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
 
     def advance(self, n: int) -> None:
         """Move ``seq_len`` forward by ``n`` (once per forward, after every layer wrote)."""
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ValueError(f"advance(n) needs a positive integer n, got {n!r}")
+        self._check_count("advance(n)", n)
         if self._seq_len + n > self.max_seq_len:
             raise KVCacheOverflowError(
                 f"KV cache overflow: advancing by {n} from position {self._seq_len} would reach "
@@ -179,11 +175,21 @@ class KVCache:
             )
         self._seq_len += n
 
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` positions (drop the rest, as speculative decoding does after a rejection)."""
+        self._check_crop(n)
+        self._seq_len = n
+
     def reset(self) -> None:
         """Zero both tensors and restart at position 0, ready for a new request."""
         self.k.zero_()
         self.v.zero_()
         self._seq_len = 0
+
+    def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
+        """Layer ``layer_idx``'s K and V for positions ``[0, seq_len)``: views ``[B, Hkv, seq_len, D]``."""
+        self._check_layer(layer_idx)
+        return self.k[layer_idx, :, :, : self._seq_len], self.v[layer_idx, :, :, : self._seq_len]
 
     def __repr__(self) -> str:
         return (
@@ -192,31 +198,30 @@ class KVCache:
             f"device={self.device})"
         )
 
-    # -- validation ----------------------------------------------------------------------------
+    # -- storage -------------------------------------------------------------------------------
 
-    def _check_layer(self, layer_idx: int) -> None:
-        # Negative indices are rejected too: k[-1] would silently alias the last layer.
-        if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) or not 0 <= layer_idx < self.num_layers:
-            raise IndexError(f"layer index {layer_idx!r} out of range: cache has layers 0..{self.num_layers - 1}")
+    def _store(self, layer_idx: int, start: int | Tensor, k: Tensor, v: Tensor) -> None:
+        """Write ``k``/``v`` ``[B, Hkv, T, D]`` at positions ``start + [0, T)`` (``start`` an int or a device tensor)."""
+        b, hkv, t, d = k.shape
+        # The layer seen as [B, S, Hkv, D] (a permuted view): slot b * S + pos is row b, position pos.
+        k_rows = self.k[layer_idx].permute(0, 2, 1, 3)
+        v_rows = self.v[layer_idx].permute(0, 2, 1, 3)
+        positions = start + torch.arange(t, device=self.device)  # [T]
+        slots = (torch.arange(b, device=self.device)[:, None] * self.max_seq_len + positions[None, :]).reshape(-1)
+        store_kvcache(
+            k.transpose(1, 2).reshape(b * t, hkv, d), v.transpose(1, 2).reshape(b * t, hkv, d), k_rows, v_rows, slots
+        )
 
-    def _check_entries(self, k: Tensor, v: Tensor) -> int:
-        for name, t in (("k", k), ("v", v)):
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-            if t.dim() != 4:
-                raise ValueError(
-                    f"{name} must be [batch, num_kv_heads, new_len, head_dim] (4-D), got shape {tuple(t.shape)}"
-                )
-            expected = (self.batch_size, self.num_kv_heads, t.shape[2], self.head_dim)
-            if tuple(t.shape) != expected or t.shape[2] == 0:
-                raise ValueError(
-                    f"{name} has shape {tuple(t.shape)}, expected [batch={self.batch_size}, "
-                    f"num_kv_heads={self.num_kv_heads}, new_len>=1, head_dim={self.head_dim}]"
-                )
-            if t.dtype != self.dtype:
-                raise TypeError(f"{name} has dtype {t.dtype}, cache holds {self.dtype}")
-            if t.device != self.device:
-                raise ValueError(f"{name} is on {t.device}, cache is on {self.device}")
-        if k.shape != v.shape:
-            raise ValueError(f"k and v shapes differ: {tuple(k.shape)} vs {tuple(v.shape)}")
-        return k.shape[2]
+    def _load_positions(self, keys: Tensor, values: Tensor) -> None:
+        n = keys.shape[3]
+        self.k[:, :, :, :n].copy_(keys)  # in place: tensor addresses (captured graphs) are kept
+        self.v[:, :, :, :n].copy_(values)
+        self.k[:, :, :, n:].zero_()
+        self.v[:, :, :, n:].zero_()
+        self._set_length(n)
+
+    def _set_length(self, n: int) -> None:
+        self._seq_len = n
+
+    def _snapshot_settings(self) -> dict[str, Any]:
+        return {"max_seq_len": self.max_seq_len}

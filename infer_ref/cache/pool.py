@@ -24,14 +24,11 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from infer_ref.cache.contiguous import KVCacheOverflowError
+from infer_ref.cache.errors import PoolExhaustedError
+from infer_ref.cache.storage import check_dims, check_storage_pair, resolve_device
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
-
-
-class PoolExhaustedError(KVCacheOverflowError):
-    """More blocks were asked for than the pool has free."""
 
 
 class BlockPool:
@@ -43,14 +40,7 @@ class BlockPool:
     """
 
     def __init__(self, k: Tensor, v: Tensor, *, free_order: Sequence[int] | None = None) -> None:
-        if k.dim() != 5 or k.shape != v.shape:
-            raise ValueError(
-                "k and v must both be [num_layers, num_blocks, block_size, num_kv_heads, head_dim], "
-                f"got {tuple(k.shape)} and {tuple(v.shape)}"
-            )
-        if k.dtype != v.dtype or k.device != v.device:
-            raise ValueError(f"k and v must share dtype and device, got {k.dtype}/{k.device} and {v.dtype}/{v.device}")
-        check_distinct_storage(k, v)
+        check_storage_pair(k, v, "[num_layers, num_blocks, block_size, num_kv_heads, head_dim]")
         self.k = k
         self.v = v
         order = list(range(k.shape[1])) if free_order is None else _check_permutation(free_order, k.shape[1])
@@ -74,18 +64,11 @@ class BlockPool:
         free_order: Sequence[int] | None = None,
     ) -> Self:
         """A zero-filled pool (``device`` None: CUDA when available, else CPU)."""
-        dims = {
-            "num_layers": num_layers,
-            "num_kv_heads": num_kv_heads,
-            "head_dim": head_dim,
-            "num_blocks": num_blocks,
-            "block_size": block_size,
-        }
-        bad = {name: value for name, value in dims.items() if isinstance(value, bool) or not isinstance(value, int) or value <= 0}
-        if bad:
-            raise ValueError(f"pool dimensions must be positive integers, got {bad}")
+        check_dims(
+            num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, num_blocks=num_blocks, block_size=block_size
+        )
         shape = (num_layers, num_blocks, block_size, num_kv_heads, head_dim)
-        device = _resolve_device(device)
+        device = resolve_device(device)
         return cls(
             torch.zeros(shape, dtype=dtype, device=device),
             torch.zeros(shape, dtype=dtype, device=device),
@@ -296,27 +279,3 @@ def _check_permutation(order: Sequence[int], n: int) -> list[int]:
     if sorted(out) != list(range(n)) or any(isinstance(b, bool) or not isinstance(b, int) for b in out):
         raise ValueError(f"free_order must be a permutation of 0..{n - 1}, got {out[:16]}{'...' if len(out) > 16 else ''}")
     return out
-
-
-def memory_span(t: Tensor) -> tuple[int, int]:
-    """Byte addresses ``[lo, hi)`` a tensor can touch (its first and one past its last element)."""
-    if t.numel() == 0:
-        return t.data_ptr(), t.data_ptr()
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
-
-
-def check_distinct_storage(k: Tensor, v: Tensor) -> None:
-    """K and V must not overlap in memory: every write of V would overwrite K."""
-    (k_lo, k_hi), (v_lo, v_hi) = memory_span(k), memory_span(v)
-    if k.device == v.device and k_lo < v_hi and v_lo < k_hi:
-        raise ValueError(
-            "k and v overlap in memory (the same tensor or overlapping views): every write of V would "
-            "overwrite K; allocate them separately"
-        )
-
-
-def _resolve_device(device: str | torch.device | None) -> torch.device:
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)

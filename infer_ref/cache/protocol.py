@@ -1,24 +1,40 @@
 """What a KV cache must provide to the models and to the conformance suite.
 
-The models only call ``seq_len``, ``update`` and ``advance``; ``generate`` and the suite also use
-the capacity helpers. Any object with these members can be driven by infer_ref's models and
-tested by ``infer_ref.testing``.
+The models call ``seq_len``, ``update`` and ``advance`` (and ``num_layers`` / ``remaining_capacity``
+to refuse a forward before anything is written); ``generate`` and the suite also use the capacity
+helpers. Any object with these members can be driven by infer_ref's models and tested by
+``infer_ref.testing``.
 
-Static-shape caches (``StaticShapeKVCacheProtocol``) opt in to one more contract, used by the
-captured decode step of ``infer_ref.engine.fast_decode``: a class attribute ``static_shape = True``
-makes ``DecoderLM.forward`` take the RoPE positions from ``positions(T)`` and each layer's mask
-from ``attention_mask(T, window)`` instead of building them from the host-side ``seq_len``. Such a
-cache's ``update`` returns its whole buffer (``S_max`` slots), so the mask must hide every slot
-that does not hold a position ``<= pos + i`` of this sequence (unwritten slots included) and, for
-sliding layers, every key at distance ``>= window``. Caches without the attribute get the
-contiguous behaviour: positions ``seq_len .. seq_len+T-1`` and masks ``[T, seq_len+T]``.
+Three optional members let a cache decide more of the forward; the model asks for them through the
+helpers below, never by looking at the cache's type:
+
+``positions(t) -> Tensor``
+    Absolute positions of the ``t`` tokens about to be written: ``[T]`` (every row alike) or
+    ``[B, T]`` (rows of different lengths). Default: ``seq_len .. seq_len+t-1``.
+``attention_mask(t, window) -> Tensor | None``
+    Bool ``[T, S]`` or ``[B, T, S]``, True where query ``i`` may see key slot ``j`` of the K/V that
+    ``update`` returns (``S`` is their length). Default: the causal / sliding mask over
+    ``[0, seq_len+t)`` (:func:`infer_ref.attention.attention_mask`).
+``attend(layer_idx, q, k, v, mask, scale) -> Tensor``
+    Write ``k``/``v`` and attend ``q`` over what the layer then holds, in one call, so a cache can
+    use a kernel that reads its own layout (a paged decode kernel reads through the block table
+    instead of gathering). Default: ``update`` then :func:`infer_ref.attention.grouped_query_attention`.
+
+A cache whose ``update`` returns more slots than ``seq_len + T`` (a static buffer of ``S_max``
+slots, rows padded to the longest) must supply ``attention_mask`` hiding every slot that does not
+hold a position ``<= pos + i`` of that row. ``static_shape = True`` additionally marks a cache whose
+forward shapes never depend on the position (CUDA-graph capture); the model then prefers attention
+backends that plan once per shape.
 """
 
 from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+import torch
 from torch import Tensor
+
+from infer_ref.attention import attention_mask, grouped_query_attention
 
 
 @runtime_checkable
@@ -62,9 +78,40 @@ class StaticShapeKVCacheProtocol(KVCacheProtocol, Protocol):
         ...
 
     def attention_mask(self, t: int, window: int | None) -> Tensor:
-        """``[T, S_max]`` bool, True where query ``i`` may attend key slot ``j``.
-
-        ``j`` is visible iff it holds position ``j <= pos + i`` of this sequence and, with a
-        window, ``pos + i - window < j``; unwritten slots are never visible.
-        """
+        """``[T, S_max]`` bool, True where query ``i`` may attend key slot ``j``."""
         ...
+
+
+def write_positions(cache: KVCacheProtocol | None, t: int, device: torch.device) -> Tensor:
+    """Absolute positions ``[T]`` or ``[B, T]`` of the ``t`` tokens a forward writes into ``cache``."""
+    if cache is None:
+        return torch.arange(t, device=device)
+    supplied = getattr(cache, "positions", None)
+    if callable(supplied):
+        return supplied(t)
+    start = cache.seq_len
+    return torch.arange(start, start + t, device=device)
+
+
+def key_mask(cache: KVCacheProtocol | None, t: int, window: int | None, device: torch.device) -> Tensor | None:
+    """The mask for ``t`` new queries over the K/V ``cache.update`` returns (None: all visible)."""
+    if cache is None:
+        return attention_mask(t, 0, window, device)
+    supplied = getattr(cache, "attention_mask", None)
+    if callable(supplied):
+        return supplied(t, window)
+    return attention_mask(t, cache.seq_len, window, device)
+
+
+def cached_attention(
+    cache: KVCacheProtocol, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float
+) -> Tensor:
+    """Write ``k``/``v`` ``[B, Hkv, T, D]`` into ``cache`` and attend ``q`` ``[B, H, T, D]`` over the layer.
+
+    The cache's own ``attend`` when it has one, else ``update`` + grouped-query attention.
+    """
+    attend = getattr(cache, "attend", None)
+    if callable(attend):
+        return attend(layer_idx, q, k, v, mask, scale)
+    keys, values = cache.update(layer_idx, k, v)  # [B, Hkv, S, D]
+    return grouped_query_attention(q, keys, values, mask, scale)  # [B, H, T, D]

@@ -80,8 +80,7 @@ class StaticKVCache(KVCache):
 
     def advance(self, n: int) -> None:
         """Move the device position (and, unless frozen, the host counter) forward by ``n``."""
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ValueError(f"advance(n) needs a positive integer n, got {n!r}")
+        self._check_count("advance(n)", n)
         if not self._frozen:
             self._check_capacity(n)
             self._seq_len += n
@@ -103,10 +102,19 @@ class StaticKVCache(KVCache):
 
     def set_position(self, n: int) -> None:
         """Put both counters at ``n`` (entries at ``>= n`` become invisible, not erased)."""
-        if not 0 <= n <= self.max_seq_len:
-            raise ValueError(f"position must be in [0, {self.max_seq_len}], got {n}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.max_seq_len:
+            raise ValueError(f"position must be an integer in [0, {self.max_seq_len}], got {n!r}")
         self.pos.fill_(n)
         self._seq_len = n
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` positions; the device position moves too (buffers keep their addresses)."""
+        self._check_crop(n)
+        self.set_position(n)
+
+    def _set_length(self, n: int) -> None:
+        # restore() copies into the buffers in place and lands here: a captured graph stays valid.
+        self.set_position(n)
 
     def reset(self) -> None:
         """Zero the buffers and restart at position 0 (tensor addresses are kept for captured graphs)."""

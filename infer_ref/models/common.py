@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from infer_ref.attention import grouped_query_attention
 from infer_ref.cache.contiguous import KVCacheOverflowError
-from infer_ref.cache.protocol import KVCacheProtocol, StaticShapeKVCacheProtocol
+from infer_ref.cache.protocol import KVCacheProtocol, cached_attention, key_mask, write_positions
 from infer_ref.config import ModelConfig, RopeConfig
 
 # -- norms ---------------------------------------------------------------------------------------
@@ -96,8 +96,9 @@ class RotaryEmbedding(nn.Module):
         self.inv_freq = rope_inv_freq(self.head_dim, self.rope).to(device)
 
     def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        freqs = positions[:, None].float() * self.inv_freq[None, :].float()  # [T, D/2]
-        emb = torch.cat((freqs, freqs), dim=-1)  # [T, D]
+        """cos/sin ``[T, D]`` for positions ``[T]`` (or ``[B, T, D]`` for per-row positions ``[B, T]``)."""
+        freqs = positions[..., None].float() * self.inv_freq.float()  # [..., T, D/2]
+        emb = torch.cat((freqs, freqs), dim=-1)  # [..., T, D]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
@@ -107,51 +108,13 @@ def rotate_half(x: Tensor) -> Tensor:
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x ``[B, H, T, D]``; cos/sin ``[T, D]`` for the absolute positions of those T tokens."""
+    """x ``[B, H, T, D]``; cos/sin ``[T, D]`` (or ``[B, T, D]``, per row) for the positions of those T tokens."""
+    if cos.dim() == 3:
+        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]: one table per row, shared by heads
     return (x * cos) + (rotate_half(x) * sin)
 
 
-# -- masks ---------------------------------------------------------------------------------------
-
-
-def attention_mask(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
-    """Which keys each new query may see, or None when it may see every key.
-
-    Query ``i`` sits at absolute position ``start + i``; keys are positions ``0 .. start+q_len-1``
-    (cache plus the new tokens), so the mask is ``[q_len, start+q_len]``, bottom-right aligned.
-    Key ``j`` is visible iff ``j <= pos`` and, with a window, ``pos - window < j``.
-    """
-    kv_len = start + q_len
-    if q_len == 1 and (window is None or kv_len <= window):
-        return None  # one query at the end of the sequence, nothing out of its window
-    q_pos = torch.arange(start, kv_len, device=device)[:, None]  # [T, 1]
-    k_pos = torch.arange(kv_len, device=device)[None, :]  # [1, S]
-    visible = k_pos <= q_pos
-    if window is not None:
-        visible = visible & (k_pos > q_pos - window)
-    return visible  # [T, S] bool
-
-
 # -- attention and MLP ---------------------------------------------------------------------------
-
-
-def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
-    """Attention of H query heads over Hkv key/value heads, without copying K/V.
-
-    q ``[B, H, T, D]``, k/v ``[B, Hkv, S, D]``, mask ``[T, S]`` bool or None -> ``[B, H, T, D]``.
-    The G = H/Hkv query heads that share a KV head are folded into the query axis:
-    ``[B, Hkv, G*T, D]`` (a view when T == 1), row ``g*T + i`` being query ``i`` of head ``g``, and
-    the mask is tiled to ``[G*T, S]``. Each row is attended on its own, so this equals attending
-    over K/V repeated G times (query head ``h`` reads KV head ``h // G``), but reads the cache once
-    instead of writing G copies of it.
-    """
-    b, h, t, d = q.shape
-    groups = h // k.shape[1]
-    q = q.reshape(b, h // groups, groups * t, d)  # [B, Hkv, G*T, D]
-    if mask is not None and t > 1 and groups > 1:
-        mask = mask.repeat(groups, 1)  # [G*T, S]
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # [B, Hkv, G*T, D]
-    return out.reshape(b, h, t, d)  # a copy when the kernel wrote [B, G*T, Hkv, D] memory (flash does)
 
 
 # cuDNN's SDPA builds an execution plan per key length: in decode, where the length grows by one
@@ -216,9 +179,10 @@ class Attention(nn.Module):
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)  # per-head norm, before RoPE
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # V is never rotated
-        if kv_cache is not None:
-            k, v = kv_cache.update(layer_idx, k, v)  # [B, Hkv, S, D]
-        out = grouped_query_attention(q, k, v, mask, self.scale)  # [B, H, T, D]
+        if kv_cache is None:
+            out = grouped_query_attention(q, k, v, mask, self.scale)  # [B, H, T, D]
+        else:
+            out = cached_attention(kv_cache, layer_idx, q, k, v, mask, self.scale)  # [B, H, T, D]
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
 
@@ -280,27 +244,20 @@ class DecoderLM(nn.Module):
         """Logits for ``input_ids`` ``[B, T]``.
 
         Without a cache: ``[B, T, V]`` for positions ``0..T-1``. With a cache: the tokens sit at
-        positions ``seq_len .. seq_len+T-1``, K/V are written there, ``advance(T)`` is called once
+        the positions the cache gives (``seq_len .. seq_len+T-1`` by default), K/V are written there, ``advance(T)`` is called once
         after every layer, and only the last position is projected (``[B, 1, V]``) unless
         ``all_logits`` asks for all T (multi-token verify steps).
         """
         t = self._check_inputs(input_ids, kv_cache)
-        backends = SDPA_BACKENDS
-        if getattr(kv_cache, "static_shape", False):
-            # Static-shape cache (cache/protocol.py): positions and [T, S_max] masks come from its
-            # device-side position, so the step has the same shapes at every position.
-            static = cast(StaticShapeKVCacheProtocol, kv_cache)
-            positions = static.positions(t)  # [T]
-            backends = STATIC_SDPA_BACKENDS
+        device = input_ids.device
+        # The cache decides where the tokens sit and which keys they see (cache/protocol.py): one
+        # path for contiguous, static (device-side position), paged and batches of ragged rows.
+        positions = write_positions(kv_cache, t, device)  # [T] or [B, T]
+        # A static-shape cache has one key length, so backends that plan per shape plan once.
+        backends = STATIC_SDPA_BACKENDS if getattr(kv_cache, "static_shape", False) else SDPA_BACKENDS
 
-            def mask_for(window: int | None) -> Tensor | None:
-                return static.attention_mask(t, window)  # [T, S_max]
-        else:
-            start = 0 if kv_cache is None else kv_cache.seq_len
-            positions = torch.arange(start, start + t, device=input_ids.device)
-
-            def mask_for(window: int | None) -> Tensor | None:
-                return attention_mask(t, start, window, input_ids.device)
+        def mask_for(window: int | None) -> Tensor | None:
+            return key_mask(kv_cache, t, window, device)  # [T, S], [B, T, S] or None
 
         x = self.embed(input_ids)  # [B, T, E]
         per_type = {

@@ -15,12 +15,13 @@ import torch
 from torch import Tensor
 
 import infer_ref
+from infer_ref.attention import attention_mask, grouped_query_attention
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
 from infer_ref.engine.generate import generate as _generate
 from infer_ref.engine.sampling import SamplingParams
 from infer_ref.loader import load_model as _load_model
-from infer_ref.models.common import RotaryEmbedding, apply_rope, attention_mask, grouped_query_attention
+from infer_ref.models.common import RotaryEmbedding, apply_rope
 from infer_ref.testing.adapter import Adapter, CacheSpec
 from infer_ref.testing.allocator import driver_factory
 

@@ -8,13 +8,13 @@ import pytest
 import torch
 
 from infer_ref import KVCache, ModelConfig
+from infer_ref.attention import attention_mask
 from infer_ref.config import RopeConfig
 from infer_ref.models.common import (
     Attention,
     GemmaRMSNorm,
     RMSNorm,
     RotaryEmbedding,
-    attention_mask,
     rope_inv_freq,
 )
 from infer_ref.testing.synthetic import tiny_config

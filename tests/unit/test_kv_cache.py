@@ -236,10 +236,22 @@ def test_allocate_rejects_bad_dims(bad: dict) -> None:
 
 def test_constructor_validates() -> None:
     k = torch.zeros(1, 1, 1, 4, 2)
-    with pytest.raises(ValueError, match="seq_len must be in \\[0, 4\\], got 5"):
+    with pytest.raises(ValueError, match="seq_len must be an integer in \\[0, 4\\], got 5"):
         KVCache(k, k.clone(), seq_len=5)
     with pytest.raises(ValueError, match="must both be"):
         KVCache(k, torch.zeros(1, 1, 1, 5, 2))
+
+
+def test_constructor_rejects_k_and_v_sharing_memory() -> None:
+    # The same tensor for K and V, or overlapping views of one buffer: V would overwrite K.
+    k = torch.zeros(1, 1, 1, 4, 2)
+    with pytest.raises(ValueError, match="k and v overlap in memory"):
+        KVCache(k, k)
+    buf = torch.zeros(1, 1, 1, 6, 2)
+    with pytest.raises(ValueError, match="k and v overlap in memory"):
+        KVCache(buf[:, :, :, :4], buf[:, :, :, 2:])
+    apart = torch.zeros(2, 1, 1, 1, 4, 2)
+    KVCache(apart[0], apart[1])  # two halves of one allocation that never meet are fine
 
 
 def test_constructor_rejects_aliased_layers() -> None:

@@ -26,16 +26,10 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import sdpa_kernel
 
+from infer_ref.attention import attention_mask, grouped_query_attention
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
-from infer_ref.models.common import (
-    SDPA_BACKENDS,
-    RotaryEmbedding,
-    apply_rope,
-    attention_mask,
-    grouped_query_attention,
-    rope_inv_freq,
-)
+from infer_ref.models.common import SDPA_BACKENDS, RotaryEmbedding, apply_rope, rope_inv_freq
 from infer_ref.testing import adapters as ref
 from infer_ref.testing.adapter import Adapter, CacheSpec
 

@@ -1,0 +1,61 @@
+"""Which keys a query sees, and grouped-query attention over them: the torch definitions.
+
+Shapes: B batch, T new tokens (queries), S keys, H query heads, Hkv key/value heads, D head_dim.
+A mask is bool, True where a query may see a key: ``[T, S]`` when every row of the batch sits at the
+same positions, ``[B, T, S]`` when rows hold different lengths (a batch of requests).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def attention_mask(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
+    """Which keys each new query may see, or None when it may see every key.
+
+    Query ``i`` sits at absolute position ``start + i``; keys are positions ``0 .. start+q_len-1``
+    (cache plus the new tokens), so the mask is ``[q_len, start+q_len]``, bottom-right aligned.
+    Key ``j`` is visible iff ``j <= pos`` and, with a window, ``pos - window < j``.
+    """
+    kv_len = start + q_len
+    if q_len == 1 and (window is None or kv_len <= window):
+        return None  # one query at the end of the sequence, nothing out of its window
+    return visible_keys(torch.arange(start, kv_len, device=device), kv_len, window)
+
+
+def visible_keys(query_positions: Tensor, num_keys: int, window: int | None) -> Tensor:
+    """Mask ``[..., T, S]`` for queries at ``query_positions`` ``[..., T]`` over key positions ``0..S-1``.
+
+    Key ``j`` is visible to a query at ``p`` iff ``j <= p`` and, with a window, ``p - window < j``.
+    Keys past a row's own end are therefore hidden too (``j > p``), which is what batches of rows with
+    different lengths (padded to the longest) rely on.
+    """
+    q_pos = query_positions[..., :, None]  # [..., T, 1]
+    k_pos = torch.arange(num_keys, device=query_positions.device)  # [S]
+    visible = k_pos <= q_pos
+    if window is not None:
+        visible = visible & (k_pos > q_pos - window)
+    return visible  # [..., T, S]
+
+
+def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+    """Attention of H query heads over Hkv key/value heads, without copying K/V.
+
+    q ``[B, H, T, D]``, k/v ``[B, Hkv, S, D]``, mask ``[T, S]`` or ``[B, T, S]`` bool, or None ->
+    ``[B, H, T, D]``. The G = H/Hkv query heads that share a KV head are folded into the query axis:
+    ``[B, Hkv, G*T, D]`` (a view when T == 1), row ``g*T + i`` being query ``i`` of head ``g``, and
+    the mask is tiled to ``[G*T, S]``. Each row is attended on its own, so this equals attending
+    over K/V repeated G times (query head ``h`` reads KV head ``h // G``), but reads the cache once
+    instead of writing G copies of it.
+    """
+    b, h, t, d = q.shape
+    groups = h // k.shape[1]
+    q = q.reshape(b, h // groups, groups * t, d)  # [B, Hkv, G*T, D]
+    if mask is not None and mask.dim() == 3:
+        mask = mask.repeat(1, groups, 1)[:, None]  # [B, 1, G*T, S]: one mask per row, shared by heads
+    elif mask is not None and t > 1 and groups > 1:
+        mask = mask.repeat(groups, 1)  # [G*T, S]
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # [B, Hkv, G*T, D]
+    return out.reshape(b, h, t, d)  # a copy when the kernel wrote [B, G*T, Hkv, D] memory (flash does)

@@ -1,0 +1,166 @@
+"""What every infer_ref cache shares: its geometry, argument checks, byte counts and snapshots.
+
+A subclass says how positions are stored (one buffer, growing tensors, blocks of a pool) by
+implementing the geometry properties, ``seq_len``, ``max_seq_len``, ``update``, ``advance``,
+``reset``, ``crop``, :meth:`get_kv` and the two snapshot hooks (:meth:`_load_positions` and
+``from_snapshot``). Everything written once here: the checks that refuse a bad call before
+anything changes, ``used_bytes``, ``snapshot`` and ``restore``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from infer_ref.cache.errors import KVCacheOverflowError
+from infer_ref.cache.snapshot import KVSnapshot
+
+
+class CacheBase(ABC):
+    """Geometry, validation, byte counts and snapshot/restore for the concrete caches."""
+
+    # -- geometry (subclasses) -----------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def num_layers(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def batch_size(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def num_kv_heads(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def head_dim(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    @abstractmethod
+    def device(self) -> torch.device: ...
+
+    @property
+    @abstractmethod
+    def seq_len(self) -> int: ...
+
+    @property
+    @abstractmethod
+    def max_seq_len(self) -> int: ...
+
+    @abstractmethod
+    def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
+        """What layer ``layer_idx`` holds: K and V ``[B, Hkv, seq_len, D]``."""
+
+    @abstractmethod
+    def _load_positions(self, keys: Tensor, values: Tensor) -> None:
+        """Replace the contents by ``keys``/``values`` ``[L, B, Hkv, S, D]`` (checked to fit)."""
+
+    @abstractmethod
+    def _snapshot_settings(self) -> dict[str, Any]:
+        """What ``from_snapshot`` needs to rebuild a cache like this one (capacity, block size, ...)."""
+
+    # -- derived -------------------------------------------------------------------------------
+
+    @property
+    def is_full(self) -> bool:
+        return self.remaining_capacity <= 0
+
+    @property
+    def remaining_capacity(self) -> int:
+        return self.max_seq_len - self.seq_len
+
+    @property
+    def bytes_per_position(self) -> int:
+        """K and V of one position in every layer and row: ``2 * L * B * Hkv * D * itemsize``."""
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.batch_size * self.num_kv_heads * self.head_dim * itemsize
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes the filled positions take: ``seq_len * bytes_per_position`` (``memory_bytes`` is what is allocated)."""
+        return self.seq_len * self.bytes_per_position
+
+    # -- snapshots -----------------------------------------------------------------------------
+
+    def snapshot(self) -> KVSnapshot:
+        """A frozen copy of the contents: later writes, crops, resets or block reuse never change it."""
+        layers = [self.get_kv(i) for i in range(self.num_layers)]
+        keys = torch.stack([k for k, _ in layers]).clone()  # [L, B, Hkv, S, D], owned
+        values = torch.stack([v for _, v in layers]).clone()
+        return KVSnapshot(keys, values, type(self), self._snapshot_settings())
+
+    def restore(self, snapshot: KVSnapshot) -> None:
+        """Load ``snapshot`` into this cache in place (any cache type's snapshot of the same geometry).
+
+        Refused, with this cache unchanged, when the geometry or dtype differs or the snapshot holds
+        more positions than this cache can.
+        """
+        if not isinstance(snapshot, KVSnapshot):
+            raise TypeError(f"restore needs a KVSnapshot, got {type(snapshot).__name__}")
+        mine = (self.num_layers, self.batch_size, self.num_kv_heads, self.head_dim)
+        theirs = (snapshot.num_layers, snapshot.batch_size, snapshot.num_kv_heads, snapshot.head_dim)
+        if mine != theirs:
+            raise ValueError(
+                f"snapshot geometry (layers, batch, kv_heads, head_dim) = {theirs} does not match this cache's {mine}"
+            )
+        if snapshot.dtype != self.dtype:
+            raise TypeError(f"snapshot holds {snapshot.dtype}, this cache holds {self.dtype}: restore never converts")
+        self._check_restore_capacity(snapshot.seq_len)
+        self._load_positions(snapshot.keys.to(self.device), snapshot.values.to(self.device))
+
+    def _check_restore_capacity(self, n: int) -> None:
+        if n > self.max_seq_len:
+            raise KVCacheOverflowError(
+                f"snapshot holds {n} positions but this cache's max_seq_len is {self.max_seq_len}; nothing restored"
+            )
+
+    # -- validation ----------------------------------------------------------------------------
+
+    def _check_layer(self, layer_idx: int) -> None:
+        # Negative indices are rejected too: k[-1] would silently alias the last layer.
+        if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) or not 0 <= layer_idx < self.num_layers:
+            raise IndexError(f"layer index {layer_idx!r} out of range: cache has layers 0..{self.num_layers - 1}")
+
+    def _check_entries(self, k: Tensor, v: Tensor) -> int:
+        """``k``/``v`` must be ``[B, Hkv, T>=1, D]`` in the cache's dtype and device; returns ``T``."""
+        for name, t in (("k", k), ("v", v)):
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dim() != 4:
+                raise ValueError(
+                    f"{name} must be [batch, num_kv_heads, new_len, head_dim] (4-D), got shape {tuple(t.shape)}"
+                )
+            expected = (self.batch_size, self.num_kv_heads, t.shape[2], self.head_dim)
+            if tuple(t.shape) != expected or t.shape[2] == 0:
+                raise ValueError(
+                    f"{name} has shape {tuple(t.shape)}, expected [batch={self.batch_size}, "
+                    f"num_kv_heads={self.num_kv_heads}, new_len>=1, head_dim={self.head_dim}]"
+                )
+            if t.dtype != self.dtype:
+                raise TypeError(f"{name} has dtype {t.dtype}, cache holds {self.dtype}")
+            if t.device != self.device:
+                raise ValueError(f"{name} is on {t.device}, cache is on {self.device}")
+        if k.shape != v.shape:
+            raise ValueError(f"k and v shapes differ: {tuple(k.shape)} vs {tuple(v.shape)}")
+        return k.shape[2]
+
+    @staticmethod
+    def _check_count(name: str, n: int, *, allow_zero: bool = False) -> None:
+        low = 0 if allow_zero else 1
+        if isinstance(n, bool) or not isinstance(n, int) or n < low:
+            kind = "non-negative" if allow_zero else "positive"
+            raise ValueError(f"{name} needs a {kind} integer n, got {n!r}")
+
+    def _check_crop(self, n: int) -> None:
+        self._check_count("crop(n)", n, allow_zero=True)
+        if n > self.seq_len:
+            raise ValueError(f"crop(n) keeps the first n positions; n={n} exceeds seq_len {self.seq_len}")

@@ -1,0 +1,479 @@
+"""Paged KV cache: positions live in fixed-size blocks of a shared pool (seed 002).
+
+Each batch row has a block table, one list of physical block ids shared by every layer; position
+``p`` of row ``b`` lives at slot ``block_table[b][p // bs] * bs + p % bs`` of each layer's pool
+``[num_blocks, bs, Hkv, D]``. Blocks come from a :class:`~infer_ref.cache.pool.BlockPool`, so
+several caches (requests) can share one pool.
+
+The cache keeps the contiguous cache's contract, so ``model(ids, cache)`` and ``generate`` work
+with it unchanged: ``update`` stores the new K/V through the slot mapping
+(:func:`infer_ref.kernels.store_kvcache`) and returns the layer's K/V gathered through the block
+tables. On CUDA, a single-token step instead reads K/V through the tables inside the paged decode
+kernel (:meth:`attend`), without gathering.
+
+Two ways to hold blocks:
+
+- **owning** (``PagedKVCache(pool, ...)``, ``from_model_config``): the cache takes blocks from the
+  pool as positions are written and gives them back on ``reset``/``crop``/``release``.
+- **a view** (:meth:`over_blocks`): the caller (a block manager, an engine) owns the blocks and the
+  tables; the cache writes into them and never takes or frees blocks. Rows may then hold different
+  lengths: positions are per row (``[B, T]``) and masks ``[B, T, S]`` over the longest row.
+
+Sliding layers keep every block; the mask (or the kernel's window) enforces the window.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+from typing_extensions import Self
+
+from infer_ref.attention import attention_mask, grouped_query_attention, visible_keys
+from infer_ref.cache.base import CacheBase
+from infer_ref.cache.errors import KVCacheOverflowError
+from infer_ref.cache.pool import BlockPool
+from infer_ref.cache.snapshot import KVSnapshot
+from infer_ref.kernels.paged_attention import paged_decode_attention
+from infer_ref.kernels.store import store_kvcache
+
+if TYPE_CHECKING:
+    from infer_ref.config import ModelConfig
+
+
+@dataclass(frozen=True)
+class _StepPlan:
+    """Where one forward of ``t`` tokens writes and reads (computed once, used by every layer)."""
+
+    lengths: tuple[int, ...]  # per row, before the write
+    t: int
+    write_slots: Tensor  # [B*T] int64, row-major (row b's tokens at b*T .. b*T+T-1)
+    read_slots: Tensor  # [B, S] int64, S = max(lengths) + t; padding past a row's end reads slot 0
+    table: Tensor  # [B, max_blocks] int32 (kernel view of the block tables; -1 past a row's blocks)
+    lengths_after: Tensor  # [B] int32, lengths + t (the decode kernel's context lengths)
+
+
+class PagedKVCache(CacheBase):
+    """KV cache over blocks of a :class:`BlockPool` (see the module docstring).
+
+    Args:
+        pool: where the blocks come from (and live).
+        batch_size: rows; each has its own block table.
+        max_seq_len: positions one row may hold (default: all of the pool's blocks, split among rows).
+        layer_windows: sliding window of each layer (None: global), as the model uses it. Needed only
+            by the decode kernel on CUDA, which reads a sliding layer's window instead of masking.
+    """
+
+    def __init__(
+        self,
+        pool: BlockPool,
+        *,
+        batch_size: int = 1,
+        max_seq_len: int | None = None,
+        layer_windows: Sequence[int | None] | None = None,
+    ) -> None:
+        if not isinstance(pool, BlockPool):
+            raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
+        self._check_count("batch_size", batch_size)
+        default_capacity = (pool.num_blocks // batch_size) * pool.block_size
+        if max_seq_len is not None:
+            self._check_count("max_seq_len", max_seq_len)
+        self.pool = pool
+        self._batch_size = batch_size
+        self._max_seq_len = default_capacity if max_seq_len is None else max_seq_len
+        self._tables: list[list[int]] = [[] for _ in range(batch_size)]
+        self._lengths = [0] * batch_size
+        self._owns_blocks = True
+        self.layer_windows = self._check_windows(layer_windows, pool.num_layers)
+        self._plan: _StepPlan | None = None
+
+    # -- construction --------------------------------------------------------------------------
+
+    @classmethod
+    def from_model_config(
+        cls,
+        config: ModelConfig,
+        num_blocks: int,
+        block_size: int = 16,
+        *,
+        batch_size: int = 1,
+        dtype: torch.dtype = torch.bfloat16,
+        device: str | torch.device | None = None,
+        max_seq_len: int | None = None,
+        free_order: Sequence[int] | None = None,
+    ) -> Self:
+        """A cache with its own pool of ``num_blocks`` blocks sized for ``config``."""
+        pool = BlockPool.from_model_config(
+            config, num_blocks, block_size, dtype=dtype, device=device, free_order=free_order
+        )
+        return cls(pool, batch_size=batch_size, max_seq_len=max_seq_len, layer_windows=model_layer_windows(config))
+
+    @classmethod
+    def from_memory_budget(
+        cls,
+        config: ModelConfig,
+        budget_bytes: int,
+        block_size: int = 16,
+        *,
+        batch_size: int = 1,
+        dtype: torch.dtype = torch.bfloat16,
+        device: str | torch.device | None = None,
+    ) -> Self:
+        """A cache whose pool takes as many blocks as ``budget_bytes`` holds (see ``pool.free_gpu_budget``)."""
+        pool = BlockPool.from_memory_budget(config, budget_bytes, block_size, dtype=dtype, device=device)
+        return cls(pool, batch_size=batch_size, layer_windows=model_layer_windows(config))
+
+    @classmethod
+    def over_blocks(
+        cls,
+        pool: BlockPool,
+        block_tables: Sequence[Sequence[int]],
+        lengths: Sequence[int],
+        *,
+        layer_windows: Sequence[int | None] | None = None,
+    ) -> Self:
+        """A view over blocks someone else owns: row ``b`` holds ``lengths[b]`` positions in ``block_tables[b]``.
+
+        Writes must fit in the blocks given (extend a table before the forward); ``reset``, ``crop``
+        and ``release`` are refused, since the blocks are not this cache's to free.
+        """
+        if len(block_tables) == 0 or len(block_tables) != len(lengths):
+            raise ValueError(f"need one block table per length, got {len(block_tables)} tables and {len(lengths)} lengths")
+        cache = cls(pool, batch_size=len(block_tables), layer_windows=layer_windows)
+        for row, (table, n) in enumerate(zip(block_tables, lengths, strict=True)):
+            ids = [int(b) for b in table]
+            for block_id in ids:
+                if pool.is_free(block_id):
+                    raise ValueError(f"row {row}: block {block_id} is free in the pool; a view needs allocated blocks")
+            cache._check_count(f"lengths[{row}]", n, allow_zero=True)
+            if n > len(ids) * pool.block_size:
+                raise ValueError(f"row {row}: {n} positions need {-(-n // pool.block_size)} blocks, table has {len(ids)}")
+            cache._tables[row] = ids
+            cache._lengths[row] = n
+        cache._owns_blocks = False
+        cache._max_seq_len = max(len(t) for t in cache._tables) * pool.block_size
+        return cache
+
+    @classmethod
+    def from_snapshot(cls, snapshot: KVSnapshot) -> Self:
+        """A new cache (with a new pool of the source's size) holding the snapshot's positions."""
+        settings = snapshot.settings
+        block_size = int(settings.get("block_size", 16))
+        needed = snapshot.batch_size * -(-snapshot.seq_len // block_size)
+        pool = BlockPool.allocate(
+            snapshot.num_layers,
+            snapshot.num_kv_heads,
+            snapshot.head_dim,
+            max(int(settings.get("num_blocks", needed)), needed, 1),
+            block_size,
+            dtype=snapshot.dtype,
+            device=snapshot.device,
+        )
+        windows = settings.get("layer_windows")
+        cache = cls(pool, batch_size=snapshot.batch_size, max_seq_len=settings.get("max_seq_len"), layer_windows=windows)
+        cache.restore(snapshot)
+        return cache
+
+    # -- geometry ------------------------------------------------------------------------------
+
+    @property
+    def seq_len(self) -> int:
+        """Positions held (the longest row's, for a view whose rows differ: see ``lengths``)."""
+        return max(self._lengths)
+
+    @property
+    def lengths(self) -> list[int]:
+        """Positions held by each row."""
+        return list(self._lengths)
+
+    @property
+    def max_seq_len(self) -> int:
+        return self._max_seq_len
+
+    @property
+    def remaining_capacity(self) -> int:
+        """Positions every row can still take: limited by ``max_seq_len`` and, for an owning cache,
+        by the blocks it holds plus its share of the pool's free blocks."""
+        bs = self.block_size
+        per_row_blocks = [len(t) for t in self._tables]
+        if self._owns_blocks:
+            extra = self.pool.num_free // self._batch_size
+            reachable = min((n + extra) * bs for n in per_row_blocks)
+            return max(0, min(self._max_seq_len, reachable) - self.seq_len)
+        return max(0, min(n * bs - length for n, length in zip(per_row_blocks, self._lengths, strict=True)))
+
+    @property
+    def num_layers(self) -> int:
+        return self.pool.num_layers
+
+    @property
+    def batch_size(self) -> int:
+        return self._batch_size
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.pool.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.pool.head_dim
+
+    @property
+    def block_size(self) -> int:
+        return self.pool.block_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pool.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.pool.device
+
+    @property
+    def block_tables(self) -> list[list[int]]:
+        """A copy of each row's block ids."""
+        return [list(t) for t in self._tables]
+
+    @property
+    def num_blocks_held(self) -> int:
+        return sum(len(t) for t in self._tables)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes of the blocks this cache holds (every layer, K and V); the pool's total is ``pool.memory_bytes``."""
+        return self.num_blocks_held * self.pool.bytes_per_block
+
+    @property
+    def used_bytes(self) -> int:
+        """Bytes the filled positions take (rows summed; a partly filled last block counts its filled rows)."""
+        return sum(self._lengths) * (self.bytes_per_position // self._batch_size)
+
+    # -- the static-shape-free layout hooks (cache/protocol.py) --------------------------------
+
+    def positions(self, t: int) -> Tensor:
+        """``[T]`` when every row holds the same length, else per row ``[B, T]``."""
+        start = torch.tensor(self._lengths, device=self.device)[:, None]  # [B, 1]
+        per_row = start + torch.arange(t, device=self.device)  # [B, T]
+        return per_row[0] if self._uniform() else per_row
+
+    def attention_mask(self, t: int, window: int | None) -> Tensor | None:
+        """``[T, S]`` (or None) for equal rows; ``[B, T, S]`` over the longest row otherwise."""
+        if self._uniform():
+            return attention_mask(t, self._lengths[0], window, self.device)
+        return visible_keys(self.positions(t), max(self._lengths) + t, window)  # [B, T, S]
+
+    # -- use -----------------------------------------------------------------------------------
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Store ``k``/``v`` ``[B, Hkv, T, D]`` at each row's next ``T`` positions; return the layer's
+        K/V ``[B, Hkv, S, D]`` gathered through the tables (``S`` = longest row after the write;
+        shorter rows are padded and hidden by :meth:`attention_mask`)."""
+        plan = self._write(layer_idx, k, v)
+        k_pool, v_pool = self.pool.layer(layer_idx)
+        return _gather(k_pool, plan.read_slots), _gather(v_pool, plan.read_slots)
+
+    def attend(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+        """Store ``k``/``v`` and attend ``q`` ``[B, H, T, D]``; on CUDA a single-token step reads
+        K/V through the block tables (paged decode kernel) instead of gathering them."""
+        if not self._decode_kernel_applies(q):
+            keys, values = self.update(layer_idx, k, v)
+            return grouped_query_attention(q, keys, values, mask, scale)
+        plan = self._write(layer_idx, k, v)
+        k_pool, v_pool = self.pool.layer(layer_idx)
+        assert self.layer_windows is not None
+        out = paged_decode_attention(
+            q[:, :, 0], k_pool, v_pool, plan.table, plan.lengths_after, scale, self.layer_windows[layer_idx]
+        )  # [B, H, D]
+        return out[:, :, None]  # [B, H, 1, D]
+
+    def advance(self, n: int) -> None:
+        """Every row moves forward by ``n`` (once per forward, after every layer wrote)."""
+        self._check_count("advance(n)", n)
+        self._ensure_blocks(n)  # a no-op after update; blocks for an advance without writes otherwise
+        self._lengths = [length + n for length in self._lengths]
+        self._plan = None
+
+    def crop(self, n: int) -> None:
+        """Keep the first ``n`` positions; blocks past ``ceil(n / bs)`` go back to the pool (last first)."""
+        self._require_owner("crop")
+        if not self._uniform():
+            raise ValueError(f"crop needs rows of equal length, rows hold {self._lengths}")
+        self._check_crop(n)
+        keep = -(-n // self.block_size)
+        for row, table in enumerate(self._tables):
+            self.pool.release(reversed(table[keep:]))
+            self._tables[row] = table[:keep]
+        self._lengths = [n] * self._batch_size
+        self._plan = None
+
+    def reset(self) -> None:
+        """Give every block back to the pool (each table tail first) and restart at position 0.
+
+        Blocks are not zeroed: a block is only ever read at positions its holder wrote.
+        """
+        self._require_owner("reset")
+        self.release()
+
+    def release(self) -> None:
+        """Give every block back to the pool (each table tail first); the cache is then empty."""
+        self._require_owner("release")
+        for table in self._tables:
+            self.pool.release(reversed(table))
+        self._tables = [[] for _ in range(self._batch_size)]
+        self._lengths = [0] * self._batch_size
+        self._plan = None
+
+    def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
+        """Layer ``layer_idx``'s K and V ``[B, Hkv, seq_len, D]``, gathered (rows of equal length)."""
+        self._check_layer(layer_idx)
+        if not self._uniform():
+            raise ValueError(f"get_kv needs rows of equal length, rows hold {self._lengths}")
+        slots = self._slots(self.seq_len)
+        k_pool, v_pool = self.pool.layer(layer_idx)
+        return _gather(k_pool, slots), _gather(v_pool, slots)
+
+    def slot_mapping(self, positions: Sequence[int], row: int = 0) -> list[int]:
+        """Slots of ``positions`` of one row: ``table[p // bs] * bs + p % bs`` (blocks must be held)."""
+        table, bs = self._tables[row], self.block_size
+        return [table[p // bs] * bs + p % bs for p in positions]
+
+    def __repr__(self) -> str:
+        owner = "owning" if self._owns_blocks else "view"
+        return (
+            f"PagedKVCache({owner}, batch={self._batch_size}, lengths={self._lengths}, blocks={self.num_blocks_held}, "
+            f"block_size={self.block_size}, max_seq_len={self._max_seq_len}, pool={self.pool!r})"
+        )
+
+    # -- the write path ------------------------------------------------------------------------
+
+    def _write(self, layer_idx: int, k: Tensor, v: Tensor) -> _StepPlan:
+        self._check_layer(layer_idx)
+        t = self._check_entries(k, v)
+        plan = self._plan_for(t)  # allocates any missing blocks, or raises with nothing changed
+        b, hkv, _, d = k.shape
+        k_pool, v_pool = self.pool.layer(layer_idx)
+        store_kvcache(
+            k.transpose(1, 2).reshape(b * t, hkv, d),  # [B*T, Hkv, D], row-major like write_slots
+            v.transpose(1, 2).reshape(b * t, hkv, d),
+            k_pool,
+            v_pool,
+            plan.write_slots,
+        )
+        return plan
+
+    def _plan_for(self, t: int) -> _StepPlan:
+        """The slots of this forward, computed at its first layer and reused by the others."""
+        lengths = tuple(self._lengths)
+        if self._plan is not None and self._plan.lengths == lengths and self._plan.t == t:
+            return self._plan
+        self._ensure_blocks(t)
+        longest = max(lengths) + t
+        write = [self.slot_mapping(range(n, n + t), row) for row, n in enumerate(lengths)]
+        read = [self.slot_mapping(range(n + t), row) + [0] * (longest - n - t) for row, n in enumerate(lengths)]
+        width = max(len(tbl) for tbl in self._tables)
+        table = [tbl + [-1] * (width - len(tbl)) for tbl in self._tables]
+        device = self.device
+        self._plan = _StepPlan(
+            lengths=lengths,
+            t=t,
+            write_slots=torch.tensor(write, dtype=torch.long, device=device).reshape(-1),
+            read_slots=torch.tensor(read, dtype=torch.long, device=device),
+            table=torch.tensor(table, dtype=torch.int32, device=device),
+            lengths_after=torch.tensor([n + t for n in lengths], dtype=torch.int32, device=device),
+        )
+        return self._plan
+
+    def _ensure_blocks(self, t: int) -> None:
+        """Make every row's table cover ``length + t`` positions; refuse, changing nothing, if it cannot."""
+        bs = self.block_size
+        missing = [max(0, -(-(n + t) // bs) - len(tbl)) for n, tbl in zip(self._lengths, self._tables, strict=True)]
+        if sum(missing) == 0:
+            return
+        if not self._owns_blocks:
+            row = next(i for i, m in enumerate(missing) if m)
+            raise KVCacheOverflowError(
+                f"row {row} holds {self._lengths[row]} positions in {len(self._tables[row])} block(s) of {bs}; "
+                f"{t} more need {missing[row]} more block(s), and this view cannot take blocks (extend its table)"
+            )
+        if self.seq_len + t > self._max_seq_len:
+            raise KVCacheOverflowError(
+                f"KV cache overflow: {t} position(s) at {self.seq_len} need position {self.seq_len + t - 1}, "
+                f"but max_seq_len is {self._max_seq_len}"
+            )
+        new = self.pool.acquire(sum(missing))  # PoolExhaustedError (an overflow) before any change
+        for row, m in enumerate(missing):
+            self._tables[row].extend(new[:m])
+            new = new[m:]
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def _slots(self, length: int) -> Tensor:
+        return torch.tensor(
+            [self.slot_mapping(range(length), row) for row in range(self._batch_size)], dtype=torch.long, device=self.device
+        )  # [B, length]
+
+    def _uniform(self) -> bool:
+        return all(n == self._lengths[0] for n in self._lengths)
+
+    def _decode_kernel_applies(self, q: Tensor) -> bool:
+        return q.is_cuda and q.shape[2] == 1 and self.layer_windows is not None
+
+    def _require_owner(self, what: str) -> None:
+        if not self._owns_blocks:
+            raise TypeError(f"{what} refused: this cache is a view over blocks its caller owns; free them there")
+
+    def _check_restore_capacity(self, n: int) -> None:
+        self._require_owner("restore")
+        super()._check_restore_capacity(n)
+        needed = self._batch_size * -(-n // self.block_size)
+        available = self.num_blocks_held + self.pool.num_free
+        if needed > available:
+            raise KVCacheOverflowError(
+                f"snapshot of {n} positions needs {needed} blocks of {self.block_size}; this cache can get "
+                f"{available} (held + free in the pool); nothing restored"
+            )
+
+    def _load_positions(self, keys: Tensor, values: Tensor) -> None:
+        self.release()
+        n = keys.shape[3]
+        self._ensure_blocks(n)  # checked to fit by _check_restore_capacity
+        slots = self._slots(n).reshape(-1)  # [B*S]
+        for layer in range(self.num_layers):
+            k_pool, v_pool = self.pool.layer(layer)
+            k_rows = keys[layer].transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)  # [B*S, Hkv, D]
+            v_rows = values[layer].transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)
+            store_kvcache(k_rows, v_rows, k_pool, v_pool, slots)
+        self._lengths = [n] * self._batch_size
+        self._plan = None
+
+    def _snapshot_settings(self) -> dict[str, Any]:
+        return {
+            "block_size": self.block_size,
+            "num_blocks": self.pool.num_blocks,
+            "max_seq_len": self._max_seq_len,
+            "layer_windows": self.layer_windows,
+        }
+
+    @staticmethod
+    def _check_windows(windows: Sequence[int | None] | None, num_layers: int) -> list[int | None] | None:
+        if windows is None:
+            return None
+        out = list(windows)
+        if len(out) != num_layers or any(w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0) for w in out):
+            raise ValueError(f"layer_windows must give each of the {num_layers} layers a positive window or None, got {out}")
+        return out
+
+
+def model_layer_windows(config: ModelConfig) -> list[int | None]:
+    """Each layer's sliding window (None for global layers), as the models apply them."""
+    return [config.sliding_window if t == "sliding_attention" else None for t in config.layer_types]
+
+
+def _gather(pool: Tensor, slots: Tensor) -> Tensor:
+    """Rows ``slots`` ``[B, S]`` of one layer's pool ``[N, bs, Hkv, D]`` -> ``[B, Hkv, S, D]``."""
+    n, bs, hkv, d = pool.shape
+    return pool.reshape(n * bs, hkv, d)[slots].transpose(1, 2)  # [B, S, Hkv, D] -> [B, Hkv, S, D]
