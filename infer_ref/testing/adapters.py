@@ -22,7 +22,7 @@ from infer_ref.engine.generate import generate as _generate
 from infer_ref.engine.sampling import SamplingParams
 from infer_ref.loader import load_model as _load_model
 from infer_ref.models.common import RotaryEmbedding, apply_rope
-from infer_ref.testing.adapter import Adapter, CacheSpec
+from infer_ref.testing.adapter import Adapter, CacheSpec, EngineOutput, EngineSpec
 from infer_ref.testing.allocator import driver_factory
 
 
@@ -97,6 +97,26 @@ def generate(model: Any, prompt_ids: list[int], max_new_tokens: int, use_kv_cach
     return list(result.token_ids)
 
 
+def engine_generate(model: Any, prompts: list[list[int]], spec: EngineSpec) -> list[EngineOutput]:
+    from infer_ref.engine.engine import Engine
+
+    engine = Engine(
+        model,
+        num_blocks=spec.num_blocks,
+        block_size=spec.block_size,
+        enable_prefix_caching=spec.enable_prefix_caching,
+        max_batch=spec.max_batch,
+    )
+    seeds = spec.seeds or (None,) * len(prompts)
+    params = [SamplingParams(temperature=spec.temperature, seed=s, max_new_tokens=spec.max_new_tokens) for s in seeds]
+    results = engine.generate(prompts, params, keep_logits=True)
+    out = []
+    for r in results:
+        assert r.step_logits is not None  # keep_logits and at least one token per request
+        out.append(EngineOutput(r.token_ids, r.step_logits, r.num_cached_tokens))
+    return out
+
+
 INFER_REF = Adapter(
     name="infer_ref",
     version=infer_ref.__version__,
@@ -113,5 +133,6 @@ INFER_REF = Adapter(
     forward=forward,
     generate=generate,
     make_block_manager=driver_factory(),
+    engine_generate=engine_generate,
 )
 ADAPTER = INFER_REF
