@@ -17,6 +17,15 @@ from typing import Any
 
 import torch
 
+from infer_ref.cli_engine import (
+    EngineUsageError,
+    add_engine_arguments,
+    collect_prompts,
+    encode_prompts,
+    print_engine_summary,
+    run_engine,
+    wants_engine,
+)
 from infer_ref.engine.generate import GenerationResult
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
@@ -50,7 +59,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="infer-ref", description=__doc__.splitlines()[0] if __doc__ else None)
     commands = parser.add_subparsers(title="commands")
     gen = commands.add_parser("generate", help="generate text from a prompt")
-    gen.add_argument("prompt", nargs="?", default=DEFAULT_PROMPT, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
+    gen.add_argument("prompt", nargs="?", default=None, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
     gen.add_argument("--model", default=DEFAULT_MODEL,
                      help="snapshot folder, fixture name (llama-tiny, qwen3-tiny, gemma3-tiny), or a name under "
                           "$INFER_REF_MODELS (default: the embedded llama-tiny)")
@@ -75,6 +84,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--dtype", default=None, choices=sorted(DTYPES),
                      help="default: bfloat16 on CUDA, float32 on CPU")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
+    add_engine_arguments(gen)
     gen.set_defaults(run=_generate)
     _add_optional_commands(commands)
     return parser
@@ -124,6 +134,10 @@ def _generate(args: argparse.Namespace) -> int:
     from infer_ref.loader import CheckpointError, load_model
     from infer_ref.tokenizer import Tokenizer
 
+    try:  # several prompts or a shared system prompt: checked before anything is loaded
+        engine_texts = collect_prompts(args) if wants_engine(args) else None
+    except EngineUsageError as err:
+        raise UsageError(str(err)) from None
     folder = resolve_model(args.model)
     device = resolve_device(args.device)
     dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
@@ -138,6 +152,16 @@ def _generate(args: argparse.Namespace) -> int:
         tokenizer = Tokenizer(folder)
     except (ConfigError, CheckpointError, FileNotFoundError) as err:
         raise UsageError(f"cannot load {folder}: {err}") from None
+    if engine_texts is not None:
+        try:
+            prompts = encode_prompts(engine_texts, args.system, tokenizer, config.model_type, args.chat)
+            summary = run_engine(args, model, tokenizer, config, params, prompts, device, dtype, folder)
+        except EngineUsageError as err:
+            raise UsageError(str(err)) from None
+        print_engine_summary(summary, args.json)
+        return 0
+    if args.prompt is None:
+        args.prompt = DEFAULT_PROMPT
     if args.chat:
         # Qwen3 answers directly (an empty think block), as the fixtures were trained to.
         options = {"enable_thinking": False} if config.model_type == "qwen3" else {}

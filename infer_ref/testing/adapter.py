@@ -51,6 +51,16 @@ The callables, their shapes, and why each exists:
 ``declared_unsupported: dict[str, str]``
     Capabilities the implementation does not offer although its callables exist, with the reason
     (a cache whose ``memory_bytes`` counts positions held, not a capacity, say).
+``make_block_manager(num_blocks, block_size, hash_fn) -> allocator``
+    A prefix-caching block manager over ``num_blocks`` blocks of ``block_size`` positions that
+    hashes full blocks with ``hash_fn(parent_hash | None, token_ids) -> int``; the allocator has
+    the members of :class:`infer_ref.testing.allocator.AllocatorUnderTest`. The state machine of
+    ``test_block_manager.py`` drives it beside a model of the specification.
+``engine_generate(model, prompts: list[list[int]], spec: EngineSpec) -> list[EngineOutput]``
+    Run several requests through a multi-request engine (one paged pool, batched decode) as
+    ``spec`` says; per prompt, in order, the generated ids, the logits ``[n, V]`` each was chosen
+    from, and how many prompt tokens a prefix hit served. Judged by ``test_engine.py``: prefix
+    caching on == off == transformers, and every row of a batch == that request alone.
 """
 
 from __future__ import annotations
@@ -91,6 +101,8 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "store": ("store_kvcache",),
     "paged_attention": ("paged_decode_attention",),
     "snapshot": ("make_cache", "read_cache", "snapshot", "restore", "materialize"),
+    "block_manager": ("make_block_manager",),
+    "engine": ("load_model", "engine_generate"),
 }
 
 
@@ -118,6 +130,35 @@ class CacheSpec:
         )
 
 
+@dataclass(frozen=True)
+class EngineSpec:
+    """How the suite asks an engine to run a set of requests.
+
+    ``temperature`` 0 is greedy; above 0 request ``i`` samples with its own generator seeded
+    ``seeds[i]`` (so its tokens must not depend on its neighbours). ``max_batch`` 1 runs the
+    requests one at a time. EOS never stops a request early: the suite's models have none in
+    their vocabulary.
+    """
+
+    max_new_tokens: int
+    enable_prefix_caching: bool = True
+    block_size: int = 16
+    num_blocks: int = 256
+    max_batch: int = 8
+    temperature: float = 0.0
+    seeds: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineOutput:
+    """One request's result: generated ids, the logits ``[len(token_ids), V]`` each was chosen
+    from, and the prompt tokens served by a prefix-cache hit (0 without one)."""
+
+    token_ids: list[int]
+    logits: Tensor
+    num_cached_tokens: int
+
+
 @dataclass(frozen=True, repr=False)
 class Adapter:
     """An implementation under test. See the module docstring for each callable's contract."""
@@ -143,6 +184,8 @@ class Adapter:
     restore: Callable[[Any, Any], None] | None = None
     materialize: Callable[[Any], Any] | None = None
     declared_unsupported: dict[str, str] = field(default_factory=dict, compare=False)
+    make_block_manager: Callable[[int, int, Callable[[int | None, Sequence[int]], int]], Any] | None = None
+    engine_generate: Callable[[Any, list[list[int]], EngineSpec], list[EngineOutput]] | None = None
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"

@@ -27,7 +27,8 @@ from infer_ref.engine.sampling import SamplingParams
 from infer_ref.kernels import paged_decode_attention, store_kvcache
 from infer_ref.loader import load_model as _load_model
 from infer_ref.models.common import RotaryEmbedding, apply_rope
-from infer_ref.testing.adapter import Adapter, CacheSpec
+from infer_ref.testing.adapter import Adapter, CacheSpec, EngineOutput, EngineSpec
+from infer_ref.testing.allocator import driver_factory
 
 
 def make_cache(spec: CacheSpec) -> KVCache:
@@ -112,6 +113,24 @@ def restore(cache: Any, snap: KVSnapshot) -> None:
 
 def materialize(snap: KVSnapshot) -> Any:
     return snap.materialize()
+def engine_generate(model: Any, prompts: list[list[int]], spec: EngineSpec) -> list[EngineOutput]:
+    from infer_ref.engine.engine import Engine
+
+    engine = Engine(
+        model,
+        num_blocks=spec.num_blocks,
+        block_size=spec.block_size,
+        enable_prefix_caching=spec.enable_prefix_caching,
+        max_batch=spec.max_batch,
+    )
+    seeds = spec.seeds or (None,) * len(prompts)
+    params = [SamplingParams(temperature=spec.temperature, seed=s, max_new_tokens=spec.max_new_tokens) for s in seeds]
+    results = engine.generate(prompts, params, keep_logits=True)
+    out = []
+    for r in results:
+        assert r.step_logits is not None  # keep_logits and at least one token per request
+        out.append(EngineOutput(r.token_ids, r.step_logits, r.num_cached_tokens))
+    return out
 
 
 INFER_REF = Adapter(
@@ -134,6 +153,8 @@ INFER_REF = Adapter(
     snapshot=snapshot,
     restore=restore,
     materialize=materialize,
+    make_block_manager=driver_factory(),
+    engine_generate=engine_generate,
 )
 ADAPTER = INFER_REF
 
@@ -187,6 +208,11 @@ def cache_adapter(kind: str, **build: Any) -> Adapter:
         generate=generate_kind,
         cache_storage=cache_storage if kind in ("contiguous", "static") else None,
         declared_unsupported=unsupported,
+        # Judged once, through INFER_REF: they do not depend on the cache type.
+        store_kvcache=None,
+        paged_decode_attention=None,
+        make_block_manager=None,
+        engine_generate=None,
     )
 
 

@@ -396,6 +396,11 @@ MUTANTS: dict[str, Mutant] = {
     )
 }
 
+# Prefix-cache mutants: planted in the block manager (infer_ref/testing/mutants/prefix.py).
+from infer_ref.testing.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MUTANTS  # noqa: E402
+
+MUTANTS.update(PREFIX_MUTANTS)
+
 # The unbroken copy: all knobs at their defaults (must pass everything).
 CONTROL = make_adapter("control", Knobs(), "infer_ref through the mutant machinery with no bug planted")
 
@@ -406,4 +411,4 @@ def __getattr__(name: str) -> Adapter:
     raise AttributeError(f"module {__name__!r} has no mutant {name!r}; mutants: {', '.join(MUTANTS)}")
 
 
-__all__ = ["BUG_CLASSES", "CACHE_BUG_CLASSES", "CONTROL", "MUTANTS", "DecodeSlotOffByOnePagedCache", "Knobs", "Mutant", "make_adapter"]
+__all__ = ["BUG_CLASSES", "CACHE_BUG_CLASSES", "CONTROL", "MUTANTS", "PREFIX_BUG_CLASSES", "Knobs", "Mutant", "make_adapter"]
