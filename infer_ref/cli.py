@@ -75,7 +75,6 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--cache", default="contiguous", choices=["contiguous", "static", "dynamic", "paged"],
                      help="KV cache of the eager path: contiguous (default), static (fixed buffers, device-side "
                           "position), dynamic (grows by concatenation) or paged (blocks of --block-size)")
-    gen.add_argument("--block-size", type=int, default=16, help="positions per block of --cache paged (default 16)")
     gen.add_argument("--fast", action="store_true",
                      help="decode with the captured static-shape step (CUDA graph on CUDA; same tokens as eager)")
     gen.add_argument("--compile", action="store_true",

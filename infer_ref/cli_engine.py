@@ -30,7 +30,8 @@ def add_engine_arguments(gen: argparse.ArgumentParser) -> None:
                        help="prompts, one per line (blank lines skipped)")
     group.add_argument("--system", default=None, metavar="TEXT",
                        help="a system prompt shared by every prompt (prefilled once with prefix caching)")
-    group.add_argument("--block-size", type=int, default=16, help="positions per KV block (default 16)")
+    group.add_argument("--block-size", type=int, default=16,
+                       help="positions per KV block, of --cache paged and of the engine's pool (default 16)")
     group.add_argument("--num-blocks", type=int, default=None,
                        help="blocks in the pool (default: enough for every request at once)")
     group.add_argument("--max-batch", type=int, default=8, help="requests decoded together (default 8)")
@@ -45,8 +46,10 @@ def wants_engine(args: argparse.Namespace) -> bool:
 
 def collect_prompts(args: argparse.Namespace) -> list[str]:
     """The prompt texts, in order: the positional prompt, every ``--prompt``, then the file's lines."""
-    if args.fast or args.compile or not args.kv_cache:
-        raise EngineUsageError("--fast, --compile and --no-kv-cache apply to one prompt; the engine always uses its paged cache")
+    if args.fast or args.compile or not args.kv_cache or args.cache not in ("contiguous", "paged"):
+        raise EngineUsageError(
+            "--fast, --compile, --no-kv-cache and --cache apply to one prompt; the engine always uses its paged cache"
+        )
     texts = [args.prompt] if args.prompt is not None else []
     texts += args.prompts or []
     if args.prompts_file is not None:
