@@ -78,6 +78,17 @@ class ConfigError(DataError):
     """A config.json that infer_ref cannot build a model from (a ``ValueError``; CLI exit status 3)."""
 
 
+def read_json_object(path: Path, error: type[Exception]) -> dict[str, Any]:
+    """The JSON object in ``path``; ``error`` naming the file when it is unreadable, not JSON or not an object."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise error(f"cannot read {path}: {err}") from None
+    if not isinstance(data, dict):
+        raise error(f"{path} must hold a JSON object, got {type(data).__name__}")
+    return data
+
+
 @dataclass(frozen=True)
 class RopeConfig:
     """Rotary embedding parameters for one kind of layer."""
@@ -169,8 +180,7 @@ class ModelConfig:
         config_file = path / "config.json" if path.is_dir() else path
         if not config_file.is_file():
             raise ConfigError(f"no config.json at {config_file}: expected a Hugging Face snapshot folder")
-        with config_file.open() as fh:
-            return _parse(json.load(fh))
+        return _parse(read_json_object(config_file, ConfigError))
 
 
 # -- parsing -------------------------------------------------------------------------------------

@@ -80,7 +80,31 @@ def check_logits(logits: Tensor, *, where: str) -> None:
     """
     problem = nonfinite_summary(logits)
     if problem is not None:
-        raise NonFiniteError(
-            f"non-finite logits at {where}: {problem}; expected finite logits (a NaN or infinite weight, "
-            "or an overflow in this dtype): no token can be chosen"
+        raise logits_error(where, problem)
+
+
+def logits_error(where: str, problem: str) -> NonFiniteError:
+    """The error for logits that cannot decide a token, at ``where`` (a step and position)."""
+    return NonFiniteError(
+        f"non-finite logits at {where}: {problem}; expected finite logits (a NaN or infinite weight, "
+        "or an overflow in this dtype): no token can be chosen"
+    )
+
+
+def check_tokenizer_fits(tokenizer: object, model_type: str, vocab_size: int) -> None:
+    """Refuse a tokenizer of another model: another family, or ids the model has no embedding for.
+
+    Reads the tokenizer's ``model_type`` and ``vocab_size`` when it has them (a bare decoder has
+    neither and is not checked). A tokenizer smaller than the vocabulary is normal (padded embeddings).
+    """
+    tok_type = getattr(tokenizer, "model_type", None)
+    if isinstance(tok_type, str) and tok_type != model_type:
+        raise UsageError(
+            f"the tokenizer is a {tok_type} tokenizer but the model is {model_type}: use the tokenizer of the model's snapshot"
+        )
+    tok_vocab = getattr(tokenizer, "vocab_size", None)
+    if isinstance(tok_vocab, int) and tok_vocab > vocab_size:
+        raise UsageError(
+            f"the tokenizer has {tok_vocab} ids but the model's vocab_size is {vocab_size}: "
+            "use the tokenizer of the model's snapshot"
         )
