@@ -9,6 +9,10 @@ lists them with what is validated where.
 
 from __future__ import annotations
 
+import os
+import sys
+from collections.abc import Callable
+
 EXIT_OK = 0
 EXIT_FAILED_CHECK = 1  # a verification ran and found a real disagreement (golden mismatch)
 EXIT_USAGE = 2  # bad command-line arguments or parameters
@@ -55,3 +59,39 @@ def exit_code_for(error: BaseException) -> int | None:
     if isinstance(error, (FileNotFoundError, NotADirectoryError, IsADirectoryError)):
         return EXIT_MISSING
     return None
+
+
+EXIT_INTERRUPTED = 130  # Ctrl-C
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader went away (`infer-ref ... | head`), as shell tools report it
+
+
+def run_reporting_user_errors(call: Callable[[], int], prog: str) -> int:
+    """Run a command; a user error becomes one line on stderr and its documented exit status.
+
+    Only user errors are caught (:func:`exit_code_for`): any other exception is a bug and keeps
+    its traceback. A closed output pipe ends the command quietly.
+    """
+    try:
+        return call()
+    except BrokenPipeError:
+        _silence_stdout()
+        return EXIT_BROKEN_PIPE
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except Exception as err:
+        code = exit_code_for(err)
+        if code is None:
+            raise
+        message = str(err).strip() or type(err).__name__
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
