@@ -150,8 +150,10 @@ def _scale(logits: Tensor, temperature: float) -> Tensor:
 
     softmax is shift-invariant, so the shift changes nothing but the overflow: with it the best
     token scales to 0 and the others to large negatives or -inf, instead of inf - inf = NaN.
+    Temperatures too small for float32 (which would round to 0) are applied in float64.
     """
     scaled = logits / temperature
     if bool(torch.isposinf(scaled).any()) or bool(torch.isnan(scaled).any()):
-        scaled = (logits - logits.max()) / temperature
+        wide = logits.double()  # float64: a temperature below float32's range would round to 0
+        scaled = (wide - wide.max()) / temperature
     return scaled
