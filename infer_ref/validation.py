@@ -62,8 +62,20 @@ def _capturing() -> bool:
     return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
+def can_decide(values: Tensor) -> Tensor:
+    """A 0-d bool tensor, on the device: no NaN, no +inf and something above -inf in ``values``.
+
+    Exactly ``isfinite(max(values))``: a max reduction propagates NaN, is +inf when any value is,
+    and is -inf only when all are. One reduction, no host sync (the fast decode loop reads it back
+    with its tokens).
+    """
+    return torch.isfinite(values.amax())
+
+
 def nonfinite_summary(values: Tensor) -> str | None:
     """None when ``values`` can decide a choice (no NaN, no +inf, something above -inf), else why not."""
+    if values.numel() and bool(can_decide(values)):  # the common case: one reduction
+        return None
     nan = int(torch.isnan(values).sum())
     pos_inf = int(torch.isposinf(values).sum())
     if nan or pos_inf:

@@ -28,7 +28,8 @@ from infer_ref.config import ModelConfig
 from infer_ref.devices import resolve as resolve_device
 from infer_ref.engine.result import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
 from infer_ref.engine.sampling import SamplingParams, sample_token
-from infer_ref.validation import logits_error
+from infer_ref.errors import UsageError
+from infer_ref.validation import can_decide, check_token_ids, logits_error
 
 # Tokens read back to the host at a time by the greedy loop (EOS / stop strings are checked then).
 READBACK_EVERY = 16
@@ -145,7 +146,15 @@ class FastDecoder:
         return logits
 
     def set_input(self, token_ids: Tensor | Sequence[int]) -> None:
-        """The tokens ``[B]`` (or ``[B, 1]``) the next ``step`` feeds."""
+        """The tokens ``[B]`` (or ``[B, 1]``) the next ``step`` feeds: ids in ``[0, vocab_size)``.
+
+        Checked here because the captured step cannot check them (an out-of-range id inside a
+        CUDA graph is a device-side assert that ends the process).
+        """
+        flat = token_ids.flatten() if isinstance(token_ids, Tensor) else list(token_ids)
+        check_token_ids(flat, self.config.vocab_size, name="token_ids")  # before any cast: 2.7 is not 2
+        if len(flat) != self.input_ids.shape[0]:
+            raise UsageError(f"token_ids holds {len(flat)} ids; this decoder's batch is {self.input_ids.shape[0]}")
         ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(self.input_ids.shape)
         self.input_ids.copy_(ids, non_blocking=True)
 
@@ -271,7 +280,7 @@ def _greedy_on_device(
     for i in range(steps):
         logits = decoder.step()  # [1, 1, V]
         out[i : i + 1].copy_(decoder.next_token[0])
-        usable[i] = ~(torch.isnan(logits).any() | torch.isposinf(logits).any()) & torch.isfinite(logits).any()
+        usable[i] = can_decide(logits)
         mark()
         if i + 1 - read >= READBACK_EVERY or i + 1 == steps:
             chunk = out[read : i + 1].tolist()  # the only host sync of the chunk

@@ -22,6 +22,7 @@ from infer_ref.golden.sessions import (
 from infer_ref.golden.sources import ModelSource, load_infer_ref_model, load_transformers_model, repo_relative
 from infer_ref.golden.tolerances import Tolerance, tolerance_for
 from infer_ref.golden.writing import device_name, run_versions, top_logprobs
+from infer_ref.validation import nonfinite_summary
 
 
 def check_metadata(
@@ -83,6 +84,8 @@ def verify_case(
     margins: list[float] = []
     failures: list[StepFailure] = []
     for i, golden in enumerate(steps):
+        # NaN logits would compare False against every tolerance and pass: they fail explicitly.
+        not_finite = nonfinite_summary(logits.detach())
         lp = torch.log_softmax(logits.detach().to(torch.float64), dim=-1).cpu()
         g_token = int(golden["token"])
         g_ids = [int(t) for t in golden["top_ids"]]
@@ -101,11 +104,11 @@ def verify_case(
         margins.append(margin)
         max_abs = max(max_abs, deltas[worst])
         max_deficit = max(max_deficit, deficit)
-        if not diverged and best_token == g_token:
+        if not diverged and best_token == g_token and not_finite is None:
             free_match += 1
         else:
             diverged = True
-        reasons = []
+        reasons = [] if not_finite is None else [f"our logits cannot decide a token: {not_finite}"]
         if deficit > tol.eps:
             reasons.append(f"golden token is {deficit:.4g} below our best (> eps {tol.eps})")
         if deltas[worst] > tol.topk_atol:

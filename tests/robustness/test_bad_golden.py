@@ -200,9 +200,30 @@ def test_output_under_a_file_is_refused(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "name", ["../x", "a/b", "/etc/passwd", "", ".", "..", "..\\x", "nul\0byte"],
-    ids=["name-parent", "name-subfolder", "name-absolute", "name-empty", "name-dot", "name-dotdot", "name-backslash", "name-nul"],
+    ids=[f"golden-name-{n}" for n in ("parent", "subfolder", "absolute", "empty", "dot", "dotdot", "backslash", "nul")],
 )
 def test_output_names_cannot_leave_their_folder(name: str) -> None:
     with pytest.raises(UsageError) as info:
         check_file_name(name)
     assert repr(name) in str(info.value) and "--name" in str(info.value)
+
+
+# -- verification ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "row", [[math.nan] * 4, [0.0, math.nan, -1.0, -2.0], [-math.inf] * 4, [0.0, math.inf, 0.0, 0.0]],
+    ids=["golden-verify-all-nan-logits", "golden-verify-one-nan-logit", "golden-verify-all-neg-inf-logits", "golden-verify-pos-inf-logit"],
+)
+def test_non_finite_logits_fail_verification_instead_of_passing(row: list[float]) -> None:
+    """NaN compares False with every tolerance: without the check, these logits would pass every step."""
+    import torch
+
+    case = {"name": "c", "prompt_ids": [1], "steps": [{"token": 0, "top_ids": [0, 1], "top_logprobs": [-0.1, -2.5]}]}
+
+    def start(max_len: int) -> golden.StepFn:
+        return lambda ids: torch.tensor(row, dtype=torch.float64)
+
+    result = golden.verify_case(case, start, golden.TOLERANCES["float32"])
+    assert result.failures and "our logits cannot decide a token" in result.failures[0].reasons[0]
+    assert result.free_match == 0

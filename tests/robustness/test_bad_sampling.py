@@ -89,7 +89,9 @@ def test_logits_that_cannot_decide_raise_instead_of_token_0(logits: list[float],
         assert word in str(info.value)
 
 
-@pytest.mark.parametrize("temperature", [1e-40, 1e-300, 5e-324], ids=["1e-40", "1e-300", "smallest-double"])
+@pytest.mark.parametrize(
+    "temperature", [1e-40, 1e-300, 5e-324], ids=["sampling-accepted-tiny-temperature-1e-40", "sampling-accepted-tiny-temperature-1e-300", "sampling-accepted-tiny-temperature-5e-324"]
+)
 def test_tiny_temperature_picks_the_best_token(temperature: float) -> None:
     """softmax(l / T) tends to the one-hot of the argmax as T -> 0; 3 - 1 = 2 apart, nothing else is possible."""
     params = SamplingParams(temperature=temperature, seed=0)

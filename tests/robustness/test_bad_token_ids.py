@@ -103,3 +103,32 @@ def test_decode_refuses_bad_ids(llama_tokenizer: Tokenizer, ids: list[Any], word
         llama_tokenizer.decode(ids)
     for word in words:
         assert word in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("ids", "error", "words"),
+    [
+        ([VOCAB], TokenIdError, ("token_ids[0]", str(VOCAB))),
+        ([-2], TokenIdError, ("token_ids[0]", "-2")),
+        ([2.7], TokenIdError, ("token_ids[0]", "2.7")),
+        (torch.tensor([2.7]), TokenIdError, ("token_ids", "torch.float32")),
+        (torch.tensor([VOCAB + 3]), TokenIdError, ("token_ids", str(VOCAB + 3))),
+        ([1, 2], UsageError, ("2 ids", "batch is 1")),
+    ],
+    ids=["token-fast-input-out-of-vocab", "token-fast-input-negative", "token-fast-input-float",
+         "token-fast-input-float-tensor", "token-fast-input-tensor-out-of-vocab", "token-fast-input-wrong-batch"],
+)
+def test_fast_decoder_input_is_checked_and_the_buffer_kept(
+    llama: tuple[DecoderLM, ModelConfig], ids: Any, error: type[Exception], words: tuple[str, ...]
+) -> None:
+    """The captured step cannot check ids (on CUDA an out-of-range id is a device-side assert): set_input does."""
+    from infer_ref.engine.fast_decode import FastDecoder
+
+    model, _ = llama
+    decoder = FastDecoder(model, 16, device="cpu")
+    decoder.set_input([5])
+    with pytest.raises(error) as info:
+        decoder.set_input(ids)
+    for word in words:
+        assert word in str(info.value)
+    assert decoder.input_ids.tolist() == [[5]]
