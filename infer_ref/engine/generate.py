@@ -58,19 +58,17 @@ def _model_config(model: nn.Module, use_kv_cache: bool) -> ModelConfig | None:
 
 
 def check_request(
-    prompt_token_ids: Sequence[int], params: SamplingParams, config: ModelConfig | None, tokenizer: object
+    prompt_token_ids: Sequence[int] | Tensor, params: SamplingParams, config: ModelConfig | None, tokenizer: object
 ) -> list[int]:
     """The prompt as a list of ints, after every check that needs no model run (before any work)."""
     if not isinstance(params, SamplingParams):
         raise UsageError(f"params must be a SamplingParams, got {type(params).__name__}")
-    if isinstance(prompt_token_ids, Tensor):
-        if prompt_token_ids.dim() != 1:
-            raise UsageError(f"prompt_token_ids must be 1-D, got shape {tuple(prompt_token_ids.shape)}")
-        check_token_ids(prompt_token_ids, config.vocab_size if config else 2**63 - 1, name="prompt_token_ids")
-        tokens = [int(t) for t in prompt_token_ids.tolist()]
-    else:
-        check_token_ids(prompt_token_ids, config.vocab_size if config else 2**63 - 1, name="prompt_token_ids")
-        tokens = [int(t) for t in prompt_token_ids]
+    ids: Tensor | Sequence[int] = prompt_token_ids
+    if isinstance(ids, Tensor) and ids.dim() != 1:
+        raise UsageError(f"prompt_token_ids must be 1-D, got shape {tuple(ids.shape)}")
+    vocab_size = config.vocab_size if config is not None else 2**63 - 1  # without a config: integers only
+    check_token_ids(ids, vocab_size, name="prompt_token_ids")
+    tokens = [int(t) for t in (ids.tolist() if isinstance(ids, Tensor) else ids)]
     if config is not None:
         check_tokenizer_fits(tokenizer, config.model_type, config.vocab_size)
     _check_length(len(tokens), params, config)

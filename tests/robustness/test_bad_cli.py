@@ -113,6 +113,7 @@ CASES: list[tuple[str, Argv, int, tuple[str, ...]]] = [
     ("dtype-int8", lambda t: [*GEN, "--dtype", "int8"], EXIT_USAGE, ("invalid choice: 'int8'",)),
     ("fast-without-cache", lambda t: [*GEN, "--fast", "--no-kv-cache"], EXIT_USAGE, ("cannot be combined with --no-kv-cache",)),
     ("compile-without-fast", lambda t: [*GEN, "--compile"], EXIT_USAGE, ("add --fast",)),
+    ("empty-prompt", lambda t: [*GEN, "", "--no-chat", "--model", "qwen3-tiny"], EXIT_USAGE, ("prompt_token_ids is empty",)),
     ("compile-on-cpu", lambda t: [*GEN, "--fast", "--compile"], EXIT_USAGE, ("--compile needs a CUDA device",)),
     ("corrupt-safetensors", lambda t: [*GEN, "--model", t.copy("corrupt", lambda f: (f / "model.safetensors").write_bytes(b"\0" * 16))],
      EXIT_BAD_DATA, ("model.safetensors",)),
