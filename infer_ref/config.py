@@ -301,8 +301,11 @@ def _check_bool(value: Any, name: str) -> bool:
 
 
 def _check_token_id(value: Any, name: str, vocab_size: int) -> int:
-    if not _is_int(value) or not 0 <= value < vocab_size:
-        raise ConfigError(f"{name} must be a token id in [0, {vocab_size}) (the vocab_size), got {value!r}")
+    """A non-negative integer. Ids at or above ``vocab_size`` are allowed here: an EOS id the model
+    can never produce changes nothing (test configs use one to switch EOS off), and an id that is
+    fed to the model is checked against the vocabulary where it is used."""
+    if not _is_int(value) or value < 0:
+        raise ConfigError(f"{name} must be a token id (an integer >= 0; the vocab_size is {vocab_size}), got {value!r}")
     return int(value)
 
 
