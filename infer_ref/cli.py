@@ -34,8 +34,9 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 # (a fraction of a second for the fixtures; a pass over every weight of a multi-GB model is not free).
 CHECK_WEIGHTS_BELOW_BYTES = 2 * 2**30
 # Torch's default intra-op threads (one per core) make a tiny model's decode step slower, not faster:
-# a 0.1 ms step pays the thread pool's wake-up on every op (8-10 tok/s instead of ~700 on a busy
-# 2-core machine). Models up to this many parameters run on one thread unless --threads says otherwise.
+# every small op pays the thread pool's hand-off, and on a busy machine a wait for a core. llama-tiny
+# on a loaded 2-core machine: 24-26 decode tok/s with torch's default 2 threads, 415-439 with one.
+# Models up to this many parameters run on one thread unless --threads says otherwise.
 SINGLE_THREAD_BELOW_PARAMS = 50_000_000
 
 
