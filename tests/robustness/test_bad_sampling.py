@@ -170,3 +170,18 @@ def test_too_long_request_is_refused(llama: tuple[DecoderLM, ModelConfig], llama
     model, config = llama
     with pytest.raises(UsageError, match=f"exceeds the model's max_position_embeddings \\({config.max_position_embeddings}\\)"):
         generate(model, llama_tokenizer, [1] * 10, SamplingParams(max_new_tokens=config.max_position_embeddings), device="cpu")
+
+
+def test_generate_without_a_device_runs_where_the_model_can(
+    llama: tuple[DecoderLM, ModelConfig], llama_tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``device`` used to default to "cuda": a traceback on every CPU machine. Now CUDA when available, else CPU."""
+    from infer_ref.devices import default_device
+
+    model, _ = llama
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_device() == torch.device("cpu")
+    result = generate(model, llama_tokenizer, [433, 5], SamplingParams(temperature=0.0, max_new_tokens=2))
+    assert result.generated_tokens >= 1
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert default_device() == torch.device("cuda")
