@@ -6,6 +6,7 @@ from infer_ref.chat import render_chat_template
 from infer_ref.config import ConfigError, ModelConfig
 from infer_ref.engine import GenerationResult, SamplingParams, generate, sample_token
 from infer_ref.engine.engine import Engine
+from infer_ref.errors import DataError, InferRefError, NonFiniteError, UsageError
 from infer_ref.loader import CheckpointError, load_model
 from infer_ref.tokenizer import Tokenizer
 
@@ -14,13 +15,17 @@ __version__ = "0.1.0"
 __all__ = [
     "CheckpointError",
     "ConfigError",
+    "DataError",
     "Engine",
     "GenerationResult",
+    "InferRefError",
     "KVCache",
     "KVCacheOverflowError",
     "ModelConfig",
+    "NonFiniteError",
     "SamplingParams",
     "Tokenizer",
+    "UsageError",
     "generate",
     "load_model",
     "render_chat_template",

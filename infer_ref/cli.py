@@ -1,8 +1,11 @@
 """The ``infer-ref`` command.
 
 ``infer-ref generate [PROMPT]`` runs the embedded llama-tiny fixture when no ``--model`` is given,
-streams tokens as they are produced and ends with a metrics block. Usage errors (unknown model,
-bad dtype or device, a prompt too long for the model) print one line and exit with status 2.
+streams tokens as they are produced and ends with a metrics block. Every user error prints one
+line and exits with a documented status (``docs/errors.md``): 2 usage (unknown model, bad dtype,
+device or sampling parameter, a prompt too long for the model), 3 a bad checkpoint or data
+(unreadable files, NaN weights or logits), 4 a refused overwrite, 5 a missing file. A bug still
+shows its traceback; a closed output pipe ends the command quietly.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ from typing import Any
 import torch
 
 from infer_ref.cli_engine import (
-    EngineUsageError,
     add_engine_arguments,
     collect_prompts,
     encode_prompts,
@@ -26,7 +28,9 @@ from infer_ref.cli_engine import (
     run_engine,
     wants_engine,
 )
+from infer_ref.devices import default_device
 from infer_ref.engine.generate import GenerationResult
+from infer_ref.errors import EXIT_USAGE, UsageError, run_reporting_user_errors
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
 DEFAULT_MODEL = "llama-tiny"
@@ -34,25 +38,27 @@ DEFAULT_PROMPT = "Count to ten."
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
 
-class UsageError(Exception):
-    """A problem with what the user asked for: reported in one line, exit status 2."""
+# Checkpoints smaller than this have every weight checked for NaN/inf on load unless --no-check-weights
+# (a fraction of a second for the fixtures; a pass over every weight of a multi-GB model is not free).
+CHECK_WEIGHTS_BELOW_BYTES = 2 * 2**30
+# Torch's default intra-op threads (one per core) make a tiny model's decode step slower, not faster:
+# every small op pays the thread pool's hand-off, and on a busy machine a wait for a core. llama-tiny
+# on a loaded 2-core machine: 24-26 decode tok/s with torch's default 2 threads, 415-439 with one.
+# Models up to this many parameters run on one thread unless --threads says otherwise.
+SINGLE_THREAD_BELOW_PARAMS = 50_000_000
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    try:
-        if hasattr(args, "run"):
-            return int(args.run(args))
-        if hasattr(args, "func"):  # the golden commands
-            from infer_ref.golden_cli import run
+    if hasattr(args, "run"):
+        return run_reporting_user_errors(lambda: int(args.run(args)), "infer-ref")
+    if hasattr(args, "func"):  # the golden commands
+        from infer_ref.golden_cli import run
 
-            return int(run(args.func, args))
-    except UsageError as err:
-        print(f"infer-ref: error: {err}", file=sys.stderr)
-        return 2
+        return int(run(args.func, args))
     parser.print_help()
-    return 2
+    return EXIT_USAGE
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -84,6 +90,10 @@ def _parser() -> argparse.ArgumentParser:
                      help="default: bfloat16 on CUDA, float32 on CPU")
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of streaming")
     add_engine_arguments(gen)
+    gen.add_argument("--check-weights", action=argparse.BooleanOptionalAction, default=None,
+                     help="refuse a checkpoint holding NaN/inf weights (default: on below 2 GiB of safetensors)")
+    gen.add_argument("--threads", type=int, default=None,
+                     help="torch CPU threads (default: 1 for models under 50M parameters, else torch's default)")
     gen.set_defaults(run=_generate)
     _add_optional_commands(commands)
     return parser
@@ -114,7 +124,7 @@ def resolve_model(name: str) -> Path:
 
 def resolve_device(name: str | None) -> torch.device:
     if name is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return default_device()
     try:
         device = torch.device(name)
     except RuntimeError:
@@ -123,40 +133,35 @@ def resolve_device(name: str | None) -> torch.device:
         raise UsageError(f"device {name!r} requested but CUDA is not available on this machine; use --device cpu")
     if device.type not in ("cpu", "cuda"):
         raise UsageError(f"unsupported device {name!r}: expected cpu, cuda or cuda:N")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise UsageError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
     return device
 
 
 def _generate(args: argparse.Namespace) -> int:
     from infer_ref.chat import render_chat_template
-    from infer_ref.config import ConfigError
     from infer_ref.engine import SamplingParams, generate
-    from infer_ref.loader import CheckpointError, load_model
+    from infer_ref.loader import checkpoint_bytes, load_model
     from infer_ref.tokenizer import Tokenizer
 
-    try:  # several prompts or a shared system prompt: checked before anything is loaded
-        engine_texts = collect_prompts(args) if wants_engine(args) else None
-    except EngineUsageError as err:
-        raise UsageError(str(err)) from None
+    # Several prompts or a shared system prompt: checked before anything is loaded.
+    engine_texts = collect_prompts(args) if wants_engine(args) else None
     folder = resolve_model(args.model)
     device = resolve_device(args.device)
     dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
-    try:
-        params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                                seed=args.seed, max_new_tokens=args.max_new_tokens)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
-
-    try:
-        model, config = load_model(folder, dtype=dtype, device=device)
-        tokenizer = Tokenizer(folder)
-    except (ConfigError, CheckpointError, FileNotFoundError) as err:
-        raise UsageError(f"cannot load {folder}: {err}") from None
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {args.threads}")
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            seed=args.seed, max_new_tokens=args.max_new_tokens)  # a UsageError names the field
+    check_weights = args.check_weights
+    if check_weights is None:
+        check_weights = checkpoint_bytes(folder) < CHECK_WEIGHTS_BELOW_BYTES
+    model, config = load_model(folder, dtype=dtype, device=device, check_weights=check_weights)
+    tokenizer = Tokenizer(folder)
+    _set_threads(args.threads, model)
     if engine_texts is not None:
-        try:
-            prompts = encode_prompts(engine_texts, args.system, tokenizer, config.model_type, args.chat)
-            summary = run_engine(args, model, tokenizer, config, params, prompts, device, dtype, folder)
-        except EngineUsageError as err:
-            raise UsageError(str(err)) from None
+        prompts = encode_prompts(engine_texts, args.system, tokenizer, config.model_type, args.chat)
+        summary = run_engine(args, model, tokenizer, config, params, prompts, device, dtype, folder)
         print_engine_summary(summary, args.json)
         return 0
     if args.prompt is None:
@@ -189,6 +194,15 @@ def _generate(args: argparse.Namespace) -> int:
         print()
         print(_metrics_block(summary))
     return 0
+
+
+def _set_threads(threads: int | None, model: Any) -> None:
+    """``--threads``, or one thread for a tiny model (see :data:`SINGLE_THREAD_BELOW_PARAMS`)."""
+    if threads is None:
+        params = sum(p.numel() for p in model.parameters())
+        threads = 1 if params < SINGLE_THREAD_BELOW_PARAMS else None
+    if threads is not None:
+        torch.set_num_threads(threads)
 
 
 def _decode_mode(args: argparse.Namespace, model: Any, needed: int, device: torch.device) -> Any:

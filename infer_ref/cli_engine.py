@@ -16,10 +16,11 @@ from typing import Any
 import torch
 
 from infer_ref.engine.engine import Engine, EngineResult, EngineStats
+from infer_ref.errors import UsageError
 
 
-class EngineUsageError(Exception):
-    """A bad combination of the multi-prompt options (the command reports it as a usage error)."""
+class EngineUsageError(UsageError):
+    """A bad combination of the multi-prompt options (a usage error: exit status 2)."""
 
 
 def add_engine_arguments(gen: argparse.ArgumentParser) -> None:

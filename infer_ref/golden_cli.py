@@ -2,10 +2,10 @@
 
 Also runs standalone: ``python -m infer_ref.golden_cli generate|verify|report ...``.
 
-Exit codes: 0 pass · 1 golden mismatch (a real numerical disagreement) · 2 metadata mismatch (the
-file describes other weights, config, dtype or device) · 3 not a readable golden file · 4 refused
-to overwrite an existing file (pass ``--force``) · 5 a
-file or checkpoint folder is missing.
+Exit codes (``docs/errors.md``): 0 pass · 1 golden mismatch (a real numerical disagreement) · 2 usage
+error · 3 not a readable golden file (schema, counts, ids, non-finite values, content digest) or a
+bad checkpoint · 4 refused to overwrite an existing file (pass ``--force``) · 5 a file or checkpoint
+folder is missing · 6 metadata mismatch (the file describes other weights, config, dtype or device).
 """
 
 from __future__ import annotations
@@ -21,12 +21,31 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-EXIT_OK = 0
-EXIT_MISMATCH = 1
-EXIT_METADATA = 2
-EXIT_FORMAT = 3
-EXIT_EXISTS = 4
-EXIT_MISSING = 5
+from infer_ref.errors import (
+    EXIT_BAD_DATA,
+    EXIT_FAILED_CHECK,
+    EXIT_METADATA,
+    EXIT_MISSING,
+    EXIT_OK,
+    EXIT_REFUSED_OVERWRITE,
+    EXIT_USAGE,
+    DataError,
+    InferRefError,
+    OverwriteRefused,
+    UsageError,
+    exit_code_for,
+    run_reporting_user_errors,
+)
+from infer_ref.fileio import atomic_write_text, check_file_name
+
+EXIT_MISMATCH = EXIT_FAILED_CHECK
+EXIT_FORMAT = EXIT_BAD_DATA
+EXIT_EXISTS = EXIT_REFUSED_OVERWRITE
+
+__all__ = [
+    "EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "EXIT_MISSING", "EXIT_OK", "EXIT_USAGE",
+    "add_golden_commands", "main", "run",
+]
 
 
 # -- progress --------------------------------------------------------------------------------------
@@ -72,21 +91,22 @@ class Progress:
 def _cmd_generate(args: argparse.Namespace) -> int:
     from infer_ref import golden
 
+    _check_generate_args(args)
     sources = [golden.ModelSource.checkpoint(p) for p in args.checkpoint or []]
     sources += [golden.ModelSource.synthetic(n) for n in args.synthetic or []]
-    if (args.out or args.name) and len(sources) != 1:
-        print("error: --out and --name need exactly one model", file=sys.stderr)
-        return EXIT_FORMAT
     if args.name:
         sources[0].name = args.name
     outs = [
         Path(args.out) if args.out else golden.default_golden_path(src.name, args.dtype, args.device, Path(args.out_dir))
         for src in sources
     ]
+    # Every output is checked before anything is generated (minutes of work for a real model).
+    folders = [str(o) for o in outs if o.is_dir()]
+    if folders:
+        raise UsageError(f"output path(s) {', '.join(folders)} are folders: expected golden file paths")
     existing = [str(o) for o in outs if o.exists()]
     if existing and not args.force:
-        print(f"error: {', '.join(existing)} exist(s); pass --force to overwrite golden files", file=sys.stderr)
-        return EXIT_EXISTS
+        raise OverwriteRefused(f"{', '.join(existing)} exist(s); pass --force to overwrite golden files")
     for source, out in zip(sources, outs, strict=True):
         prompts = source.prompts()
         total = sum(args.max_new_tokens or p.get("max_new_tokens") or 64 for p in prompts)
@@ -117,6 +137,22 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _check_generate_args(args: argparse.Namespace) -> None:
+    """Usage errors of ``golden generate``, before any model is loaded."""
+    count = len(args.checkpoint or []) + len(args.synthetic or [])
+    if (args.out or args.name) and count != 1:
+        raise UsageError("--out and --name need exactly one model")
+    if args.name:
+        check_file_name(args.name)
+    if args.top_k < 1:
+        raise UsageError(f"--top-k must be a positive integer, got {args.top_k}")
+    if args.max_new_tokens is not None and args.max_new_tokens < 1:
+        raise UsageError(f"--max-new-tokens must be a positive integer, got {args.max_new_tokens}")
+    from infer_ref.cli import resolve_device
+
+    resolve_device(args.device)
+
+
 def _free_cuda() -> None:
     import gc
 
@@ -137,8 +173,8 @@ def _run_verify(
         doc = golden.load_golden(path)
     except golden.GoldenFormatError as exc:
         return EXIT_FORMAT, str(exc), None
-    except FileNotFoundError as exc:
-        return EXIT_MISSING, f"error: {exc}", None
+    except (FileNotFoundError, InferRefError) as exc:
+        return exit_code_for(exc) or EXIT_MISSING, f"error: {exc}", None
     bar = Progress(golden.total_steps(doc), f"verify {Path(path).name} [{impl}]", not quiet)
     ctx = golden.planted_bug(plant) if plant else _null()
     try:
@@ -150,9 +186,9 @@ def _run_verify(
     except golden.GoldenMismatch as exc:
         bar.close()
         return EXIT_MISMATCH, str(exc), exc.report
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, InferRefError) as exc:  # a missing or bad checkpoint, a bad --device ...
         bar.close()
-        return EXIT_MISSING, f"error: {exc}", None
+        return exit_code_for(exc) or EXIT_MISSING, f"error: {exc}", None
     bar.close()
     message = report.summary()
     if report.notes:
@@ -168,7 +204,29 @@ class _null:
         return None
 
 
+def _check_outputs(*paths: str | None) -> None:
+    """Output paths that can never be written are refused before any work."""
+    for path in paths:
+        if path is not None and Path(path).is_dir():
+            raise UsageError(f"output path {path} is a folder: expected a file path")
+
+
+def _json_lines(path: Path) -> list[dict[str, Any]]:
+    """The objects of a JSON-lines file, or :class:`DataError` naming the file and line."""
+    entries = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        try:
+            entry = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise DataError(f"{path}:{number} is not a JSON object: {err}") from None
+        if not isinstance(entry, dict) or not ("planted_bug" in entry or {"file", "impl", "report"} <= set(entry)):
+            raise DataError(f"{path}:{number}: expected a result object with file, impl and report (or planted_bug)")
+        entries.append(entry)
+    return entries
+
+
 def _cmd_verify(args: argparse.Namespace) -> int:
+    _check_outputs(args.json)
     worst = EXIT_OK
     results = []
     for path in args.files:
@@ -178,7 +236,7 @@ def _cmd_verify(args: argparse.Namespace) -> int:
             results.append(_result_json(path, impl, code, message, report))
             worst = max(worst, code)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        atomic_write_text(args.json, json.dumps(results, indent=1) + "\n")
     return worst
 
 
@@ -213,9 +271,10 @@ def _cmd_report(args: argparse.Namespace) -> int:
     device = args.device
     reuse: dict[tuple[str, str], dict[str, Any]] = {}
     reused_planted: dict[str, Any] | None = None
+    _check_outputs(args.out, args.json)
     if args.reuse and Path(args.reuse).is_file():
-        for line in Path(args.reuse).read_text(encoding="utf-8").splitlines():
-            entry = json.loads(line)
+        for line in _json_lines(Path(args.reuse)):
+            entry = line
             if "planted_bug" in entry:
                 reused_planted = entry
             else:
@@ -300,15 +359,13 @@ def _cmd_report(args: argparse.Namespace) -> int:
             worst = max(worst, EXIT_MISMATCH)  # the bug must be caught as a real mismatch
 
     text = _markdown(rows, files_meta, planted, device, time.perf_counter() - t_all, args)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text, encoding="utf-8")
+    out = atomic_write_text(args.out, text)
     print(f"wrote {out}")
     if args.json:
         data = [
             _result_json(r["file"], r["impl"], r["code"], r["message"], r.get("report")) for r in rows
         ] + ([{"planted_bug": planted}] if planted else [])
-        Path(args.json).write_text(json.dumps(data, indent=1, default=str) + "\n", encoding="utf-8")
+        atomic_write_text(args.json, json.dumps(data, indent=1, default=str) + "\n")
     return worst
 
 
@@ -484,12 +541,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
-    """Call a command, turning a missing file into a one-line error and exit code 5."""
-    try:
-        return func(args)
-    except FileNotFoundError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_MISSING
+    """Call a command; a user error becomes one line and its exit status (``infer_ref.errors``)."""
+    return run_reporting_user_errors(lambda: func(args), "infer-ref golden")
 
 
 if __name__ == "__main__":

@@ -15,16 +15,17 @@ Gemma 3 multimodal checkpoints (``model_type: gemma3``) load their text decoder 
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import torch
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from torch import Tensor, nn
 
-from infer_ref.config import ModelConfig
+from infer_ref.config import ModelConfig, read_json_object
+from infer_ref.devices import resolve as resolve_device
+from infer_ref.errors import DataError, NonFiniteError
 from infer_ref.models import DecoderLM, model_class
 from infer_ref.models.common import PackedLinear
 from infer_ref.paths import resolve_model_path
@@ -35,25 +36,30 @@ _DECODER_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
 _IGNORED_PREFIXES = ("vision_tower.", "model.vision_tower.", "multi_modal_projector.", "model.multi_modal_projector.")
 
 
-class CheckpointError(ValueError):
-    """A checkpoint whose tensors do not match the model its config describes."""
+class CheckpointError(DataError):
+    """A checkpoint that cannot be read, or whose tensors do not match the model its config describes."""
 
 
 def load_model(
     path: str | os.PathLike[str],
     *,
     dtype: torch.dtype = torch.bfloat16,
-    device: str | torch.device = "cpu",
+    device: str | torch.device | None = None,
+    check_weights: bool = False,
 ) -> tuple[DecoderLM, ModelConfig]:
     """Load a local HF snapshot into an infer_ref model in eval mode.
 
     ``path`` is a snapshot folder or a name resolved under ``$INFER_REF_MODELS``; nothing is ever
-    downloaded. Missing, unexpected or mis-shaped tensors raise :class:`CheckpointError` naming them.
+    downloaded. ``device`` defaults to CUDA when available, else the CPU. Missing, unexpected,
+    mis-shaped or non-float tensors raise :class:`CheckpointError` naming them; with
+    ``check_weights`` a NaN or infinite weight (after the cast to ``dtype``) raises
+    :class:`~infer_ref.errors.NonFiniteError` naming the tensors.
     """
     folder = resolve_model_path(path)
     config = ModelConfig.from_pretrained(folder)
     model = build_on_meta(config)
-    load_weights(model, _match_names(read_safetensors(folder)), dtype=dtype, device=device)
+    state = _match_names(read_safetensors(folder))
+    load_weights(model, state, dtype=dtype, device=resolve_device(device), check_weights=check_weights)
     return model, config
 
 
@@ -63,24 +69,48 @@ def load_weights(
     *,
     dtype: torch.dtype | None = None,
     device: str | torch.device | None = None,
+    check_weights: bool = False,
 ) -> DecoderLM:
     """Put checkpoint-named tensors (``layers.0.self_attn.q_proj.weight``, ...) into ``model``.
 
     ``model`` is typically built on the meta device (:func:`build_on_meta`); its parameters are
-    replaced, not copied into. Names and shapes are checked first (:class:`CheckpointError` naming
-    every missing, unexpected or mis-shaped tensor); packed projections are stacked; a tied head
-    is the embedding whatever the state holds. Returns the model in eval mode.
+    replaced, not copied into. Names, shapes and dtypes are checked first (:class:`CheckpointError`
+    naming every missing, unexpected, mis-shaped or non-float tensor; an integer tensor is never
+    cast to float); packed projections are stacked; a tied head is the embedding whatever the
+    state holds. With ``check_weights`` every weight must be finite after the cast. Returns the
+    model in eval mode.
     """
     state = dict(state)
     if model.config.tie_word_embeddings:
         state.pop("lm_head.weight", None)
     _check_tensors(state, model)
     converted = {name: t.to(dtype=dtype, device=device) for name, t in state.items()}
+    if check_weights:
+        check_finite_weights(converted)
     model.load_state_dict(_stack_packed(converted, model), strict=False, assign=True)
     if model.config.tie_word_embeddings:
         model.lm_head.weight = model.embed_tokens.weight
     model.reset_buffers(model.embed_tokens.weight.device)
     return model.eval()
+
+
+def check_finite_weights(state: Mapping[str, Tensor]) -> None:
+    """Raise :class:`NonFiniteError` naming every tensor that holds a NaN or an infinity."""
+    bad = []
+    for name, tensor in state.items():
+        finite = torch.isfinite(tensor)
+        if not bool(finite.all()):
+            bad.append(f"{name} ({int((~finite).sum())} of {tensor.numel()} values)")
+    if bad:
+        raise NonFiniteError(
+            f"non-finite weights (NaN or inf; every logit would be NaN): {', '.join(bad)}; expected finite tensors"
+        )
+
+
+def checkpoint_bytes(path: str | os.PathLike[str]) -> int:
+    """Size of a snapshot's safetensors files (decides whether the CLI checks weights by default)."""
+    folder = resolve_model_path(path)
+    return sum(f.stat().st_size for f in folder.glob("*.safetensors") if f.is_file())
 
 
 def checkpoint_shapes(model: nn.Module) -> dict[str, torch.Size]:
@@ -137,25 +167,63 @@ def build_on_meta(config: ModelConfig) -> DecoderLM:
 
 
 def read_safetensors(folder: Path) -> dict[str, Tensor]:
-    """Every tensor of a snapshot, single-file or sharded."""
+    """Every tensor of a snapshot, single-file or sharded.
+
+    A sharded snapshot is read as its index says: each tensor from the shard the index assigns it
+    to (a stale copy in another shard is never read), and a tensor the index names but its shard
+    lacks is an error. Unreadable files raise :class:`CheckpointError` naming the file.
+    """
     single = folder / "model.safetensors"
     index = folder / "model.safetensors.index.json"
     if single.is_file():
-        files: Iterable[Path] = [single]
-    elif index.is_file():
-        with index.open() as fh:
-            weight_map = json.load(fh)["weight_map"]
-        files = [folder / name for name in sorted(set(weight_map.values()))]
-    else:
+        return _read_shard(single, None)
+    if not index.is_file():
         raise FileNotFoundError(
             f"{folder} has no model.safetensors or model.safetensors.index.json: expected a Hugging Face snapshot"
         )
+    by_shard: dict[str, list[str]] = {}
+    for name, shard in _weight_map(index).items():
+        by_shard.setdefault(shard, []).append(name)
     state: dict[str, Tensor] = {}
-    for file in files:
-        with safe_open(str(file), framework="pt") as f:
-            for name in f.keys():  # noqa: SIM118 - safe_open is not a dict
-                state[name] = f.get_tensor(name)
+    for shard, names in sorted(by_shard.items()):
+        state.update(_read_shard(folder / shard, names, index))
     return state
+
+
+def _weight_map(index: Path) -> dict[str, str]:
+    data = read_json_object(index, CheckpointError)
+    weight_map = data.get("weight_map")
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: expected a non-empty 'weight_map' object (tensor name -> shard file)")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or Path(shard).name != shard:
+            raise CheckpointError(
+                f"{index}: weight_map[{name!r}] is {shard!r}: expected the file name of a shard in the snapshot folder"
+            )
+    return weight_map
+
+
+def _read_shard(file: Path, names: list[str] | None, index: Path | None = None) -> dict[str, Tensor]:
+    """The tensors ``names`` of one safetensors file (all of them when None)."""
+    if not file.is_file():
+        raise CheckpointError(f"{index}: shard {file.name} is listed but {file} does not exist")
+    out: dict[str, Tensor] = {}
+    try:
+        with safe_open(str(file), framework="pt") as f:
+            present = set(f.keys())
+            wanted = sorted(present) if names is None else names
+            lacking = sorted(set(wanted) - present)
+            if lacking:
+                raise CheckpointError(
+                    f"{index} assigns {', '.join(lacking[:5])}{' ...' if len(lacking) > 5 else ''} to {file}, which does not hold them"
+                )
+            for name in wanted:
+                out[name] = f.get_tensor(name)
+    except (SafetensorError, OSError, ValueError) as err:
+        if isinstance(err, CheckpointError):
+            raise
+        raise CheckpointError(f"cannot read {file}: {err} (a corrupt or truncated safetensors file?)") from None
+    return out
 
 
 def _match_names(state: dict[str, Tensor]) -> dict[str, Tensor]:
@@ -183,7 +251,10 @@ def _check_tensors(state: dict[str, Tensor], model: DecoderLM) -> None:
         for name, shape in expected.items()
         if name in state and state[name].shape != shape
     ]
+    not_float = [f"{name} ({t.dtype})" for name, t in state.items() if not t.is_floating_point()]
     problems = []
+    if not_float:
+        problems.append(f"non-float tensors (weights must be floating point, never cast from integers): {', '.join(not_float)}")
     if missing:
         problems.append(f"missing tensors: {', '.join(missing)}")
     if unexpected:

@@ -16,7 +16,6 @@ string for Llama and Gemma; :meth:`Tokenizer.encode` never adds a second BOS to 
 
 from __future__ import annotations
 
-import json
 import os
 import pathlib
 from collections.abc import Sequence
@@ -24,9 +23,16 @@ from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
 
+from infer_ref.config import read_json_object
+from infer_ref.errors import DataError
 from infer_ref.paths import resolve_model_path
+from infer_ref.validation import check_token_ids
 
-__all__ = ["Tokenizer"]
+__all__ = ["Tokenizer", "TokenizerError"]
+
+
+class TokenizerError(DataError):
+    """A tokenizer file or special-token entry that cannot be used (a ``ValueError``; CLI exit status 3)."""
 
 _SIDE_FILES = ("tokenizer_config.json", "generation_config.json", "config.json")
 
@@ -34,11 +40,7 @@ _SIDE_FILES = ("tokenizer_config.json", "generation_config.json", "config.json")
 def _read_json(path: pathlib.Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
-    with path.open(encoding="utf-8") as f:
-        data = json.load(f)
-    if not isinstance(data, dict):
-        raise ValueError(f"{path}: expected a JSON object, got {type(data).__name__}")
-    return data
+    return read_json_object(path, TokenizerError)
 
 
 def _token_content(value: Any) -> str | None:
@@ -49,19 +51,19 @@ def _token_content(value: Any) -> str | None:
         return value
     if isinstance(value, dict) and isinstance(value.get("content"), str):
         return str(value["content"])
-    raise ValueError(f"unrecognised special-token entry in tokenizer_config.json: {value!r}")
+    raise TokenizerError(f"unrecognised special-token entry in tokenizer_config.json: {value!r}")
 
 
-def _as_id_list(value: Any) -> list[int]:
+def _as_id_list(value: Any, name: str) -> list[int]:
     if value is None:
         return []
     if isinstance(value, bool):
-        raise ValueError(f"token id must be an int, got {value!r}")
-    if isinstance(value, int):
+        raise TokenizerError(f"{name} must be an int, got {value!r}")
+    if isinstance(value, int) and value >= 0:
         return [value]
-    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+    if isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
         return list(value)
-    raise ValueError(f"token id must be an int or a list of ints, got {value!r}")
+    raise TokenizerError(f"{name} must be a token id (int >= 0) or a list of them, got {value!r}")
 
 
 class Tokenizer:
@@ -92,7 +94,10 @@ class Tokenizer:
             folder = resolved.parent
             tok_file = resolved
         self.path: pathlib.Path = resolved
-        self._tok: _HFTokenizer = _HFTokenizer.from_file(str(tok_file))
+        try:
+            self._tok: _HFTokenizer = _HFTokenizer.from_file(str(tok_file))
+        except Exception as err:  # the tokenizers library raises a bare Exception for every parse error
+            raise TokenizerError(f"cannot read {tok_file}: {err} (expected a Hugging Face tokenizer.json)") from None
 
         tok_cfg = _read_json(folder / _SIDE_FILES[0])
         gen_cfg = _read_json(folder / _SIDE_FILES[1])
@@ -108,12 +113,12 @@ class Tokenizer:
             bos = _token_content(tok_cfg["bos_token"])
             self.bos_token_id: int | None = None if bos is None else self._require_id(bos, "bos_token")
         else:
-            ids = _as_id_list(gen_cfg.get("bos_token_id", model_cfg.get("bos_token_id")))
+            ids = _as_id_list(gen_cfg.get("bos_token_id", model_cfg.get("bos_token_id")), "bos_token_id")
             self.bos_token_id = ids[0] if ids else None
 
         eos: list[int] = []
-        eos += _as_id_list(gen_cfg.get("eos_token_id"))
-        eos += _as_id_list(model_cfg.get("eos_token_id"))
+        eos += _as_id_list(gen_cfg.get("eos_token_id"), "generation_config.json eos_token_id")
+        eos += _as_id_list(model_cfg.get("eos_token_id"), "config.json eos_token_id")
         eos_str = _token_content(tok_cfg.get("eos_token"))
         if eos_str is not None:
             eos.append(self._require_id(eos_str, "eos_token"))
@@ -123,8 +128,13 @@ class Tokenizer:
         if pad_str is not None:
             self.pad_token_id: int | None = self._require_id(pad_str, "pad_token")
         else:
-            ids = _as_id_list(gen_cfg.get("pad_token_id", model_cfg.get("pad_token_id")))
+            ids = _as_id_list(gen_cfg.get("pad_token_id", model_cfg.get("pad_token_id")), "pad_token_id")
             self.pad_token_id = ids[0] if ids else None
+
+        # The family the snapshot's config.json names (None for a bare tokenizer.json): generate
+        # refuses a tokenizer of another family than the model's.
+        model_type = model_cfg.get("model_type")
+        self.model_type: str | None = "gemma3_text" if model_type == "gemma3" else model_type
 
         self.bos_token: str | None = (
             None if self.bos_token_id is None else self.id_to_token(self.bos_token_id)
@@ -133,7 +143,7 @@ class Tokenizer:
     def _require_id(self, token: str, what: str) -> int:
         idx = self._tok.token_to_id(token)
         if idx is None:
-            raise ValueError(f"{what} {token!r} from tokenizer_config.json is not in the vocabulary")
+            raise TokenizerError(f"{what} {token!r} from tokenizer_config.json is not in the vocabulary")
         return int(idx)
 
     @property
@@ -178,8 +188,10 @@ class Tokenizer:
         return ids
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        """Text of ``ids``; special tokens are dropped unless ``skip_special_tokens=False``."""
-        return str(self._tok.decode([int(i) for i in ids], skip_special_tokens=skip_special_tokens))
+        """Text of ``ids`` (integers in ``[0, vocab_size)``); special tokens are dropped unless ``skip_special_tokens=False``."""
+        ids = list(ids)
+        check_token_ids(ids, self.vocab_size, name="ids")  # out-of-range ids would decode to nothing, silently
+        return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))
 
     def __len__(self) -> int:
         return self.vocab_size

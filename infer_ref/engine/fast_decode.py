@@ -25,8 +25,11 @@ from torch import Tensor, nn
 
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.config import ModelConfig
+from infer_ref.devices import resolve as resolve_device
 from infer_ref.engine.result import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
 from infer_ref.engine.sampling import SamplingParams, sample_token
+from infer_ref.errors import UsageError
+from infer_ref.validation import can_decide, check_token_ids, logits_error
 
 # Tokens read back to the host at a time by the greedy loop (EOS / stop strings are checked then).
 READBACK_EVERY = 16
@@ -47,7 +50,7 @@ class FastDecoder:
     Args:
         model: an infer_ref ``DecoderLM`` (anything with ``.config`` and the cache contract).
         max_seq_len: positions the cache holds (prompt + generated), rounded up to ``SLOT_ALIGN``.
-        device: where the cache lives (the model's device).
+        device: where the cache lives (the model's device; default CUDA when available, else CPU).
         cuda_graph: capture the step in a CUDA graph (default: on CUDA devices).
         compile: ``torch.compile`` the step before capturing it (fuses elementwise kernels; CUDA
             only, tens of seconds to warm up).
@@ -63,14 +66,14 @@ class FastDecoder:
         model: nn.Module,
         max_seq_len: int,
         *,
-        device: str | torch.device = "cuda",
+        device: str | torch.device | None = None,
         batch_size: int = 1,
         cuda_graph: bool | None = None,
         compile: bool = False,
         compile_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.model = model
-        self.device = torch.device(device)
+        self.device = resolve_device(device)
         self.config: ModelConfig = model.config  # type: ignore[assignment]
         dtype = next(model.parameters()).dtype
         slots = -(-max_seq_len // SLOT_ALIGN) * SLOT_ALIGN
@@ -143,7 +146,15 @@ class FastDecoder:
         return logits
 
     def set_input(self, token_ids: Tensor | Sequence[int]) -> None:
-        """The tokens ``[B]`` (or ``[B, 1]``) the next ``step`` feeds."""
+        """The tokens ``[B]`` (or ``[B, 1]``) the next ``step`` feeds: ids in ``[0, vocab_size)``.
+
+        Checked here because the captured step cannot check them (an out-of-range id inside a
+        CUDA graph is a device-side assert that ends the process).
+        """
+        flat = token_ids.flatten() if isinstance(token_ids, Tensor) else list(token_ids)
+        check_token_ids(flat, self.config.vocab_size, name="token_ids")  # before any cast: 2.7 is not 2
+        if len(flat) != self.input_ids.shape[0]:
+            raise UsageError(f"token_ids holds {len(flat)} ids; this decoder's batch is {self.input_ids.shape[0]}")
         ids = torch.as_tensor(token_ids, dtype=torch.long).reshape(self.input_ids.shape)
         self.input_ids.copy_(ids, non_blocking=True)
 
@@ -195,7 +206,7 @@ def generate_fast(
     :func:`sample_token` and the CPU generator, exactly as the eager loop does.
     """
     device = torch.device(device)
-    tokens = [int(t) for t in prompt_token_ids]
+    tokens = list(prompt_token_ids)  # checked by generate
     needed = len(tokens) + params.max_new_tokens
     if decoder is None:
         decoder = FastDecoder(model, needed, device=device)
@@ -216,20 +227,21 @@ def generate_fast(
         _sync(device)
         t0 = time.perf_counter()
         logits = decoder.prefill(torch.tensor([tokens], dtype=torch.long, device=device))  # [1, 1, V]
-        first = sample_token(logits[0, -1, :], collector.tokens, params, generator)
+        first = sample_token(logits[0, -1, :], collector.tokens, params, generator, where=f"step 0 (position {len(tokens) - 1})")
         timing.prefill_time_s = time.perf_counter() - t0
         done = accept(first)
         decoder.set_input([first])
 
         on_device = params.greedy and params.repetition_penalty == 1.0
         if not done and on_device:
-            _greedy_on_device(decoder, params.max_new_tokens - 1, accept, timing, device)
+            _greedy_on_device(decoder, params.max_new_tokens - 1, accept, timing, device, len(tokens))
         elif not done:
             while not done:
                 _sync(device)
                 t0 = time.perf_counter()
                 logits = decoder.step()
-                token = sample_token(logits[0, -1, :], collector.tokens, params, generator)
+                where = f"step {len(collector.generated)} (position {len(collector.tokens) - 1})"
+                token = sample_token(logits[0, -1, :], collector.tokens, params, generator, where=where)
                 timing.decode_times_s.append(time.perf_counter() - t0)
                 done = accept(token)
                 decoder.set_input([token])
@@ -243,9 +255,15 @@ def _greedy_on_device(
     accept: Callable[[int], bool],
     timing: GenerationTiming,
     device: torch.device,
+    prompt_len: int,
 ) -> None:
-    """Replay ``steps`` greedy steps, reading tokens back in chunks; per-step times from CUDA events."""
+    """Replay ``steps`` greedy steps, reading tokens back in chunks; per-step times from CUDA events.
+
+    Each step's logits are checked on the device (one reduction, read back with the chunk's tokens):
+    an argmax over NaN logits is token 0, which must never be accepted as an answer.
+    """
     out = torch.empty(steps, dtype=torch.long, device=device)
+    usable = torch.empty(steps, dtype=torch.bool, device=device)  # [steps] logits could decide a token
     cuda = device.type == "cuda"
     events: list[torch.cuda.Event] = []
     clocks: list[float] = []
@@ -260,11 +278,13 @@ def _greedy_on_device(
     read = 0
     mark()
     for i in range(steps):
-        decoder.step()
+        logits = decoder.step()  # [1, 1, V]
         out[i : i + 1].copy_(decoder.next_token[0])
+        usable[i] = can_decide(logits)
         mark()
         if i + 1 - read >= READBACK_EVERY or i + 1 == steps:
             chunk = out[read : i + 1].tolist()  # the only host sync of the chunk
+            _check_chunk(usable[read : i + 1].tolist(), read, prompt_len)
             read = i + 1
             if any(accept(int(t)) for t in chunk):
                 break
@@ -273,6 +293,14 @@ def _greedy_on_device(
         timing.decode_times_s.extend(a.elapsed_time(b) / 1e3 for a, b in pairwise(events))
     else:
         timing.decode_times_s.extend(b - a for a, b in pairwise(clocks))
+
+
+def _check_chunk(usable: list[bool], first_step: int, prompt_len: int) -> None:
+    """Raise for the first step of a chunk whose logits could not decide a token (named as the eager loop names it)."""
+    if all(usable):
+        return
+    step = first_step + usable.index(False) + 1  # step 0 was the prefill's token
+    raise logits_error(f"step {step} (position {prompt_len + step - 1})", "NaN, +inf or all -inf")
 
 
 def _sync(device: torch.device) -> None:

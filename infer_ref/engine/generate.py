@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from infer_ref.cache.factory import CACHE_KINDS, DEFAULT_BLOCK_SIZE, build_cache
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
+from infer_ref.devices import resolve as resolve_device
 from infer_ref.engine.result import (
     GenerationResult,
     GenerationTiming,
@@ -23,6 +24,8 @@ from infer_ref.engine.result import (
     TokenDecoder,
 )
 from infer_ref.engine.sampling import SamplingParams, sample_token
+from infer_ref.errors import UsageError
+from infer_ref.validation import check_token_ids, check_tokenizer_fits
 
 if TYPE_CHECKING:
     from infer_ref.engine.fast_decode import FastDecoder
@@ -54,11 +57,29 @@ def _model_config(model: nn.Module, use_kv_cache: bool) -> ModelConfig | None:
     return config
 
 
+def check_request(
+    prompt_token_ids: Sequence[int] | Tensor, params: SamplingParams, config: ModelConfig | None, tokenizer: object
+) -> list[int]:
+    """The prompt as a list of ints, after every check that needs no model run (before any work)."""
+    if not isinstance(params, SamplingParams):
+        raise UsageError(f"params must be a SamplingParams, got {type(params).__name__}")
+    ids: Tensor | Sequence[int] = prompt_token_ids
+    if isinstance(ids, Tensor) and ids.dim() != 1:
+        raise UsageError(f"prompt_token_ids must be 1-D, got shape {tuple(ids.shape)}")
+    vocab_size = config.vocab_size if config is not None else 2**63 - 1  # without a config: integers only
+    check_token_ids(ids, vocab_size, name="prompt_token_ids")
+    tokens = [int(t) for t in (ids.tolist() if isinstance(ids, Tensor) else ids)]
+    if config is not None:
+        check_tokenizer_fits(tokenizer, config.model_type, config.vocab_size)
+    _check_length(len(tokens), params, config)
+    return tokens
+
+
 def _check_length(prompt_len: int, params: SamplingParams, config: ModelConfig | None) -> None:
     if prompt_len == 0:
-        raise ValueError("prompt_token_ids is empty: generation needs at least one prompt token")
+        raise UsageError("prompt_token_ids is empty: generation needs at least one prompt token")
     if config is not None and prompt_len + params.max_new_tokens > config.max_position_embeddings:
-        raise ValueError(
+        raise UsageError(
             f"prompt ({prompt_len} tokens) + max_new_tokens ({params.max_new_tokens}) = "
             f"{prompt_len + params.max_new_tokens} exceeds the model's max_position_embeddings "
             f"({config.max_position_embeddings})"
@@ -72,7 +93,7 @@ def generate(
     prompt_token_ids: Sequence[int],
     params: SamplingParams,
     *,
-    device: str | torch.device = "cuda",
+    device: str | torch.device | None = None,
     use_kv_cache: bool = True,
     on_token: Callable[[int], None] | None = None,
     decode: Literal["eager", "fast"] | FastDecoder = "eager",
@@ -88,13 +109,16 @@ def generate(
     cache, one captured step replayed per token; needs ``use_kv_cache``); pass a ``FastDecoder``
     instead to reuse its cache and captured step across requests.
 
+    ``device`` defaults to CUDA when available, else the CPU. Every argument is checked before any
+    work (token ids in ``[0, vocab_size)``, a tokenizer of the model's family, the length); logits
+    that cannot decide a token raise :class:`~infer_ref.errors.NonFiniteError` naming the step.
+
     ``cache`` picks the eager path's KV cache: ``contiguous`` (default), ``static``, ``dynamic`` or
     ``paged`` (blocks of ``block_size`` positions). The tokens must not depend on it.
     """
-    device = torch.device(device)
+    device = resolve_device(device)
     config = _model_config(model, use_kv_cache)
-    tokens = [int(t) for t in prompt_token_ids]
-    _check_length(len(tokens), params, config)
+    tokens = check_request(prompt_token_ids, params, config, tokenizer)
     eos_ids = set(config.eos_token_ids if config is not None else ()) | set(getattr(tokenizer, "eos_token_ids", ()))
 
     if cache not in CACHE_KINDS:
@@ -150,6 +174,7 @@ def generate(
             timing.prefill_time_s = elapsed
         else:
             timing.decode_times_s.append(elapsed)
-        done = collector.accept(sample_token(logits[0, -1, :], collector.tokens, params, generator))
+        where = f"step {step} (position {len(collector.tokens) - 1})"
+        done = collector.accept(sample_token(logits[0, -1, :], collector.tokens, params, generator, where=where))
 
     return collector.result(timing, kv_cache.memory_bytes if kv_cache is not None else None)

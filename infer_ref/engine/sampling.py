@@ -7,11 +7,15 @@ a seed gives the same tokens on every device and on the cached and uncached path
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor
+
+from infer_ref.errors import UsageError
+from infer_ref.validation import check_logits
 
 
 @dataclass(frozen=True)
@@ -23,7 +27,7 @@ class SamplingParams:
         top_k: keep only the k most likely tokens (None: all).
         top_p: keep the smallest set of tokens whose probability reaches top_p (None: all).
         repetition_penalty: > 1 discourages tokens already in the context (CTRL-style, as in HF).
-        seed: seed of the sampling generator (None: nondeterministic).
+        seed: seed of the sampling generator, an integer in [0, 2**64) (None: nondeterministic).
         max_new_tokens: most tokens to generate, EOS included.
         stop: strings that end generation; the text is cut before the first one found.
     """
@@ -39,23 +43,11 @@ class SamplingParams:
     def __post_init__(self) -> None:
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
-        else:
+        elif isinstance(self.stop, (list, tuple)):
             object.__setattr__(self, "stop", tuple(self.stop))
-        problems = []
-        if not self.temperature >= 0:
-            problems.append(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k is not None and (isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 1):
-            problems.append(f"top_k must be a positive integer or None, got {self.top_k!r}")
-        if self.top_p is not None and not 0 < self.top_p <= 1:
-            problems.append(f"top_p must be in (0, 1] or None, got {self.top_p}")
-        if not self.repetition_penalty > 0:
-            problems.append(f"repetition_penalty must be > 0, got {self.repetition_penalty}")
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int) or self.max_new_tokens < 1:
-            problems.append(f"max_new_tokens must be a positive integer, got {self.max_new_tokens!r}")
-        if any(not isinstance(s, str) or not s for s in self.stop):
-            problems.append(f"stop strings must be non-empty strings, got {self.stop!r}")
+        problems = _problems(self)
         if problems:
-            raise ValueError("invalid SamplingParams: " + "; ".join(problems))
+            raise UsageError("invalid SamplingParams: " + "; ".join(problems))
 
     @property
     def greedy(self) -> bool:
@@ -70,6 +62,37 @@ class SamplingParams:
         else:
             generator.manual_seed(self.seed)
         return generator
+
+
+MAX_SEED = 2**64 - 1  # torch.Generator.manual_seed takes 64-bit seeds
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _problems(p: SamplingParams) -> list[str]:
+    """Every invalid field of ``p``, each with the value and what is expected (never coerced)."""
+    problems = []
+    if not _is_number(p.temperature) or p.temperature < 0:
+        problems.append(f"temperature must be >= 0 and finite, got {p.temperature!r}")
+    if p.top_k is not None and (not _is_int(p.top_k) or p.top_k < 1):
+        problems.append(f"top_k must be a positive integer or None, got {p.top_k!r}")
+    if p.top_p is not None and (not _is_number(p.top_p) or not 0 < p.top_p <= 1):
+        problems.append(f"top_p must be in (0, 1] or None, got {p.top_p!r}")
+    if not _is_number(p.repetition_penalty) or p.repetition_penalty <= 0:
+        problems.append(f"repetition_penalty must be > 0 and finite, got {p.repetition_penalty!r}")
+    if p.seed is not None and (not _is_int(p.seed) or not 0 <= p.seed <= MAX_SEED):
+        problems.append(f"seed must be an integer in [0, 2**64 - 1] or None, got {p.seed!r}")
+    if not _is_int(p.max_new_tokens) or p.max_new_tokens < 1:
+        problems.append(f"max_new_tokens must be a positive integer, got {p.max_new_tokens!r}")
+    if not isinstance(p.stop, tuple) or any(not isinstance(s, str) or not s for s in p.stop):
+        problems.append(f"stop strings must be non-empty strings (a string or a list of them), got {p.stop!r}")
+    return problems
 
 
 def apply_repetition_penalty(logits: Tensor, context: Sequence[int], penalty: float) -> Tensor:
@@ -103,13 +126,34 @@ def sample_token(
     context: Sequence[int],
     params: SamplingParams,
     generator: torch.Generator | None = None,
+    *,
+    where: str = "the sampled position",
 ) -> int:
-    """Choose the next token from ``logits`` ``[V]`` given the tokens so far."""
+    """Choose the next token from ``logits`` ``[V]`` given the tokens so far.
+
+    Logits that cannot decide a token (any NaN or +inf, or all -inf) raise
+    :class:`~infer_ref.errors.NonFiniteError` naming ``where`` (a step and position), never token 0.
+    """
     if logits.dim() != 1:
         raise ValueError(f"sample_token expects logits of shape [vocab], got {tuple(logits.shape)}")
+    check_logits(logits, where=where)
     logits = apply_repetition_penalty(logits.float(), context, params.repetition_penalty)
     if params.greedy:
         return int(torch.argmax(logits).item())
-    logits = filter_top_k_top_p(logits / params.temperature, params.top_k, params.top_p)
+    logits = filter_top_k_top_p(_scale(logits, params.temperature), params.top_k, params.top_p)
     probs = torch.softmax(logits, dim=-1).cpu()
     return int(torch.multinomial(probs, num_samples=1, generator=generator).item())
+
+
+def _scale(logits: Tensor, temperature: float) -> Tensor:
+    """``logits / temperature``; shifted by the maximum first when a tiny temperature would overflow.
+
+    softmax is shift-invariant, so the shift changes nothing but the overflow: with it the best
+    token scales to 0 and the others to large negatives or -inf, instead of inf - inf = NaN.
+    Temperatures too small for float32 (which would round to 0) are applied in float64.
+    """
+    scaled = logits / temperature
+    if bool(torch.isposinf(scaled).any()) or bool(torch.isnan(scaled).any()):
+        wide = logits.double()  # float64: a temperature below float32's range would round to 0
+        scaled = (wide - wide.max()) / temperature
+    return scaled

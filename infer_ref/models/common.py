@@ -20,6 +20,7 @@ from infer_ref.attention import grouped_query_attention
 from infer_ref.cache.contiguous import KVCacheOverflowError
 from infer_ref.cache.protocol import KVCacheProtocol, cached_attention, key_mask, write_positions
 from infer_ref.config import ModelConfig, RopeConfig
+from infer_ref.validation import check_token_ids
 
 # -- norms ---------------------------------------------------------------------------------------
 
@@ -295,6 +296,7 @@ class DecoderLM(nn.Module):
             raise ValueError(f"input_ids must be a [batch, seq_len>=1] tensor, got {shape}")
         if input_ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"input_ids must be int64 or int32 token ids, got {input_ids.dtype}")
+        check_token_ids(input_ids, self.config.vocab_size)  # before any work: no "index out of range"
         t = input_ids.shape[1]
         if kv_cache is None:
             return t

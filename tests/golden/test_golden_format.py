@@ -35,9 +35,10 @@ def doc(golden_file: Path) -> dict[str, Any]:
     return golden.load_golden(golden_file)
 
 
-def _write(tmp_path: Path, doc: dict[str, Any], name: str = "g.json") -> Path:
+def _write(tmp_path: Path, doc: dict[str, Any], name: str = "g.json", *, seal: bool = False) -> Path:
+    """``doc`` as a file; ``seal``: with a fresh content digest, as if a generator had written it so."""
     path = tmp_path / name
-    path.write_text(json.dumps(doc), encoding="utf-8")
+    path.write_text(json.dumps(golden.seal(doc) if seal else doc), encoding="utf-8")
     return path
 
 
@@ -86,7 +87,10 @@ def test_dump_refuses_to_overwrite(doc: dict[str, Any], golden_file: Path) -> No
         (lambda d: d["cases"][0]["steps"][3].update(token="7"), r"\$\.cases\[0\]\.steps\[3\]\.token: expected int"),
         (lambda d: d["cases"][1]["steps"][0]["top_logprobs"].pop(), r"equally long"),
         (lambda d: d["run"].update(dtype="float8"), r"unknown dtype"),
-        (lambda d: d.update(format_version=golden.FORMAT_VERSION + 1), r"format_version 2; this infer_ref reads version 1"),
+        (
+            lambda d: d.update(format_version=golden.FORMAT_VERSION + 1),
+            rf"format_version {golden.FORMAT_VERSION + 1}; this infer_ref reads version {golden.FORMAT_VERSION}",
+        ),
         (lambda d: d.update(format="something-else"), r"is not a golden file"),
     ],
 )
@@ -117,7 +121,7 @@ def test_metadata_mismatch_is_not_a_numerical_mismatch(
     doc: dict[str, Any], tmp_path: Path, field: str, value: str
 ) -> None:
     doc["model"][field] = value
-    path = _write(tmp_path, doc)
+    path = _write(tmp_path, doc, seal=True)
     with pytest.raises(golden.GoldenMetadataMismatch) as info:
         golden.verify_file(path, impl="infer_ref")
     err = info.value
@@ -128,7 +132,7 @@ def test_metadata_mismatch_is_not_a_numerical_mismatch(
 
 def test_other_weights_seed_is_caught_by_the_digest(doc: dict[str, Any], tmp_path: Path) -> None:
     doc["model"]["synthetic"]["seed"] = 1  # the file now claims weights it was not written with
-    path = _write(tmp_path, doc)
+    path = _write(tmp_path, doc, seal=True)
     with pytest.raises(golden.GoldenMetadataMismatch, match="weights_digest"):
         golden.verify_file(path)
 
@@ -163,13 +167,16 @@ def test_both_implementations_pass(golden_file: Path, impl: str) -> None:
 
 def test_wrong_golden_token_fails_with_a_readable_diff(doc: dict[str, Any], tmp_path: Path) -> None:
     step = doc["cases"][0]["steps"][5]
-    step["token"] = step["top_ids"][-1]  # a token well below the best
-    path = _write(tmp_path, doc, "wrong-token.json")
+    best, worst = step["top_ids"][0], step["top_ids"][-1]
+    # A consistent file whose golden token is one well below the best: listed first, as greedy lists it.
+    step["token"] = worst
+    step["top_ids"][0], step["top_ids"][-1] = worst, best
+    path = _write(tmp_path, doc, "wrong-token.json", seal=True)
     with pytest.raises(golden.GoldenMismatch) as info:
         golden.verify_file(path)
     text = str(info.value)
     assert "case 'prefill-crosses-window'" in text and "first at step 5 (token position 29)" in text
-    assert f"golden token {step['top_ids'][-1]}" in text and f"our best is {step['top_ids'][0]}" in text
+    assert f"golden token {worst}" in text and f"our best is {best}" in text
     assert "golden top-k:" in text and "our top-k:" in text and "golden margin" in text
     assert "free-running exact match: 5 of 24" in text and "repro: infer-ref golden verify" in text
     report = info.value.report
@@ -178,7 +185,7 @@ def test_wrong_golden_token_fails_with_a_readable_diff(doc: dict[str, Any], tmp_
 
 def test_topk_logprob_drift_fails(doc: dict[str, Any], tmp_path: Path) -> None:
     doc["cases"][1]["steps"][7]["top_logprobs"][2] -= 0.01  # 10x the fp32 tolerance
-    path = _write(tmp_path, doc)
+    path = _write(tmp_path, doc, seal=True)
     with pytest.raises(golden.GoldenMismatch, match=r"top-k \|Δlogprob\| 0.01"):
         golden.verify_file(path)
 
@@ -293,7 +300,7 @@ def test_cli_verify_exit_codes(golden_file: Path, doc: dict[str, Any], tmp_path:
     assert "golden mismatch" in capsys.readouterr().out
     meta = copy.deepcopy(doc)
     meta["model"]["weights_digest"] = "0" * 64
-    assert main(["verify", str(_write(tmp_path, meta, "m.json")), "--quiet"]) == EXIT_METADATA
+    assert main(["verify", str(_write(tmp_path, meta, "m.json", seal=True)), "--quiet"]) == EXIT_METADATA
     assert "metadata mismatch" in capsys.readouterr().out
     fmt = copy.deepcopy(doc)
     fmt["format_version"] = 99

@@ -1,0 +1,43 @@
+"""Writing output files safely: atomically, never over a folder, never outside the folder asked for."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from infer_ref.errors import OverwriteRefused, UsageError
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str, *, overwrite: bool = True) -> Path:
+    """Write ``text`` to ``path`` through a temporary file in the same folder, renamed into place.
+
+    A reader sees the old file or the new one, never half of one; a failed write leaves no
+    temporary file behind. A folder at ``path`` is refused (:class:`UsageError`), and so is an
+    existing file unless ``overwrite`` (:class:`OverwriteRefused`).
+    """
+    path = Path(path)
+    if path.is_dir():
+        raise UsageError(f"output path {path} is a folder: expected a file path")
+    if path.exists() and not overwrite:
+        raise OverwriteRefused(f"{path} exists; pass --force (force=True) to overwrite it")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise UsageError(f"cannot create the folder of {path}: a parent is a file") from None
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def check_file_name(name: str, what: str = "--name") -> str:
+    """``name`` when it is a plain file name (no folder part, not ``.``/``..``), else :class:`UsageError`."""
+    if not isinstance(name, str) or not name or name in (".", "..") or "\0" in name or Path(name).name != name or "\\" in name:
+        raise UsageError(f"{what} {name!r} must be a plain file name without a folder part (it names a file inside the output folder)")
+    return name

@@ -1,0 +1,134 @@
+"""Token ids: integers in [0, vocab) checked before any work, by the model, generate and the tokenizer.
+
+A refused forward leaves the KV cache exactly as it was (contents and position).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from infer_ref.cache import KVCache
+from infer_ref.config import ModelConfig
+from infer_ref.engine import SamplingParams, generate
+from infer_ref.errors import UsageError
+from infer_ref.models import DecoderLM
+from infer_ref.tokenizer import Tokenizer
+from infer_ref.validation import TokenIdError, check_token_ids
+
+VOCAB = 439  # llama-tiny
+
+# (id, input_ids tensor, error type, words)
+FORWARD_CASES: list[tuple[str, Any, type[Exception], tuple[str, ...]]] = [
+    ("negative", torch.tensor([[5, -1, 7]]), TokenIdError, ("-1", "[0, 1]", f"[0, {VOCAB})")),
+    ("equal-to-vocab", torch.tensor([[VOCAB]]), TokenIdError, (str(VOCAB), "[0, 0]")),
+    ("far-above-vocab", torch.tensor([[3, 10**9]]), TokenIdError, (str(10**9),)),
+    ("int32-negative", torch.tensor([[-5]], dtype=torch.int32), TokenIdError, ("-5",)),
+    ("float-dtype", torch.tensor([[1.0, 2.0]]), TypeError, ("torch.float32", "input_ids")),
+    ("bool-dtype", torch.tensor([[True]]), TypeError, ("torch.bool",)),
+    ("1-d", torch.tensor([1, 2]), ValueError, ("[batch, seq_len>=1]", "(2,)")),
+    ("empty-sequence", torch.zeros((1, 0), dtype=torch.long), ValueError, ("(1, 0)",)),
+    ("a-list", [[1, 2]], ValueError, ("list",)),
+]
+
+
+def _snapshot(cache: KVCache) -> tuple[int, torch.Tensor, torch.Tensor]:
+    return cache.seq_len, cache.k.clone(), cache.v.clone()
+
+
+@pytest.mark.parametrize(("ids", "error", "words"), [c[1:] for c in FORWARD_CASES], ids=[f"token-forward-{c[0]}" for c in FORWARD_CASES])
+def test_forward_refuses_bad_ids_and_leaves_the_cache(
+    llama: tuple[DecoderLM, ModelConfig], ids: Any, error: type[Exception], words: tuple[str, ...]
+) -> None:
+    model, config = llama
+    cache = KVCache.from_model_config(config, 16, dtype=torch.float32, device="cpu")
+    with torch.inference_mode():
+        model(torch.tensor([[1, 2, 3]]), cache)  # some state to keep
+    before = _snapshot(cache)
+    with pytest.raises(error) as info, torch.inference_mode():
+        model(ids, cache)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    after = _snapshot(cache)
+    assert after[0] == before[0] and torch.equal(after[1], before[1]) and torch.equal(after[2], before[2])
+
+
+# (id, prompt, words)
+PROMPT_CASES: list[tuple[str, Any, tuple[str, ...]]] = [
+    ("float", [1, 2.0, 3], ("prompt_token_ids[1]", "2.0", "float")),
+    ("float-fractional", [1, 2.7], ("prompt_token_ids[1]", "2.7")),
+    ("bool", [True, 2], ("prompt_token_ids[0]", "True")),
+    ("string-id", [1, "2"], ("prompt_token_ids[1]", "'2'")),
+    ("a-string", "hello", ("prompt_token_ids", "str")),
+    ("negative", [4, -3], ("prompt_token_ids[1]", "-3", f"[0, {VOCAB})")),
+    ("out-of-vocab", [4, VOCAB + 1], ("prompt_token_ids[1]", str(VOCAB + 1))),
+    ("numpy-float", [np.float64(3.0)], ("prompt_token_ids[0]", "3.0")),
+    ("none-id", [None], ("prompt_token_ids[0]", "None")),
+    ("tensor-2d", torch.tensor([[1, 2]]), ("prompt_token_ids", "1-D", "(1, 2)")),
+    ("tensor-float", torch.tensor([1.0, 2.0]), ("prompt_token_ids", "torch.float32")),
+    ("tensor-out-of-vocab", torch.tensor([1, VOCAB]), ("prompt_token_ids", str(VOCAB))),
+    ("empty", [], ("prompt_token_ids is empty",)),
+]
+
+
+@pytest.mark.parametrize(("prompt", "words"), [c[1:] for c in PROMPT_CASES], ids=[f"token-generate-{c[0]}" for c in PROMPT_CASES])
+def test_generate_refuses_bad_prompt_ids_before_any_work(
+    llama: tuple[DecoderLM, ModelConfig], llama_tokenizer: Tokenizer, prompt: Any, words: tuple[str, ...]
+) -> None:
+    model, _ = llama
+    calls: list[int] = []
+    with pytest.raises(UsageError) as info:
+        generate(model, llama_tokenizer, prompt, SamplingParams(temperature=0.0, max_new_tokens=2), device="cpu",
+                 on_token=calls.append)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    assert calls == []  # nothing was generated
+
+
+def test_numpy_integers_are_ids() -> None:
+    """Integer types other than int are integers: accepted, not refused (and never truncated floats)."""
+    check_token_ids([np.int64(3), np.int32(4)], 5)
+
+
+@pytest.mark.parametrize(
+    ("ids", "words"),
+    [([VOCAB], ("ids[0]", str(VOCAB))), ([-1], ("ids[0]", "-1")), ([1.5], ("ids[0]", "1.5"))],
+    ids=["token-decode-out-of-vocab", "token-decode-negative", "token-decode-float"],
+)
+def test_decode_refuses_bad_ids(llama_tokenizer: Tokenizer, ids: list[Any], words: tuple[str, ...]) -> None:
+    with pytest.raises(TokenIdError) as info:
+        llama_tokenizer.decode(ids)
+    for word in words:
+        assert word in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("ids", "error", "words"),
+    [
+        ([VOCAB], TokenIdError, ("token_ids[0]", str(VOCAB))),
+        ([-2], TokenIdError, ("token_ids[0]", "-2")),
+        ([2.7], TokenIdError, ("token_ids[0]", "2.7")),
+        (torch.tensor([2.7]), TokenIdError, ("token_ids", "torch.float32")),
+        (torch.tensor([VOCAB + 3]), TokenIdError, ("token_ids", str(VOCAB + 3))),
+        ([1, 2], UsageError, ("2 ids", "batch is 1")),
+    ],
+    ids=["token-fast-input-out-of-vocab", "token-fast-input-negative", "token-fast-input-float",
+         "token-fast-input-float-tensor", "token-fast-input-tensor-out-of-vocab", "token-fast-input-wrong-batch"],
+)
+def test_fast_decoder_input_is_checked_and_the_buffer_kept(
+    llama: tuple[DecoderLM, ModelConfig], ids: Any, error: type[Exception], words: tuple[str, ...]
+) -> None:
+    """The captured step cannot check ids (on CUDA an out-of-range id is a device-side assert): set_input does."""
+    from infer_ref.engine.fast_decode import FastDecoder
+
+    model, _ = llama
+    decoder = FastDecoder(model, 16, device="cpu")
+    decoder.set_input([5])
+    with pytest.raises(error) as info:
+        decoder.set_input(ids)
+    for word in words:
+        assert word in str(info.value)
+    assert decoder.input_ids.tolist() == [[5]]
