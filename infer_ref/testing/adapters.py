@@ -18,10 +18,11 @@ import infer_ref
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
 from infer_ref.engine.generate import generate as _generate
-from infer_ref.engine.sampling import SamplingParams
+from infer_ref.engine.sampling import SamplingParams, sample_token, warp_logits
 from infer_ref.loader import load_model as _load_model
 from infer_ref.models.common import RotaryEmbedding, apply_rope, attention_mask, grouped_query_attention
-from infer_ref.testing.adapter import Adapter, CacheSpec
+from infer_ref.testing.adapter import Adapter, CacheSpec, SamplerSpec
+from infer_ref.tokenizer import Tokenizer
 
 
 def make_cache(spec: CacheSpec) -> KVCache:
@@ -95,6 +96,48 @@ def generate(model: Any, prompt_ids: list[int], max_new_tokens: int, use_kv_cach
     return list(result.token_ids)
 
 
+def rms_norm(model: Any, x: Tensor) -> Tensor:
+    """The final norm, the module the forward applies before the LM head."""
+    with torch.inference_mode():
+        return model.norm(x)
+
+
+def model_rope_tables(model: Any, positions: Tensor, layer_idx: int) -> tuple[Tensor, Tensor]:
+    """The tables ``DecoderLM.forward`` builds for layer ``layer_idx``: its layer type's rotary module,
+    cast to the activation dtype (the embedding's)."""
+    rotary = model.rotary[model.config.layer_types[layer_idx]]
+    with torch.inference_mode():
+        return rotary(positions.to(rotary.inv_freq.device), model.embed_tokens.weight.dtype)
+
+
+def _sampling_params(spec: SamplerSpec) -> SamplingParams:
+    return SamplingParams(
+        temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p, repetition_penalty=spec.repetition_penalty
+    )
+
+
+def sample_probs(logits: Tensor, context: list[int], spec: SamplerSpec) -> Tensor:
+    """``softmax(warp_logits(...))``: the distribution ``sample_token`` draws from."""
+    return torch.softmax(warp_logits(logits, context, _sampling_params(spec)), dim=-1)
+
+
+def sample(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int) -> list[int]:
+    params = _sampling_params(spec)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return [sample_token(logits, context, params, generator) for _ in range(num_draws)]
+
+
+def generate_stopping(
+    model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...]
+) -> tuple[list[int], str]:
+    """Greedy ``generate`` with the snapshot's tokenizer: EOS ids from config.json and the tokenizer
+    (which reads generation_config.json and tokenizer_config.json), and ``stop`` strings."""
+    device = next(model.parameters()).device
+    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
+    result = _generate(model, Tokenizer(folder), prompt_ids, params, device=device)
+    return list(result.token_ids), result.text
+
+
 INFER_REF = Adapter(
     name="infer_ref",
     version=infer_ref.__version__,
@@ -110,5 +153,10 @@ INFER_REF = Adapter(
     make_model_cache=make_model_cache,
     forward=forward,
     generate=generate,
+    rms_norm=rms_norm,
+    model_rope_tables=model_rope_tables,
+    sample_probs=sample_probs,
+    sample=sample,
+    generate_stopping=generate_stopping,
 )
 ADAPTER = INFER_REF

@@ -278,3 +278,47 @@ __all__ = [
     "token_ids",
     "windows",
 ]
+
+
+# -- low-precision, sampler and stopping tiers ---------------------------------------------------
+
+LOW_DTYPES = (torch.bfloat16, torch.float16)
+MAX_ROPE_POSITION = 8192  # positions in the thousands: an angle error grows with the position
+
+
+def low_dtypes() -> st.SearchStrategy[torch.dtype]:
+    """bfloat16 or float16: the dtypes whose rounding the low-precision tier checks."""
+    return st.sampled_from(LOW_DTYPES)
+
+
+@st.composite
+def far_norm_weights(draw: st.DrawFn, dim: int, gemma: bool) -> torch.Tensor:
+    """A norm weight ``[dim]`` far from 0 and 1, where rounding ``w`` or ``1 + w`` shows: magnitudes
+    1.25-3.5 with random signs (Gemma stores ``w`` with ``1 + w`` applied: 0.6-2.5, so ``1 + w`` is
+    1.6-3.5, whose bf16 spacing is coarser than ``w``'s)."""
+    seed = draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    if gemma:
+        return 0.6 + 1.9 * torch.rand(dim, generator=g)
+    sign = torch.where(torch.rand(dim, generator=g) < 0.5, -1.0, 1.0)
+    return sign * (1.25 + 2.25 * torch.rand(dim, generator=g))
+
+
+@st.composite
+def hidden_states(draw: st.DrawFn, rows: int, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[1, rows, dim]`` activations in ``dtype`` with a drawn scale (0.05-40) and a few outliers:
+    the squares of such rows lose bits when accumulated in bf16."""
+    seed = draw(st.integers(0, 2**16))
+    scale = draw(st.sampled_from([0.05, 1.0, 7.0, 40.0]))
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, rows, dim, generator=g) * scale
+    x[..., :: max(1, dim // 4)] *= 4.0
+    return x.to(dtype)
+
+
+@st.composite
+def rope_positions(draw: st.DrawFn, max_position: int = MAX_ROPE_POSITION) -> torch.Tensor:
+    """``[T]`` int64 absolute positions: a few small ones and several in the thousands."""
+    small = draw(st.lists(st.integers(0, 64), min_size=1, max_size=4))
+    large = draw(st.lists(st.integers(1000, max_position), min_size=2, max_size=8))
+    return torch.tensor(sorted(set(small + large)), dtype=torch.int64)

@@ -30,6 +30,8 @@ from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
 from infer_ref.models.common import (
     SDPA_BACKENDS,
+    GemmaRMSNorm,
+    RMSNorm,
     RotaryEmbedding,
     apply_rope,
     attention_mask,
@@ -60,6 +62,21 @@ BUG_CLASSES = (
     "layers aliasing one cache slice",
     "overflow clamped silently",
 )
+
+# Bug classes beyond DESIGN.md's list: the low-precision, sampling and stopping families, which a
+# float64 suite cannot see.
+EXTRA_BUG_CLASSES = (
+    "RMSNorm accumulated or scaled in low precision",
+    "Gemma's 1 + w formed in low precision",
+    "RoPE frequencies or angles held in low precision",
+    "sampling warpers in the wrong order",
+    "top-k / top-p support not transformers'",
+    "sampled draws not from the filtered distribution",
+    "EOS ignored or only partly honoured",
+    "one token too many or too few",
+    "stop strings across token boundaries or out of order",
+)
+ALL_BUG_CLASSES = BUG_CLASSES + EXTRA_BUG_CLASSES
 
 # -- broken masks --------------------------------------------------------------------------------
 
@@ -165,6 +182,8 @@ class Knobs:
     llama3_ignored: bool = False
     cache_factory: Callable[[CacheSpec], KVCache] | None = None
     cache_cls: type[KVCache] = KVCache
+    norm_precision: str = "fp32"  # "fp32" | "low_accumulate" | "gemma_one_plus_w_low"
+    rope_precision: str = "fp32"  # "fp32" | "angles_low" | "inv_freq_low"
 
 
 def _mask_for(knobs: Knobs, q_len: int, start: int, window: int | None, device: torch.device | str, kv_cache: Any) -> Tensor | None:
@@ -243,6 +262,39 @@ def _strip_llama3(rope: RopeConfig) -> RopeConfig:
     return RopeConfig(theta=rope.theta) if rope.rope_type == "llama3" else rope
 
 
+def _rms_norm_low_accumulate(self: Any, x: Tensor) -> Tensor:
+    """Mean of squares, rsqrt and scaling all in the activation dtype (no fp32 upcast)."""
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+    weight = 1.0 + self.weight if isinstance(self, GemmaRMSNorm) else self.weight
+    return weight * h
+
+
+def _gemma_norm_one_plus_w_low(self: Any, x: Tensor) -> Tensor:
+    """``1 + w`` added in the weight dtype (bf16 rounds it to 2^-6..2^-7), the rest in fp32."""
+    return F.rms_norm(x.float(), self.weight.shape, (1.0 + self.weight).float(), self.eps).type_as(x)
+
+
+def _rope_angles_low(self: Any, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``position * inv_freq`` formed in the activation dtype: the angle error grows with the position."""
+    freqs = positions[:, None].to(dtype) * self.inv_freq[None, :].to(dtype)  # [T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1).float()
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _patch_precision(model: Any, knobs: Knobs) -> None:
+    if knobs.norm_precision != "fp32":
+        patched = _rms_norm_low_accumulate if knobs.norm_precision == "low_accumulate" else _gemma_norm_one_plus_w_low
+        for module in model.modules():
+            if isinstance(module, GemmaRMSNorm) or (isinstance(module, RMSNorm) and knobs.norm_precision == "low_accumulate"):
+                module.forward = types.MethodType(patched, module)
+    for rotary in model.rotary.values():
+        if knobs.rope_precision == "angles_low":
+            rotary.forward = types.MethodType(_rope_angles_low, rotary)
+        elif knobs.rope_precision == "inv_freq_low":
+            # A registered buffer that ``model.to(dtype)`` rounded: the fp32 forward reads rounded values.
+            rotary.inv_freq = rotary.inv_freq.to(model.embed_tokens.weight.dtype)
+
+
 def _patch_model(model: Any, knobs: Knobs) -> Any:
     """Give this model instance the knobbed forward methods (nothing global is touched)."""
     model.forward = types.MethodType(lambda self, ids, kv_cache=None, *, all_logits=False: _decoder_forward(
@@ -261,6 +313,7 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
     if knobs.llama3_ignored:
         for rotary in model.rotary.values():
             rotary.inv_freq = rope_inv_freq(rotary.head_dim, _strip_llama3(rotary.rope)).to(rotary.inv_freq.device)
+    _patch_precision(model, knobs)
     return model
 
 
@@ -340,6 +393,9 @@ _MASK = ("test_masks.py",)
 _ROPE = ("test_rope.py",)
 _ATTN = ("test_attention.py",)
 _MODEL = ("test_model.py",)
+_LOWP = ("test_low_precision.py",)
+_SAMPLING = ("test_sampling.py",)
+_STOPPING = ("test_stopping.py",)
 
 MUTANTS: dict[str, Mutant] = {
     m.name: m
@@ -380,6 +436,14 @@ MUTANTS: dict[str, Mutant] = {
                Knobs(cache_factory=aliased_cache), _CACHE + _ATTN + _MODEL),
         Mutant("overflow_clamped", BUG_CLASSES[15], "Writes past capacity are truncated and advance saturates, no error.",
                Knobs(cache_cls=ClampingCache), _CACHE),
+        Mutant("rms_norm_low_precision", EXTRA_BUG_CLASSES[0], "RMSNorm's mean of squares, rsqrt and scaling computed in the activation dtype (no fp32 upcast).",
+               Knobs(norm_precision="low_accumulate"), _LOWP),
+        Mutant("gemma_one_plus_w_low_precision", EXTRA_BUG_CLASSES[1], "Gemma's `1 + w` added in the weight dtype (bf16), then applied in fp32.",
+               Knobs(norm_precision="gemma_one_plus_w_low"), _LOWP),
+        Mutant("rope_angles_low_precision", EXTRA_BUG_CLASSES[2], "RoPE angle `position * inv_freq` formed in the activation dtype.",
+               Knobs(rope_precision="angles_low"), _LOWP),
+        Mutant("rope_inv_freq_low_precision", EXTRA_BUG_CLASSES[2], "RoPE inverse frequencies rounded to the model dtype (a buffer `model.to(bfloat16)` cast).",
+               Knobs(rope_precision="inv_freq_low"), _LOWP),
     )
 }
 
@@ -393,4 +457,4 @@ def __getattr__(name: str) -> Adapter:
     raise AttributeError(f"module {__name__!r} has no mutant {name!r}; mutants: {', '.join(MUTANTS)}")
 
 
-__all__ = ["BUG_CLASSES", "CONTROL", "MUTANTS", "Knobs", "Mutant", "make_adapter"]
+__all__ = ["ALL_BUG_CLASSES", "BUG_CLASSES", "CONTROL", "EXTRA_BUG_CLASSES", "MUTANTS", "Knobs", "Mutant", "make_adapter"]
