@@ -322,3 +322,34 @@ def rope_positions(draw: st.DrawFn, max_position: int = MAX_ROPE_POSITION) -> to
     small = draw(st.lists(st.integers(0, 64), min_size=1, max_size=4))
     large = draw(st.lists(st.integers(1000, max_position), min_size=2, max_size=8))
     return torch.tensor(sorted(set(small + large)), dtype=torch.int64)
+
+
+@st.composite
+def sampler_logits(draw: st.DrawFn, min_vocab: int = 4, max_vocab: int = 48) -> torch.Tensor:
+    """``[V]`` float64 logits; two times in three drawn from a few levels, so that ties sit at the
+    top-k and top-p boundaries."""
+    vocab = draw(st.integers(min_vocab, max_vocab))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    if draw(st.sampled_from(["levels", "continuous", "levels"])) == "levels":
+        levels = torch.tensor(draw(st.lists(st.sampled_from([-3.0, -1.0, 0.0, 0.5, 1.0, 2.0, 4.0]), min_size=2, max_size=4, unique=True)))
+        return levels[torch.randint(0, len(levels), (vocab,), generator=g)].double()
+    return (torch.randn(vocab, generator=g, dtype=torch.float64) * draw(st.sampled_from([0.5, 2.0, 5.0])))
+
+
+@st.composite
+def sampler_specs(draw: st.DrawFn, vocab: int) -> Any:
+    """A :class:`~infer_ref.testing.adapter.SamplerSpec`: temperature 0.3-2.5, top-k (None or
+    1..V), top-p (None or 0.05-0.99), repetition penalty (1, below or above 1)."""
+    from infer_ref.testing.adapter import SamplerSpec
+
+    return SamplerSpec(
+        temperature=draw(st.sampled_from([0.3, 0.7, 1.0, 1.5, 2.5])),
+        top_k=draw(st.one_of(st.none(), st.integers(1, vocab))),
+        top_p=draw(st.one_of(st.none(), st.sampled_from([0.05, 0.3, 0.5, 0.8, 0.9, 0.99]))),
+        repetition_penalty=draw(st.sampled_from([1.0, 0.8, 1.3, 2.0])),
+    )
+
+
+def sampler_contexts(vocab: int) -> st.SearchStrategy[list[int]]:
+    """Token ids seen so far (prompt + generated), for the repetition penalty: 1-12 ids, repeats allowed."""
+    return st.lists(st.integers(0, vocab - 1), min_size=1, max_size=12)

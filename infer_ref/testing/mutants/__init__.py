@@ -28,6 +28,7 @@ from torch.nn.attention import sdpa_kernel
 
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
+from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top_p
 from infer_ref.models.common import (
     SDPA_BACKENDS,
     GemmaRMSNorm,
@@ -39,7 +40,7 @@ from infer_ref.models.common import (
     rope_inv_freq,
 )
 from infer_ref.testing import adapters as ref
-from infer_ref.testing.adapter import Adapter, CacheSpec
+from infer_ref.testing.adapter import Adapter, CacheSpec, SamplerSpec
 
 MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
 
@@ -184,6 +185,7 @@ class Knobs:
     cache_cls: type[KVCache] = KVCache
     norm_precision: str = "fp32"  # "fp32" | "low_accumulate" | "gemma_one_plus_w_low"
     rope_precision: str = "fp32"  # "fp32" | "angles_low" | "inv_freq_low"
+    sampler: str = "reference"  # | "top_p_before_temperature" | "top_k_strict" | "race_inverted"
 
 
 def _mask_for(knobs: Knobs, q_len: int, start: int, window: int | None, device: torch.device | str, kv_cache: Any) -> Tensor | None:
@@ -317,6 +319,37 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
     return model
 
 
+# -- the switchable copy of the sampler -----------------------------------------------------------
+
+
+def _warp_logits(logits: Tensor, context: list[int], spec: SamplerSpec, knobs: Knobs) -> Tensor:
+    """Copy of ``engine.sampling.warp_logits`` (sampling, not greedy) with the sampler knob."""
+    logits = apply_repetition_penalty(logits, context, spec.repetition_penalty)
+    if knobs.sampler == "top_p_before_temperature":
+        return filter_top_k_top_p(logits, spec.top_k, spec.top_p) / spec.temperature
+    logits = logits / spec.temperature
+    if knobs.sampler == "top_k_strict" and spec.top_k is not None and spec.top_k < logits.shape[-1]:
+        # The k indices torch.topk returns, not every token tied with the k-th value.
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(0, torch.topk(logits, spec.top_k).indices, True)
+        return filter_top_k_top_p(logits.masked_fill(~keep, float("-inf")), None, spec.top_p)
+    return filter_top_k_top_p(logits, spec.top_k, spec.top_p)
+
+
+def _sample_draws(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int, knobs: Knobs) -> list[int]:
+    """Copy of the sampling path of ``engine.sampling.sample_token`` from one seeded generator."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    probs = torch.softmax(_warp_logits(logits.float(), context, spec, knobs), dim=-1).cpu()
+    if knobs.sampler == "race_inverted":
+        # The exponential race argmax(p / q), q ~ Exp(1), written as argmax(p * q): same support,
+        # a distribution sharpened towards the likely tokens.
+        out = []
+        for _ in range(num_draws):
+            q = torch.empty_like(probs).exponential_(generator=generator)
+            out.append(int((probs * q).argmax()))
+        return out
+    return [int(torch.multinomial(probs, num_samples=1, generator=generator).item()) for _ in range(num_draws)]
+
+
 def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
     """An Adapter over infer_ref whose every path goes through ``knobs``."""
 
@@ -352,6 +385,12 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
         )
         return make_cache(spec)
 
+    def sample_probs(logits: Tensor, context: list[int], spec: SamplerSpec) -> Tensor:
+        return torch.softmax(_warp_logits(logits, context, spec, knobs), dim=-1)
+
+    def sample(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int) -> list[int]:
+        return _sample_draws(logits, context, spec, seed, num_draws, knobs)
+
     # The reference adapter with every path a knob can reach replaced; the rest (reading the
     # cache, apply_rope, forward, generate) is infer_ref's own.
     return replace(
@@ -365,6 +404,8 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
         attend=attend,
         load_model=load_model,
         make_model_cache=make_model_cache,
+        sample_probs=sample_probs,
+        sample=sample,
     )
 
 
@@ -444,6 +485,12 @@ MUTANTS: dict[str, Mutant] = {
                Knobs(rope_precision="angles_low"), _LOWP),
         Mutant("rope_inv_freq_low_precision", EXTRA_BUG_CLASSES[2], "RoPE inverse frequencies rounded to the model dtype (a buffer `model.to(bfloat16)` cast).",
                Knobs(rope_precision="inv_freq_low"), _LOWP),
+        Mutant("top_p_before_temperature", EXTRA_BUG_CLASSES[3], "Top-k/top-p filter the raw logits, temperature is applied after (transformers: temperature first).",
+               Knobs(sampler="top_p_before_temperature"), _SAMPLING),
+        Mutant("top_k_ties_dropped", EXTRA_BUG_CLASSES[4], "Top-k keeps exactly the k indices `torch.topk` returns, dropping tokens tied with the k-th logit.",
+               Knobs(sampler="top_k_strict"), _SAMPLING),
+        Mutant("exponential_race_inverted", EXTRA_BUG_CLASSES[5], "Draws by `argmax(p * q)`, q ~ Exp(1), instead of `argmax(p / q)`: right support, wrong frequencies.",
+               Knobs(sampler="race_inverted"), _SAMPLING),
     )
 }
 
