@@ -28,6 +28,7 @@ from torch.nn.attention import sdpa_kernel
 
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
+from infer_ref.engine.result import GenerationTiming, TokenCollector, first_stop
 from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top_p
 from infer_ref.models.common import (
     SDPA_BACKENDS,
@@ -41,6 +42,7 @@ from infer_ref.models.common import (
 )
 from infer_ref.testing import adapters as ref
 from infer_ref.testing.adapter import Adapter, CacheSpec, SamplerSpec
+from infer_ref.tokenizer import Tokenizer
 
 MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
 
@@ -186,6 +188,9 @@ class Knobs:
     norm_precision: str = "fp32"  # "fp32" | "low_accumulate" | "gemma_one_plus_w_low"
     rope_precision: str = "fp32"  # "fp32" | "angles_low" | "inv_freq_low"
     sampler: str = "reference"  # | "top_p_before_temperature" | "top_k_strict" | "race_inverted"
+    # "reference" | "eos_ignored" | "eos_config_only" | "one_token_too_many" | "eos_dropped"
+    # | "stop_first_listed" | "stop_within_token"
+    stopping: str = "reference"
 
 
 def _mask_for(knobs: Knobs, q_len: int, start: int, window: int | None, device: torch.device | str, kv_cache: Any) -> Tensor | None:
@@ -288,7 +293,7 @@ def _patch_precision(model: Any, knobs: Knobs) -> None:
         patched = _rms_norm_low_accumulate if knobs.norm_precision == "low_accumulate" else _gemma_norm_one_plus_w_low
         for module in model.modules():
             if isinstance(module, GemmaRMSNorm) or (isinstance(module, RMSNorm) and knobs.norm_precision == "low_accumulate"):
-                module.forward = types.MethodType(patched, module)
+                module.forward = types.MethodType(patched, module)  # type: ignore[method-assign]
     for rotary in model.rotary.values():
         if knobs.rope_precision == "angles_low":
             rotary.forward = types.MethodType(_rope_angles_low, rotary)
@@ -350,6 +355,68 @@ def _sample_draws(logits: Tensor, context: list[int], spec: SamplerSpec, seed: i
     return [int(torch.multinomial(probs, num_samples=1, generator=generator).item()) for _ in range(num_draws)]
 
 
+# -- the switchable copy of the stopping rule and the greedy loop ---------------------------------
+
+
+class _KnobbedCollector(TokenCollector):
+    """Copy of ``TokenCollector.accept`` with the stopping knob."""
+
+    def __init__(self, *args: Any, knobs: Knobs, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._knobs = knobs
+
+    def accept(self, token: int) -> bool:
+        mode = self._knobs.stopping
+        before = self._tokenizer.decode(self.generated, skip_special_tokens=True)
+        self.tokens.append(token)
+        self.generated.append(token)
+        if token in self._eos_ids and mode != "eos_ignored":
+            self.finish = "eos"
+            if mode == "eos_dropped":  # the EOS token left out of the returned tokens
+                self.generated.pop()
+            return True
+        if self._stop:
+            text = self._tokenizer.decode(self.generated, skip_special_tokens=True)
+            cut = self._find_stop(text, before, token)
+            if cut is not None:
+                self._text, self.finish = text[:cut], "stop"
+                return True
+        if mode == "one_token_too_many":
+            return len(self.generated) > self._max_new_tokens  # `>` for `>=`
+        return len(self.generated) >= self._max_new_tokens
+
+    def _find_stop(self, text: str, before: str, token: int) -> int | None:
+        if self._knobs.stopping == "stop_first_listed":  # the first string of the list that occurs
+            return next((text.find(s) for s in self._stop if s in text), None)
+        if self._knobs.stopping == "stop_within_token":  # each new token's own text searched alone
+            piece = self._tokenizer.decode([token], skip_special_tokens=True)
+            hit = first_stop(piece, self._stop)
+            return None if hit is None else len(before) + hit
+        return first_stop(text, self._stop)
+
+
+@torch.inference_mode()
+def _generate_stopping(
+    model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...], knobs: Knobs
+) -> tuple[list[int], str]:
+    """Copy of the eager greedy loop of ``engine.generate`` with the knobbed stopping rule."""
+    tokenizer = Tokenizer(folder)
+    config = model.config
+    eos_ids = set(config.eos_token_ids)
+    if knobs.stopping != "eos_config_only":  # generation_config.json and tokenizer_config.json too
+        eos_ids |= set(tokenizer.eos_token_ids)
+    param = next(model.parameters())
+    cache = KVCache.from_model_config(config, len(prompt_ids) + max_new_tokens + 1, dtype=param.dtype, device=param.device)
+    collector = _KnobbedCollector(prompt_ids, tokenizer, max_new_tokens=max_new_tokens, stop=stop, eos_ids=eos_ids, knobs=knobs)
+    done = False
+    while not done:
+        fed = collector.tokens if not collector.generated else collector.tokens[-1:]
+        logits = model(torch.tensor([fed], device=param.device), kv_cache=cache)  # [1, 1, V]
+        done = collector.accept(int(logits[0, -1].argmax()))
+    result = collector.result(GenerationTiming(), None)
+    return list(result.token_ids), result.text
+
+
 def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
     """An Adapter over infer_ref whose every path goes through ``knobs``."""
 
@@ -391,6 +458,9 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
     def sample(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int) -> list[int]:
         return _sample_draws(logits, context, spec, seed, num_draws, knobs)
 
+    def generate_stopping(model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...]) -> tuple[list[int], str]:
+        return _generate_stopping(model, folder, prompt_ids, max_new_tokens, stop, knobs)
+
     # The reference adapter with every path a knob can reach replaced; the rest (reading the
     # cache, apply_rope, forward, generate) is infer_ref's own.
     return replace(
@@ -406,6 +476,7 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
         make_model_cache=make_model_cache,
         sample_probs=sample_probs,
         sample=sample,
+        generate_stopping=generate_stopping,
     )
 
 
@@ -491,6 +562,18 @@ MUTANTS: dict[str, Mutant] = {
                Knobs(sampler="top_k_strict"), _SAMPLING),
         Mutant("exponential_race_inverted", EXTRA_BUG_CLASSES[5], "Draws by `argmax(p * q)`, q ~ Exp(1), instead of `argmax(p / q)`: right support, wrong frequencies.",
                Knobs(sampler="race_inverted"), _SAMPLING),
+        Mutant("eos_ignored", EXTRA_BUG_CLASSES[6], "EOS ids never end generation: it always runs to max_new_tokens.",
+               Knobs(stopping="eos_ignored"), _STOPPING),
+        Mutant("eos_from_config_only", EXTRA_BUG_CLASSES[6], "EOS ids read from config.json only: generation_config.json and the tokenizer's eos_token (Llama 3's <|eot_id|>) ignored.",
+               Knobs(stopping="eos_config_only"), _STOPPING),
+        Mutant("one_token_too_many", EXTRA_BUG_CLASSES[7], "The length limit tested with `>` instead of `>=`: max_new_tokens + 1 tokens.",
+               Knobs(stopping="one_token_too_many"), _STOPPING),
+        Mutant("eos_dropped_from_tokens", EXTRA_BUG_CLASSES[7], "Generation stops at EOS but the EOS token is left out of the returned tokens.",
+               Knobs(stopping="eos_dropped"), _STOPPING),
+        Mutant("stop_first_listed", EXTRA_BUG_CLASSES[8], "With several stop strings, the text is cut at the first *listed* one found, not the earliest occurrence.",
+               Knobs(stopping="stop_first_listed"), _STOPPING),
+        Mutant("stop_within_token", EXTRA_BUG_CLASSES[8], "Stop strings searched in each new token's text alone: one spanning a token boundary is missed.",
+               Knobs(stopping="stop_within_token"), _STOPPING),
     )
 }
 
