@@ -188,7 +188,7 @@ class Knobs:
     norm_precision: str = "fp32"  # "fp32" | "low_accumulate" | "gemma_one_plus_w_low"
     rope_precision: str = "fp32"  # "fp32" | "angles_low" | "inv_freq_low"
     sampler: str = "reference"  # | "top_p_before_temperature" | "top_k_strict" | "race_inverted"
-    # "reference" | "eos_ignored" | "eos_config_only" | "one_token_too_many" | "eos_dropped"
+    # "reference" | "eos_ignored" | "eos_config_only" | "eos_first_id_only" | "one_token_too_many" | "eos_dropped"
     # | "stop_first_listed" | "stop_within_token"
     stopping: str = "reference"
 
@@ -405,6 +405,8 @@ def _generate_stopping(
     eos_ids = set(config.eos_token_ids)
     if knobs.stopping != "eos_config_only":  # generation_config.json and tokenizer_config.json too
         eos_ids |= set(tokenizer.eos_token_ids)
+    if knobs.stopping == "eos_first_id_only":  # `eos_token_id` read as one int: the first id found
+        eos_ids = set((*config.eos_token_ids, *tokenizer.eos_token_ids)[:1])
     param = next(model.parameters())
     cache = KVCache.from_model_config(config, len(prompt_ids) + max_new_tokens + 1, dtype=param.dtype, device=param.device)
     collector = _KnobbedCollector(prompt_ids, tokenizer, max_new_tokens=max_new_tokens, stop=stop, eos_ids=eos_ids, knobs=knobs)
@@ -566,6 +568,8 @@ MUTANTS: dict[str, Mutant] = {
                Knobs(stopping="eos_ignored"), _STOPPING),
         Mutant("eos_from_config_only", EXTRA_BUG_CLASSES[6], "EOS ids read from config.json only: generation_config.json and the tokenizer's eos_token (Llama 3's <|eot_id|>) ignored.",
                Knobs(stopping="eos_config_only"), _STOPPING),
+        Mutant("eos_first_config_id_only", EXTRA_BUG_CLASSES[6], "Only the first EOS id found (config.json's list first) ends generation: `eos_token_id` read as one int.",
+               Knobs(stopping="eos_first_id_only"), _STOPPING),
         Mutant("one_token_too_many", EXTRA_BUG_CLASSES[7], "The length limit tested with `>` instead of `>=`: max_new_tokens + 1 tokens.",
                Knobs(stopping="one_token_too_many"), _STOPPING),
         Mutant("eos_dropped_from_tokens", EXTRA_BUG_CLASSES[7], "Generation stops at EOS but the EOS token is left out of the returned tokens.",
