@@ -121,7 +121,7 @@ def test_capabilities_report_what_is_missing() -> None:
 
 @pytest.mark.slow
 def test_every_mutant_is_caught() -> None:
-    """The planted-bug meta-check (about 1.5 minutes on 2 cores): the suite fails on every mutant."""
+    """The planted-bug meta-check (about 6 CPU-minutes): the suite fails on every mutant."""
     import os
     import subprocess
     import sys
@@ -129,7 +129,7 @@ def test_every_mutant_is_caught() -> None:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.run(
-        [sys.executable, "-m", "infer_ref.testing.mutants", "--jobs", "2"], cwd=root, env=env, capture_output=True, text=True, timeout=900
+        [sys.executable, "-m", "infer_ref.testing.mutants", "--jobs", "2"], cwd=root, env=env, capture_output=True, text=True, timeout=1800
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"{len(MUTANTS)}/{len(MUTANTS)} mutants caught" in proc.stdout

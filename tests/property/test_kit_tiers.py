@@ -51,3 +51,35 @@ def test_kill_report_records_tiers_and_flags_classes_the_default_tier_misses(tmp
     slow_only = Outcome(MUTANTS["eos_ignored"], 1, ["test_x.py::test_a[1]"], 1.0, "", {"test_x.py::test_a[1]": "slow"})
     report = class_report([slow_only])
     assert "| EOS ignored or only partly honoured | `eos_ignored` | **0 of 1** | slow 1 |" in report
+
+
+def test_low_precision_definitions_are_transformers_own() -> None:
+    """The stated definitions the low-precision tier judges by equal transformers' modules: its
+    RMSNorms bit for bit, its bf16 rotary tables within the tier's bound."""
+    from transformers import AutoConfig
+    from transformers.models.gemma3.modeling_gemma3 import Gemma3RMSNorm
+    from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
+
+    from infer_ref.config import ModelConfig
+    from infer_ref.testing.oracle import default_inv_freq, rms_norm_definition, rope_tables_definition
+    from infer_ref.testing.synthetic import tiny_config
+
+    g = torch.Generator().manual_seed(3)
+    x = (torch.randn(2, 5, 64, generator=g) * 9).to(torch.bfloat16)
+    w = 1.25 + 2.25 * torch.rand(64, generator=g)
+    for module, gemma in ((LlamaRMSNorm(64, eps=1e-6), False), (Gemma3RMSNorm(64, eps=1e-6), True)):
+        module.weight.data = w.clone()
+        module.to(torch.bfloat16)
+        with torch.no_grad():
+            assert torch.equal(module(x), rms_norm_definition(x, module.weight.data, 1e-6, gemma)), type(module).__name__
+
+    hf_config = tiny_config("llama")
+    fields = {k: v for k, v in hf_config.items() if k not in ("model_type", "architectures")}
+    rotary = LlamaRotaryEmbedding(AutoConfig.for_model("llama", **fields))
+    positions = torch.tensor([0, 7, 1000, 4095, 8191])
+    cos, sin = rotary(x, positions[None, :])  # [1, T, D] in bf16
+    config = ModelConfig.from_hf_dict(hf_config)
+    exp_cos, exp_sin = rope_tables_definition(default_inv_freq(config.computed_head_dim, config.rope), positions, torch.bfloat16)
+    for actual, expected in ((cos[0], exp_cos), (sin[0], exp_sin)):
+        bound = torch.finfo(torch.bfloat16).eps * expected.double().abs().clamp_min(2**-14) + positions.double()[:, None] * 2**-22
+        assert bool(((actual.double() - expected.double()).abs() <= bound).all())

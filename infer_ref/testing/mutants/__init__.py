@@ -4,7 +4,9 @@ Each mutant is a complete :class:`~infer_ref.testing.adapter.Adapter`, selectabl
 implementation (``pytest --ir-impl=infer_ref.testing.mutants:rope_no_offset``), and each plants
 one bug the way it has shipped in real engines. The suite is only trusted if it fails on every one
 of them: ``python -m infer_ref.testing.mutants`` runs it against all mutants and prints which tests
-caught each.
+caught each. The low-precision, sampling and stopping families (``EXTRA_BUG_CLASSES``) have
+mutants too: norms and RoPE patched on the instance, and knobbed copies of the sampler and of the
+greedy loop's stopping rule.
 
 Nothing global is patched. A mutant's models are ordinary infer_ref models whose *instances* get a
 replacement ``forward`` / ``embed`` / attention ``forward`` (:func:`_patch_model`), copies of the
