@@ -121,6 +121,15 @@ def filter_top_k_top_p(logits: Tensor, top_k: int | None, top_p: float | None) -
     return logits
 
 
+def warp_logits(logits: Tensor, context: Sequence[int], params: SamplingParams) -> Tensor:
+    """The logits ``[V]`` a token is drawn from, in ``logits``' dtype: repetition penalty, then
+    (unless greedy) temperature, top-k and top-p, with -inf outside the kept support."""
+    logits = apply_repetition_penalty(logits, context, params.repetition_penalty)
+    if params.greedy:
+        return logits
+    return filter_top_k_top_p(_scale(logits, params.temperature), params.top_k, params.top_p)
+
+
 def sample_token(
     logits: Tensor,
     context: Sequence[int],
@@ -137,10 +146,9 @@ def sample_token(
     if logits.dim() != 1:
         raise ValueError(f"sample_token expects logits of shape [vocab], got {tuple(logits.shape)}")
     check_logits(logits, where=where)
-    logits = apply_repetition_penalty(logits.float(), context, params.repetition_penalty)
+    logits = warp_logits(logits.float(), context, params)
     if params.greedy:
         return int(torch.argmax(logits).item())
-    logits = filter_top_k_top_p(_scale(logits, params.temperature), params.top_k, params.top_p)
     probs = torch.softmax(logits, dim=-1).cpu()
     return int(torch.multinomial(probs, num_samples=1, generator=generator).item())
 

@@ -61,6 +61,30 @@ The callables, their shapes, and why each exists:
     ``spec`` says; per prompt, in order, the generated ids, the logits ``[n, V]`` each was chosen
     from, and how many prompt tokens a prefix hit served. Judged by ``test_engine.py``: prefix
     caching on == off == transformers, and every row of a batch == that request alone.
+
+Optional hooks of the low-precision, sampler and stopping tiers (appended; each unlocks its own
+capability):
+
+``rms_norm(model, x [B, T, E]) -> Tensor``
+    The loaded model's final RMSNorm (the one before the LM head) applied to ``x``, in the model's
+    dtype, as its forward applies it. Judged bit for bit against the norm's definition in bf16/fp16.
+``model_rope_tables(model, positions [T], layer_idx) -> (cos, sin)``
+    The rotary tables ``[T, D]`` the *loaded* model uses in layer ``layer_idx`` for those absolute
+    positions, in the model's activation dtype (buffers, casts and all: a frequency table that
+    ``model.to(bfloat16)`` rounded shows here, where ``rope_tables`` cannot see it).
+``sample_probs(logits [V] float64, context: list[int], spec: SamplerSpec) -> Tensor``
+    The probabilities ``[V]`` (float64) the sampler draws the next token from, after repetition
+    penalty (over ``context``, the prompt and the tokens generated so far), temperature, top-k and
+    top-p; exactly 0 outside the kept support. Compared with transformers' logits processors.
+``sample(logits [V], context, spec, seed, num_draws) -> list[int]``
+    ``num_draws`` draws of the real sampling path from one generator seeded once with ``seed``.
+``generate_stopping(model, folder, prompt_ids, max_new_tokens, stop: tuple[str, ...]) -> (tokens, text)``
+    Greedy generation from the snapshot ``folder`` (its tokenizer and side files) that stops at
+    every EOS id the snapshot declares (``config.json``, ``generation_config.json`` and
+    ``tokenizer_config.json``'s ``eos_token``), at the first stop string, or after exactly
+    ``max_new_tokens`` tokens. ``tokens`` are the generated ids, *including* the EOS id that ended
+    generation (as transformers returns them) and the token that completed a stop string;
+    ``text`` is their decoding without special tokens, cut before the earliest stop string.
 """
 
 from __future__ import annotations
@@ -103,6 +127,11 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "snapshot": ("make_cache", "read_cache", "snapshot", "restore", "materialize"),
     "block_manager": ("make_block_manager",),
     "engine": ("load_model", "engine_generate"),
+    "norm": ("load_model", "rms_norm"),
+    "rope.model": ("load_model", "model_rope_tables"),
+    "sampler": ("sample_probs",),
+    "sampler.draw": ("sample",),
+    "stopping": ("load_model", "generate_stopping"),
 }
 
 
@@ -159,6 +188,16 @@ class EngineOutput:
     num_cached_tokens: int
 
 
+@dataclass(frozen=True)
+class SamplerSpec:
+    """Sampling settings the sampler tier asks for (temperature > 0; None disables top-k / top-p)."""
+
+    temperature: float = 1.0
+    top_k: int | None = None
+    top_p: float | None = None
+    repetition_penalty: float = 1.0
+
+
 @dataclass(frozen=True, repr=False)
 class Adapter:
     """An implementation under test. See the module docstring for each callable's contract."""
@@ -186,6 +225,11 @@ class Adapter:
     declared_unsupported: dict[str, str] = field(default_factory=dict, compare=False)
     make_block_manager: Callable[[int, int, Callable[[int | None, Sequence[int]], int]], Any] | None = None
     engine_generate: Callable[[Any, list[list[int]], EngineSpec], list[EngineOutput]] | None = None
+    rms_norm: Callable[[Any, Tensor], Tensor] | None = None
+    model_rope_tables: Callable[[Any, Tensor, int], tuple[Tensor, Tensor]] | None = None
+    sample_probs: Callable[[Tensor, list[int], SamplerSpec], Tensor] | None = None
+    sample: Callable[[Tensor, list[int], SamplerSpec, int, int], list[int]] | None = None
+    generate_stopping: Callable[[Any, Path, list[int], int, tuple[str, ...]], tuple[list[int], str]] | None = None
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"

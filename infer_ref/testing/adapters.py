@@ -23,12 +23,13 @@ from infer_ref.cache.protocol import cached_attention, key_mask
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.config import ModelConfig, RopeConfig
 from infer_ref.engine.generate import generate as _generate
-from infer_ref.engine.sampling import SamplingParams
+from infer_ref.engine.sampling import SamplingParams, sample_token, warp_logits
 from infer_ref.kernels import paged_decode_attention, store_kvcache
 from infer_ref.loader import load_model as _load_model
 from infer_ref.models.common import RotaryEmbedding, apply_rope
-from infer_ref.testing.adapter import Adapter, CacheSpec, EngineOutput, EngineSpec
+from infer_ref.testing.adapter import Adapter, CacheSpec, EngineOutput, EngineSpec, SamplerSpec
 from infer_ref.testing.allocator import driver_factory
+from infer_ref.tokenizer import Tokenizer
 
 
 def make_cache(spec: CacheSpec) -> KVCache:
@@ -131,6 +132,46 @@ def engine_generate(model: Any, prompts: list[list[int]], spec: EngineSpec) -> l
         assert r.step_logits is not None  # keep_logits and at least one token per request
         out.append(EngineOutput(r.token_ids, r.step_logits, r.num_cached_tokens))
     return out
+def rms_norm(model: Any, x: Tensor) -> Tensor:
+    """The final norm, the module the forward applies before the LM head."""
+    with torch.inference_mode():
+        return model.norm(x)
+
+
+def model_rope_tables(model: Any, positions: Tensor, layer_idx: int) -> tuple[Tensor, Tensor]:
+    """The tables ``DecoderLM.forward`` builds for layer ``layer_idx``: its layer type's rotary module,
+    cast to the activation dtype (the embedding's)."""
+    rotary = model.rotary[model.config.layer_types[layer_idx]]
+    with torch.inference_mode():
+        return rotary(positions.to(rotary.inv_freq.device), model.embed_tokens.weight.dtype)
+
+
+def _sampling_params(spec: SamplerSpec) -> SamplingParams:
+    return SamplingParams(
+        temperature=spec.temperature, top_k=spec.top_k, top_p=spec.top_p, repetition_penalty=spec.repetition_penalty
+    )
+
+
+def sample_probs(logits: Tensor, context: list[int], spec: SamplerSpec) -> Tensor:
+    """``softmax(warp_logits(...))``: the distribution ``sample_token`` draws from."""
+    return torch.softmax(warp_logits(logits, context, _sampling_params(spec)), dim=-1)
+
+
+def sample(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int) -> list[int]:
+    params = _sampling_params(spec)
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    return [sample_token(logits, context, params, generator) for _ in range(num_draws)]
+
+
+def generate_stopping(
+    model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...]
+) -> tuple[list[int], str]:
+    """Greedy ``generate`` with the snapshot's tokenizer: EOS ids from config.json and the tokenizer
+    (which reads generation_config.json and tokenizer_config.json), and ``stop`` strings."""
+    device = next(model.parameters()).device
+    params = SamplingParams(temperature=0.0, max_new_tokens=max_new_tokens, stop=stop)
+    result = _generate(model, Tokenizer(folder), prompt_ids, params, device=device)
+    return list(result.token_ids), result.text
 
 
 INFER_REF = Adapter(
@@ -155,6 +196,11 @@ INFER_REF = Adapter(
     materialize=materialize,
     make_block_manager=driver_factory(),
     engine_generate=engine_generate,
+    rms_norm=rms_norm,
+    model_rope_tables=model_rope_tables,
+    sample_probs=sample_probs,
+    sample=sample,
+    generate_stopping=generate_stopping,
 )
 ADAPTER = INFER_REF
 

@@ -150,3 +150,51 @@ def transformers_logits(
     """Float64 logits ``[B, T, V]`` of transformers' full (uncached) forward."""
     model = transformers_model(hf_config, state, key)
     return model(input_ids.cpu()).logits
+
+
+# -- low-precision definitions -------------------------------------------------------------------
+
+
+def rms_norm_definition(x: Tensor, weight: Tensor, eps: float, gemma: bool) -> Tensor:
+    """RMSNorm in ``x``'s dtype by its definition (transformers' ``LlamaRMSNorm`` / ``Gemma3RMSNorm``).
+
+    ``r = x_fp32 * rsqrt(mean(x_fp32²) + eps)``; Llama/Qwen: ``w * dtype(r)`` (the product rounded to
+    the dtype); Gemma: ``dtype(r * (1 + w_fp32))`` (one rounding, ``1 + w`` formed in fp32).
+    ``weight`` is the weight as loaded (already in the model dtype).
+    """
+    x32 = x.float()
+    r = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    if gemma:
+        return (r * (1.0 + weight.float())).to(x.dtype)
+    return weight * r.to(x.dtype)
+
+
+def rope_tables_definition(inv_freq_fp32: Tensor, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """cos/sin ``[T, D]`` as transformers builds them: the angle ``fp32(position * inv_freq)`` (one
+    fp32 rounding of an exact product), cos/sin of that angle (here in float64), rounded to ``dtype``."""
+    angle = (positions.double()[:, None] * inv_freq_fp32.double()[None, :]).float().double()  # [T, D/2]
+    emb = torch.cat((angle, angle), dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def default_inv_freq(head_dim: int, rope: RopeConfig) -> Tensor:
+    """``theta ** (-2i / D)`` rounded to fp32 (linear scaling divides by its factor), from the formula
+    in float64; llama3 scaling through :func:`llama3_inv_freq`."""
+    if rope.rope_type == "llama3":
+        return torch.tensor(llama3_inv_freq(head_dim, rope), dtype=torch.float64).float()
+    freqs = [1.0 / rope.theta ** (i / head_dim) for i in range(0, head_dim, 2)]
+    if rope.rope_type == "linear":
+        freqs = [f / rope.factor for f in freqs]
+    return torch.tensor(freqs, dtype=torch.float64).float()
+
+
+def ulps_apart(actual: Tensor, expected: Tensor) -> Tensor:
+    """How many representable values of ``expected``'s dtype lie between the two (elementwise)."""
+    dtype = expected.dtype
+    bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16, torch.float32: torch.int32}[dtype]
+
+    def ordered(t: Tensor) -> Tensor:
+        i = t.to(dtype).contiguous().view(bits).long()
+        return torch.where(i < 0, -(i & (2 ** (8 * t.to(dtype).element_size() - 1) - 1)), i)
+
+    return (ordered(actual) - ordered(expected)).abs()

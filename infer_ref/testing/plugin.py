@@ -120,12 +120,22 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return lines
 
 
+def test_tier(item: pytest.Item) -> str:
+    """The tier that runs ``item``: ``gpu`` (``-m gpu``), ``slow`` (``-m slow``) or ``default``."""
+    for tier in ("gpu", "slow"):
+        if item.get_closest_marker(tier) is not None:
+            return tier
+    return "default"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     adapter = _STATE["adapter"]
     assert isinstance(adapter, Adapter)
     caps = _STATE["capabilities"]
     assert isinstance(caps, dict)
     for item in items:
+        # Recorded in JUnit XML reports, so the mutant check can say which tier caught each bug.
+        item.user_properties.append(("ir_tier", test_tier(item)))
         for marker in item.iter_markers("ir_requires"):
             lacking = [c for c in marker.args if caps.get(c, f"unknown capability {c!r}") is not None]
             if lacking:

@@ -278,3 +278,78 @@ __all__ = [
     "token_ids",
     "windows",
 ]
+
+
+# -- low-precision, sampler and stopping tiers ---------------------------------------------------
+
+LOW_DTYPES = (torch.bfloat16, torch.float16)
+MAX_ROPE_POSITION = 8192  # positions in the thousands: an angle error grows with the position
+
+
+def low_dtypes() -> st.SearchStrategy[torch.dtype]:
+    """bfloat16 or float16: the dtypes whose rounding the low-precision tier checks."""
+    return st.sampled_from(LOW_DTYPES)
+
+
+@st.composite
+def far_norm_weights(draw: st.DrawFn, dim: int, gemma: bool) -> torch.Tensor:
+    """A norm weight ``[dim]`` far from 0 and 1, where rounding ``w`` or ``1 + w`` shows: magnitudes
+    1.25-3.5 with random signs (Gemma stores ``w`` with ``1 + w`` applied: 0.6-2.5, so ``1 + w`` is
+    1.6-3.5, whose bf16 spacing is coarser than ``w``'s)."""
+    seed = draw(st.integers(0, 2**16))
+    g = torch.Generator().manual_seed(seed)
+    if gemma:
+        return 0.6 + 1.9 * torch.rand(dim, generator=g)
+    sign = torch.where(torch.rand(dim, generator=g) < 0.5, -1.0, 1.0)
+    return sign * (1.25 + 2.25 * torch.rand(dim, generator=g))
+
+
+@st.composite
+def hidden_states(draw: st.DrawFn, rows: int, dim: int, dtype: torch.dtype) -> torch.Tensor:
+    """``[1, rows, dim]`` activations in ``dtype`` with a drawn scale (0.05-40) and a few outliers:
+    the squares of such rows lose bits when accumulated in bf16."""
+    seed = draw(st.integers(0, 2**16))
+    scale = draw(st.sampled_from([0.05, 1.0, 7.0, 40.0]))
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(1, rows, dim, generator=g) * scale
+    x[..., :: max(1, dim // 4)] *= 4.0
+    return x.to(dtype)
+
+
+@st.composite
+def rope_positions(draw: st.DrawFn, max_position: int = MAX_ROPE_POSITION) -> torch.Tensor:
+    """``[T]`` int64 absolute positions: a few small ones and several in the thousands."""
+    small = draw(st.lists(st.integers(0, 64), min_size=1, max_size=4))
+    large = draw(st.lists(st.integers(1000, max_position), min_size=2, max_size=8))
+    return torch.tensor(sorted(set(small + large)), dtype=torch.int64)
+
+
+@st.composite
+def sampler_logits(draw: st.DrawFn, min_vocab: int = 4, max_vocab: int = 48) -> torch.Tensor:
+    """``[V]`` float64 logits; two times in three drawn from a few levels, so that ties sit at the
+    top-k and top-p boundaries."""
+    vocab = draw(st.integers(min_vocab, max_vocab))
+    g = torch.Generator().manual_seed(draw(st.integers(0, 2**16)))
+    if draw(st.sampled_from(["levels", "continuous", "levels"])) == "levels":
+        levels = torch.tensor(draw(st.lists(st.sampled_from([-3.0, -1.0, 0.0, 0.5, 1.0, 2.0, 4.0]), min_size=2, max_size=4, unique=True)))
+        return levels[torch.randint(0, len(levels), (vocab,), generator=g)].double()
+    return (torch.randn(vocab, generator=g, dtype=torch.float64) * draw(st.sampled_from([0.5, 2.0, 5.0])))
+
+
+@st.composite
+def sampler_specs(draw: st.DrawFn, vocab: int) -> Any:
+    """A :class:`~infer_ref.testing.adapter.SamplerSpec`: temperature 0.3-2.5, top-k (None or
+    1..V), top-p (None or 0.05-0.99), repetition penalty (1, below or above 1)."""
+    from infer_ref.testing.adapter import SamplerSpec
+
+    return SamplerSpec(
+        temperature=draw(st.sampled_from([0.3, 0.7, 1.0, 1.5, 2.5])),
+        top_k=draw(st.one_of(st.none(), st.integers(1, vocab))),
+        top_p=draw(st.one_of(st.none(), st.sampled_from([0.05, 0.3, 0.5, 0.8, 0.9, 0.99]))),
+        repetition_penalty=draw(st.sampled_from([1.0, 0.8, 1.3, 2.0])),
+    )
+
+
+def sampler_contexts(vocab: int) -> st.SearchStrategy[list[int]]:
+    """Token ids seen so far (prompt + generated), for the repetition penalty: 1-12 ids, repeats allowed."""
+    return st.lists(st.integers(0, vocab - 1), min_size=1, max_size=12)

@@ -4,7 +4,9 @@ Each mutant is a complete :class:`~infer_ref.testing.adapter.Adapter`, selectabl
 implementation (``pytest --ir-impl=infer_ref.testing.mutants:rope_no_offset``), and each plants
 one bug the way it has shipped in real engines. The suite is only trusted if it fails on every one
 of them: ``python -m infer_ref.testing.mutants`` runs it against all mutants and prints which tests
-caught each.
+caught each. The low-precision, sampling and stopping families (``EXTRA_BUG_CLASSES``) have
+mutants too: norms and RoPE patched on the instance, and knobbed copies of the sampler and of the
+greedy loop's stopping rule.
 
 Nothing global is patched. A mutant's models are ordinary infer_ref models whose *instances* get a
 replacement ``forward`` / ``embed`` / attention ``forward`` (:func:`_patch_model`), copies of the
@@ -29,11 +31,21 @@ from torch.nn.attention import sdpa_kernel
 from infer_ref.attention import attention_mask, grouped_query_attention
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
-from infer_ref.models.common import SDPA_BACKENDS, RotaryEmbedding, apply_rope, rope_inv_freq
+from infer_ref.engine.result import GenerationTiming, TokenCollector, first_stop
+from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top_p
+from infer_ref.models.common import (
+    SDPA_BACKENDS,
+    GemmaRMSNorm,
+    RMSNorm,
+    RotaryEmbedding,
+    apply_rope,
+    rope_inv_freq,
+)
 from infer_ref.testing import adapters as ref
-from infer_ref.testing.adapter import Adapter, CacheSpec
+from infer_ref.testing.adapter import Adapter, CacheSpec, SamplerSpec
 from infer_ref.testing.mutants import caches
 from infer_ref.testing.mutants.caches import CACHE_BUG_CLASSES
+from infer_ref.tokenizer import Tokenizer
 
 MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
 
@@ -55,6 +67,20 @@ BUG_CLASSES = (
     "llama3 rope scaling ignored",
     "layers aliasing one cache slice",
     "overflow clamped silently",
+)
+
+# Bug classes beyond DESIGN.md's list: the low-precision, sampling and stopping families, which a
+# float64 suite cannot see.
+EXTRA_BUG_CLASSES = (
+    "RMSNorm accumulated or scaled in low precision",
+    "Gemma's 1 + w formed in low precision",
+    "RoPE frequencies or angles held in low precision",
+    "sampling warpers in the wrong order",
+    "top-k / top-p support not transformers'",
+    "sampled draws not from the filtered distribution",
+    "EOS ignored or only partly honoured",
+    "one token too many or too few",
+    "stop strings across token boundaries or out of order",
 )
 
 # -- broken masks --------------------------------------------------------------------------------
@@ -163,6 +189,12 @@ class Knobs:
     cache_cls: type[KVCache] = KVCache
     store_kvcache: Callable[..., None] | None = None  # replaces the adapter's store
     paged_decode_attention: Callable[..., Tensor] | None = None  # replaces the adapter's paged read
+    norm_precision: str = "fp32"  # "fp32" | "low_accumulate" | "gemma_one_plus_w_low"
+    rope_precision: str = "fp32"  # "fp32" | "angles_low" | "inv_freq_low"
+    sampler: str = "reference"  # | "top_p_before_temperature" | "top_k_strict" | "race_inverted"
+    # "reference" | "eos_ignored" | "eos_config_only" | "eos_first_id_only" | "one_token_too_many" | "eos_dropped"
+    # | "stop_first_listed" | "stop_within_token"
+    stopping: str = "reference"
 
 
 def _mask_for(knobs: Knobs, q_len: int, start: int, window: int | None, device: torch.device | str, kv_cache: Any) -> Tensor | None:
@@ -241,6 +273,39 @@ def _strip_llama3(rope: RopeConfig) -> RopeConfig:
     return RopeConfig(theta=rope.theta) if rope.rope_type == "llama3" else rope
 
 
+def _rms_norm_low_accumulate(self: Any, x: Tensor) -> Tensor:
+    """Mean of squares, rsqrt and scaling all in the activation dtype (no fp32 upcast)."""
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+    weight = 1.0 + self.weight if isinstance(self, GemmaRMSNorm) else self.weight
+    return weight * h
+
+
+def _gemma_norm_one_plus_w_low(self: Any, x: Tensor) -> Tensor:
+    """``1 + w`` added in the weight dtype (bf16 rounds it to 2^-6..2^-7), the rest in fp32."""
+    return F.rms_norm(x.float(), self.weight.shape, (1.0 + self.weight).float(), self.eps).type_as(x)
+
+
+def _rope_angles_low(self: Any, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``position * inv_freq`` formed in the activation dtype: the angle error grows with the position."""
+    freqs = positions[:, None].to(dtype) * self.inv_freq[None, :].to(dtype)  # [T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1).float()
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _patch_precision(model: Any, knobs: Knobs) -> None:
+    if knobs.norm_precision != "fp32":
+        patched = _rms_norm_low_accumulate if knobs.norm_precision == "low_accumulate" else _gemma_norm_one_plus_w_low
+        for module in model.modules():
+            if isinstance(module, GemmaRMSNorm) or (isinstance(module, RMSNorm) and knobs.norm_precision == "low_accumulate"):
+                module.forward = types.MethodType(patched, module)  # type: ignore[method-assign]
+    for rotary in model.rotary.values():
+        if knobs.rope_precision == "angles_low":
+            rotary.forward = types.MethodType(_rope_angles_low, rotary)
+        elif knobs.rope_precision == "inv_freq_low":
+            # A registered buffer that ``model.to(dtype)`` rounded: the fp32 forward reads rounded values.
+            rotary.inv_freq = rotary.inv_freq.to(model.embed_tokens.weight.dtype)
+
+
 def _patch_model(model: Any, knobs: Knobs) -> Any:
     """Give this model instance the knobbed forward methods (nothing global is touched)."""
     model.forward = types.MethodType(lambda self, ids, kv_cache=None, *, all_logits=False: _decoder_forward(
@@ -259,7 +324,103 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
     if knobs.llama3_ignored:
         for rotary in model.rotary.values():
             rotary.inv_freq = rope_inv_freq(rotary.head_dim, _strip_llama3(rotary.rope)).to(rotary.inv_freq.device)
+    _patch_precision(model, knobs)
     return model
+
+
+# -- the switchable copy of the sampler -----------------------------------------------------------
+
+
+def _warp_logits(logits: Tensor, context: list[int], spec: SamplerSpec, knobs: Knobs) -> Tensor:
+    """Copy of ``engine.sampling.warp_logits`` (sampling, not greedy) with the sampler knob."""
+    logits = apply_repetition_penalty(logits, context, spec.repetition_penalty)
+    if knobs.sampler == "top_p_before_temperature":
+        return filter_top_k_top_p(logits, spec.top_k, spec.top_p) / spec.temperature
+    logits = logits / spec.temperature
+    if knobs.sampler == "top_k_strict" and spec.top_k is not None and spec.top_k < logits.shape[-1]:
+        # The k indices torch.topk returns, not every token tied with the k-th value.
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(0, torch.topk(logits, spec.top_k).indices, True)
+        return filter_top_k_top_p(logits.masked_fill(~keep, float("-inf")), None, spec.top_p)
+    return filter_top_k_top_p(logits, spec.top_k, spec.top_p)
+
+
+def _sample_draws(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int, knobs: Knobs) -> list[int]:
+    """Copy of the sampling path of ``engine.sampling.sample_token`` from one seeded generator."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    probs = torch.softmax(_warp_logits(logits.float(), context, spec, knobs), dim=-1).cpu()
+    if knobs.sampler == "race_inverted":
+        # The exponential race argmax(p / q), q ~ Exp(1), written as argmax(p * q): same support,
+        # a distribution sharpened towards the likely tokens.
+        out = []
+        for _ in range(num_draws):
+            q = torch.empty_like(probs).exponential_(generator=generator)
+            out.append(int((probs * q).argmax()))
+        return out
+    return [int(torch.multinomial(probs, num_samples=1, generator=generator).item()) for _ in range(num_draws)]
+
+
+# -- the switchable copy of the stopping rule and the greedy loop ---------------------------------
+
+
+class _KnobbedCollector(TokenCollector):
+    """Copy of ``TokenCollector.accept`` with the stopping knob."""
+
+    def __init__(self, *args: Any, knobs: Knobs, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._knobs = knobs
+
+    def accept(self, token: int) -> bool:
+        mode = self._knobs.stopping
+        before = self._tokenizer.decode(self.generated, skip_special_tokens=True)
+        self.tokens.append(token)
+        self.generated.append(token)
+        if token in self._eos_ids and mode != "eos_ignored":
+            self.finish = "eos"
+            if mode == "eos_dropped":  # the EOS token left out of the returned tokens
+                self.generated.pop()
+            return True
+        if self._stop:
+            text = self._tokenizer.decode(self.generated, skip_special_tokens=True)
+            cut = self._find_stop(text, before, token)
+            if cut is not None:
+                self._text, self.finish = text[:cut], "stop"
+                return True
+        if mode == "one_token_too_many":
+            return len(self.generated) > self._max_new_tokens  # `>` for `>=`
+        return len(self.generated) >= self._max_new_tokens
+
+    def _find_stop(self, text: str, before: str, token: int) -> int | None:
+        if self._knobs.stopping == "stop_first_listed":  # the first string of the list that occurs
+            return next((text.find(s) for s in self._stop if s in text), None)
+        if self._knobs.stopping == "stop_within_token":  # each new token's own text searched alone
+            piece = self._tokenizer.decode([token], skip_special_tokens=True)
+            hit = first_stop(piece, self._stop)
+            return None if hit is None else len(before) + hit
+        return first_stop(text, self._stop)
+
+
+@torch.inference_mode()
+def _generate_stopping(
+    model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...], knobs: Knobs
+) -> tuple[list[int], str]:
+    """Copy of the eager greedy loop of ``engine.generate`` with the knobbed stopping rule."""
+    tokenizer = Tokenizer(folder)
+    config = model.config
+    eos_ids = set(config.eos_token_ids)
+    if knobs.stopping != "eos_config_only":  # generation_config.json and tokenizer_config.json too
+        eos_ids |= set(tokenizer.eos_token_ids)
+    if knobs.stopping == "eos_first_id_only":  # `eos_token_id` read as one int: the first id found
+        eos_ids = set((*config.eos_token_ids, *tokenizer.eos_token_ids)[:1])
+    param = next(model.parameters())
+    cache = KVCache.from_model_config(config, len(prompt_ids) + max_new_tokens + 1, dtype=param.dtype, device=param.device)
+    collector = _KnobbedCollector(prompt_ids, tokenizer, max_new_tokens=max_new_tokens, stop=stop, eos_ids=eos_ids, knobs=knobs)
+    done = False
+    while not done:
+        fed = collector.tokens if not collector.generated else collector.tokens[-1:]
+        logits = model(torch.tensor([fed], device=param.device), kv_cache=cache)  # [1, 1, V]
+        done = collector.accept(int(logits[0, -1].argmax()))
+    result = collector.result(GenerationTiming(), None)
+    return list(result.token_ids), result.text
 
 
 def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
@@ -297,6 +458,15 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
         )
         return make_cache(spec)
 
+    def sample_probs(logits: Tensor, context: list[int], spec: SamplerSpec) -> Tensor:
+        return torch.softmax(_warp_logits(logits, context, spec, knobs), dim=-1)
+
+    def sample(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int) -> list[int]:
+        return _sample_draws(logits, context, spec, seed, num_draws, knobs)
+
+    def generate_stopping(model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...]) -> tuple[list[int], str]:
+        return _generate_stopping(model, folder, prompt_ids, max_new_tokens, stop, knobs)
+
     # The reference adapter with every path a knob can reach replaced; the rest (reading the
     # cache, apply_rope, forward, generate) is infer_ref's own.
     return replace(
@@ -312,6 +482,9 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
         make_model_cache=make_model_cache,
         store_kvcache=knobs.store_kvcache or ref.INFER_REF.store_kvcache,
         paged_decode_attention=knobs.paged_decode_attention or ref.INFER_REF.paged_decode_attention,
+        sample_probs=sample_probs,
+        sample=sample,
+        generate_stopping=generate_stopping,
     )
 
 
@@ -343,6 +516,9 @@ _MODEL = ("test_model.py",)
 _STORE = ("test_store.py",)
 _PAGED = ("test_paged_attention.py",)
 _SNAPSHOT = ("test_snapshots.py",)
+_LOWP = ("test_low_precision.py",)
+_SAMPLING = ("test_sampling.py",)
+_STOPPING = ("test_stopping.py",)
 
 MUTANTS: dict[str, Mutant] = {
     m.name: m
@@ -393,11 +569,42 @@ MUTANTS: dict[str, Mutant] = {
                Knobs(cache_cls=caches.ShallowSnapshotCache), _SNAPSHOT),
         Mutant("restore_rebinds_buffers", CACHE_BUG_CLASSES[4], "restore() rebinds k/v to new tensors instead of copying into the existing ones.",
                Knobs(cache_cls=caches.RebindingRestoreCache), _SNAPSHOT),
+        Mutant("rms_norm_low_precision", EXTRA_BUG_CLASSES[0], "RMSNorm's mean of squares, rsqrt and scaling computed in the activation dtype (no fp32 upcast).",
+               Knobs(norm_precision="low_accumulate"), _LOWP),
+        Mutant("gemma_one_plus_w_low_precision", EXTRA_BUG_CLASSES[1], "Gemma's `1 + w` added in the weight dtype (bf16), then applied in fp32.",
+               Knobs(norm_precision="gemma_one_plus_w_low"), _LOWP),
+        Mutant("rope_angles_low_precision", EXTRA_BUG_CLASSES[2], "RoPE angle `position * inv_freq` formed in the activation dtype.",
+               Knobs(rope_precision="angles_low"), _LOWP),
+        Mutant("rope_inv_freq_low_precision", EXTRA_BUG_CLASSES[2], "RoPE inverse frequencies rounded to the model dtype (a buffer `model.to(bfloat16)` cast).",
+               Knobs(rope_precision="inv_freq_low"), _LOWP),
+        Mutant("top_p_before_temperature", EXTRA_BUG_CLASSES[3], "Top-k/top-p filter the raw logits, temperature is applied after (transformers: temperature first).",
+               Knobs(sampler="top_p_before_temperature"), _SAMPLING),
+        Mutant("top_k_ties_dropped", EXTRA_BUG_CLASSES[4], "Top-k keeps exactly the k indices `torch.topk` returns, dropping tokens tied with the k-th logit.",
+               Knobs(sampler="top_k_strict"), _SAMPLING),
+        Mutant("exponential_race_inverted", EXTRA_BUG_CLASSES[5], "Draws by `argmax(p * q)`, q ~ Exp(1), instead of `argmax(p / q)`: right support, wrong frequencies.",
+               Knobs(sampler="race_inverted"), _SAMPLING),
+        Mutant("eos_ignored", EXTRA_BUG_CLASSES[6], "EOS ids never end generation: it always runs to max_new_tokens.",
+               Knobs(stopping="eos_ignored"), _STOPPING),
+        Mutant("eos_from_config_only", EXTRA_BUG_CLASSES[6], "EOS ids read from config.json only: generation_config.json and the tokenizer's eos_token (Llama 3's <|eot_id|>) ignored.",
+               Knobs(stopping="eos_config_only"), _STOPPING),
+        Mutant("eos_first_config_id_only", EXTRA_BUG_CLASSES[6], "Only the first EOS id found (config.json's list first) ends generation: `eos_token_id` read as one int.",
+               Knobs(stopping="eos_first_id_only"), _STOPPING),
+        Mutant("one_token_too_many", EXTRA_BUG_CLASSES[7], "The length limit tested with `>` instead of `>=`: max_new_tokens + 1 tokens.",
+               Knobs(stopping="one_token_too_many"), _STOPPING),
+        Mutant("eos_dropped_from_tokens", EXTRA_BUG_CLASSES[7], "Generation stops at EOS but the EOS token is left out of the returned tokens.",
+               Knobs(stopping="eos_dropped"), _STOPPING),
+        Mutant("stop_first_listed", EXTRA_BUG_CLASSES[8], "With several stop strings, the text is cut at the first *listed* one found, not the earliest occurrence.",
+               Knobs(stopping="stop_first_listed"), _STOPPING),
+        Mutant("stop_within_token", EXTRA_BUG_CLASSES[8], "Stop strings searched in each new token's text alone: one spanning a token boundary is missed.",
+               Knobs(stopping="stop_within_token"), _STOPPING),
     )
 }
 
 # Prefix-cache mutants: planted in the block manager (infer_ref/testing/mutants/prefix.py).
 from infer_ref.testing.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MUTANTS  # noqa: E402
+
+# Every class the suite must catch: DESIGN's list, then precision/sampling/stopping, cache systems, prefix caching.
+ALL_BUG_CLASSES = BUG_CLASSES + EXTRA_BUG_CLASSES + CACHE_BUG_CLASSES + PREFIX_BUG_CLASSES
 
 MUTANTS.update(PREFIX_MUTANTS)
 
@@ -411,4 +618,4 @@ def __getattr__(name: str) -> Adapter:
     raise AttributeError(f"module {__name__!r} has no mutant {name!r}; mutants: {', '.join(MUTANTS)}")
 
 
-__all__ = ["BUG_CLASSES", "CACHE_BUG_CLASSES", "CONTROL", "MUTANTS", "PREFIX_BUG_CLASSES", "Knobs", "Mutant", "make_adapter"]
+__all__ = ["ALL_BUG_CLASSES", "BUG_CLASSES", "CACHE_BUG_CLASSES", "CONTROL", "EXTRA_BUG_CLASSES", "MUTANTS", "PREFIX_BUG_CLASSES", "Knobs", "Mutant", "make_adapter"]

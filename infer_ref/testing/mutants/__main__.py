@@ -1,13 +1,17 @@
 """Run the property suite against every planted bug; fail unless each one is caught.
 
-    python -m infer_ref.testing.mutants [--jobs N] [--only NAME ...] [--write-table docs/conformance.md]
+    python -m infer_ref.testing.mutants [--jobs N] [--only NAME ...] [--tiers default|all] [--write-table docs/conformance.md]
 
 Each mutant runs in its own ``pytest`` subprocess (``--ir-impl=infer_ref.testing.mutants:NAME``)
 over the test files relevant to it, under the ``mutants`` Hypothesis profile (``ci``'s
 derandomized examples without shrinking: same verdict, sooner). A mutant is *caught* when at
 least one test fails; a run that cannot even start (usage or collection error) counts as not
-caught. Prints the table mutant / bug class / tests that caught it, and with ``--write-table``
-replaces the table between the ``mutant-table`` markers of a Markdown file.
+caught. Prints the table mutant / bug class / tests that caught it, then the per-class kill
+report: for each bug class, its mutants, whether the default CPU tier catches every one, and the
+tier of each killing test (``default``, ``slow`` or ``gpu``, recorded by the plugin), so a class
+caught only by a slow or GPU-only test shows. ``--tiers all`` also runs the ``slow`` and ``gpu``
+tests (GPU ones skip without CUDA). With ``--write-table`` both tables replace the block between
+the ``mutant-table`` markers of a Markdown file.
 """
 
 from __future__ import annotations
@@ -21,10 +25,10 @@ import time
 import xml.etree.ElementTree as ET
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from infer_ref.testing.mutants import MUTANTS, Mutant
+from infer_ref.testing.mutants import ALL_BUG_CLASSES, MUTANTS, Mutant
 
 START_MARKER = "<!-- mutant-table:start -->"
 END_MARKER = "<!-- mutant-table:end -->"
@@ -37,6 +41,7 @@ class Outcome:
     caught_by: list[str]
     seconds: float
     tail: str
+    tiers: dict[str, str] = field(default_factory=dict)  # collapsed test id -> tier that ran it
 
     @property
     def caught(self) -> bool:
@@ -52,13 +57,19 @@ def default_tests_dir() -> Path:
 
 def failed_tests(junit: Path) -> list[str]:
     """Node ids (file::name[param]) of the failed or errored test cases of a JUnit XML report."""
+    return list(failed_test_tiers(junit))
+
+
+def failed_test_tiers(junit: Path) -> dict[str, str]:
+    """Failed or errored node ids -> their tier (the plugin's ``ir_tier`` property; ``default`` if absent)."""
     if not junit.is_file():
-        return []
-    out = []
+        return {}
+    out = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
         if case.find("failure") is not None or case.find("error") is not None:
             module = case.get("classname", "").rsplit(".", 1)[-1]
-            out.append(f"{module}.py::{case.get('name')}")
+            tier = next((p.get("value", "default") for p in case.iter("property") if p.get("name") == "ir_tier"), "default")
+            out[f"{module}.py::{case.get('name')}"] = tier
     return out
 
 
@@ -105,14 +116,48 @@ def run_one(mutant: Mutant, tests_dir: Path, extra: list[str]) -> Outcome:
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
         seconds = time.perf_counter() - t0
-        return Outcome(mutant, proc.returncode, collapse(failed_tests(junit)), seconds, (proc.stdout + proc.stderr)[-2000:])
+        failed = failed_test_tiers(junit)
+        tiers: dict[str, str] = {}
+        for node, tier in failed.items():  # a test function is as cheap as its cheapest failing case
+            base = node.partition("[")[0]
+            tiers[base] = min(tiers.get(base, tier), tier, key=TIER_ORDER.index)
+        caught_by = collapse(list(failed))
+        by_test = {t: tiers[t.partition("[")[0]] for t in caught_by}
+        return Outcome(mutant, proc.returncode, caught_by, seconds, (proc.stdout + proc.stderr)[-2000:], by_test)
+
+
+TIER_ORDER = ("default", "slow", "gpu")
+
+
+def _test_label(o: Outcome, test: str) -> str:
+    tier = o.tiers.get(test, "default")
+    return f"`{test}`" if tier == "default" else f"`{test}` ({tier})"
 
 
 def table(outcomes: list[Outcome]) -> str:
     lines = ["| mutant | bug class (DESIGN.md) | tests that caught it |", "|---|---|---|"]
     for o in outcomes:
-        caught = "<br>".join(f"`{t}`" for t in o.caught_by) if o.caught else f"**NOT CAUGHT** (pytest exit {o.returncode})"
+        caught = "<br>".join(_test_label(o, t) for t in o.caught_by) if o.caught else f"**NOT CAUGHT** (pytest exit {o.returncode})"
         lines.append(f"| `{o.mutant.name}` | {o.mutant.bug_class} | {caught} |")
+    return "\n".join(lines)
+
+
+def class_report(outcomes: list[Outcome]) -> str:
+    """Per bug class: its mutants, whether the default tier catches each, the killing tests per tier."""
+    lines = [
+        "| bug class | mutants | caught by the default CPU tier | killing tests by tier |",
+        "|---|---|---|---|",
+    ]
+    for bug_class in ALL_BUG_CLASSES:
+        mine = [o for o in outcomes if o.mutant.bug_class == bug_class]
+        if not mine:
+            continue
+        default = [o for o in mine if any(t == "default" for t in o.tiers.values())]
+        verdict = "yes" if len(default) == len(mine) else f"**{len(default)} of {len(mine)}**"
+        counts = {tier: sum(1 for o in mine for t in o.tiers.values() if t == tier) for tier in TIER_ORDER}
+        by_tier = ", ".join(f"{tier} {n}" for tier, n in counts.items() if n) or "**none**"
+        names = ", ".join(f"`{o.mutant.name}`" for o in mine)
+        lines.append(f"| {bug_class} | {names} | {verdict} | {by_tier} |")
     return "\n".join(lines)
 
 
@@ -133,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", type=Path, default=None, help="property test directory (default tests/property)")
     parser.add_argument("--write-table", type=Path, default=None, metavar="MD", help="replace the mutant table in this Markdown file")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument(
+        "--tiers",
+        choices=("default", "all"),
+        default="default",
+        help="default: the default CPU tier only; all: also the slow and gpu tests (GPU ones skip without CUDA)",
+    )
     args, extra = parser.parse_known_args(argv)
 
     if args.list:
@@ -143,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown mutant(s) {unknown}; known: {', '.join(MUTANTS)}")
     chosen = [m for m in MUTANTS.values() if args.only is None or m.name in args.only]
+    if args.tiers == "all":
+        extra = ["-m", "not benchmark", *extra]
     tests_dir = args.tests or default_tests_dir()
     if not tests_dir.is_dir():
         parser.error(f"no property tests at {tests_dir}: run from the repository root or pass --tests")
@@ -154,6 +207,8 @@ def main(argv: list[str] | None = None) -> int:
 
     print(table(outcomes))
     print()
+    print(class_report(outcomes))
+    print()
     for o in outcomes:
         print(f"{o.mutant.name:32} {'caught' if o.caught else 'NOT CAUGHT'} in {o.seconds:5.1f}s ({len(o.caught_by)} tests)")
     missed = [o for o in outcomes if not o.caught]
@@ -161,7 +216,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n--- {o.mutant.name}: pytest exit {o.returncode}, output tail:\n{o.tail}", file=sys.stderr)
     print(f"\n{len(outcomes) - len(missed)}/{len(outcomes)} mutants caught in {elapsed:.0f}s with {args.jobs} job(s)")
     if args.write_table is not None and args.only is None:
-        write_table(args.write_table, table(outcomes), "python -m infer_ref.testing.mutants --write-table " + str(args.write_table))
+        report = table(outcomes) + "\n\nPer bug class (the tier of each killing test: `default` runs in `pytest -n auto`):\n\n" + class_report(outcomes)
+        write_table(args.write_table, report, "python -m infer_ref.testing.mutants --write-table " + str(args.write_table))
     return 1 if missed else 0
 
 
