@@ -10,11 +10,13 @@ length. Methods:
 - ``gather_sdpa``:      ``gather_paged_kv`` (copy the prefix out) then ``scaled_dot_product_attention``
 - ``contiguous_sdpa``:  SDPA on K/V that are already contiguous (no gather): the floor for SDPA
 
-Times are CUDA-event medians of ``--repeats`` runs of ``--iters`` back-to-back calls, twice: eager
-(launch and Python overhead included, which dominates short contexts at batch 1) and replayed from
-a CUDA graph of ``GRAPH_CALLS`` calls (the GPU time a captured decode step pays). ``GB/s`` counts
-the K and V bytes a call must read once, over the graph time. Prints a table and writes JSON to
-``--out``.
+Each call reads one of several distinct K/V copies in turn (enough that a round reads four L2
+caches' worth, so the data come from HBM as in a real decode step, where weights and other layers
+evict them). Times are CUDA-event medians of ``--repeats`` timed runs of about ``--iters`` calls,
+twice: eager (launch and Python overhead included, which dominates short contexts at batch 1) and
+replayed from a CUDA graph of one round (the GPU time a captured decode step pays). ``GB/s``
+counts the K and V bytes a call must read once, over the graph time. Prints a table and writes
+JSON to ``--out``.
 
 ``python benchmarks/bench_kernels.py --out kernels.json``
 Dry run on a CPU (the reference path, small contexts): ``--device cpu --contexts 16 64 --iters 2``.
@@ -64,22 +66,34 @@ def time_call(fn: Callable[[], Any], device: torch.device, iters: int, repeats: 
     return median(per_call)
 
 
-GRAPH_CALLS = 10  # calls per captured graph (one replay amortises its launch over them)
+L2_MULTIPLE = 4  # each timed round reads at least this many L2 caches' worth of distinct K/V
+MAX_COPIES = 512
+
+
+def copies_for(kv_bytes: int, device: torch.device) -> int:
+    """Distinct K/V copies to rotate through, so repeated calls read HBM, not a warm L2.
+
+    One call's K/V at 16K context (34 MB here) fits in an H100's 50 MB or an H200's 60 MB L2: timing
+    the same tensors over and over would report L2 bandwidth.
+    """
+    if device.type != "cuda":
+        return 1
+    l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 64 * 2**20)
+    return max(1, min(MAX_COPIES, -(-L2_MULTIPLE * l2 // kv_bytes)))
 
 
 def graph_of(fn: Callable[[], Any], device: torch.device) -> Callable[[], Any]:
-    """``fn`` captured ``GRAPH_CALLS`` times in one CUDA graph; the returned callable replays it."""
+    """``fn`` (one round over the copies) captured in a CUDA graph; the returned callable replays it."""
     stream = torch.cuda.Stream(device)
     stream.wait_stream(torch.cuda.current_stream(device))
     with torch.cuda.stream(stream):
-        for _ in range(3):  # warm-up (compilation, allocator) off the capture
+        for _ in range(2):  # warm-up (compilation, allocator) off the capture
             fn()
     torch.cuda.current_stream(device).wait_stream(stream)
     sync(device)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(GRAPH_CALLS):
-            fn()
+        fn()
     return graph.replay
 
 
@@ -88,51 +102,52 @@ def bench_context(args: argparse.Namespace, context: int, device: torch.device, 
     gen = torch.Generator(device=device).manual_seed(context)
     blocks_per_row = -(-context // bs)
     num_blocks = b * blocks_per_row
-    k_pool = torch.randn(num_blocks, bs, hkv, d, generator=gen, device=device, dtype=dtype)
-    v_pool = torch.randn(num_blocks, bs, hkv, d, generator=gen, device=device, dtype=dtype)
+    kv_bytes = 2 * b * context * hkv * d * torch.empty((), dtype=dtype).element_size()
+    copies = copies_for(kv_bytes, device)
+    pool_shape = (copies, num_blocks, bs, hkv, d)
+    k_pools = torch.randn(pool_shape, generator=gen, device=device, dtype=dtype)
+    v_pools = torch.randn(pool_shape, generator=gen, device=device, dtype=dtype)
     tables = torch.randperm(num_blocks, generator=gen, device=device).view(b, blocks_per_row).to(torch.int32)
     seq_lens = torch.full((b,), context, dtype=torch.int32, device=device)
     q = torch.randn(b, h, d, generator=gen, device=device, dtype=dtype)
     scale = d**-0.5
-    k_contig = gather_paged_kv(k_pool, tables, context).contiguous()  # [B, Hkv, S, D]
-    v_contig = gather_paged_kv(v_pool, tables, context).contiguous()
-    padded = blocks_per_row * bs  # the identity view needs S to be a multiple of bs
-    k_layer = torch.zeros(b, hkv, padded, d, device=device, dtype=dtype)
-    v_layer = torch.zeros_like(k_layer)
-    k_layer[:, :, :context], v_layer[:, :, :context] = k_contig, v_contig
-    k_ident, ident_tables = contiguous_layer_as_paged(k_layer, bs)
-    v_ident, _ = contiguous_layer_as_paged(v_layer, bs)
-
-    def paged_kernel() -> torch.Tensor:
-        return paged_decode_attention(q, k_pool, v_pool, tables, seq_lens, scale)
-
-    def identity_kernel() -> torch.Tensor:
-        return paged_decode_attention(q, k_ident, v_ident, ident_tables, seq_lens, scale)
+    # The same K/V contiguous [B, Hkv, S, D], and in a layer padded to a multiple of bs (identity view).
+    k_contig = [gather_paged_kv(k_pools[r], tables, context).contiguous() for r in range(copies)]
+    v_contig = [gather_paged_kv(v_pools[r], tables, context).contiguous() for r in range(copies)]
+    padded = blocks_per_row * bs
+    identity = []
+    for r in range(copies):
+        k_layer = torch.zeros(b, hkv, padded, d, device=device, dtype=dtype)
+        v_layer = torch.zeros_like(k_layer)
+        k_layer[:, :, :context], v_layer[:, :, :context] = k_contig[r], v_contig[r]
+        (k_ident, ident_tables), (v_ident, _) = contiguous_layer_as_paged(k_layer, bs), contiguous_layer_as_paged(v_layer, bs)
+        identity.append((k_ident, v_ident, ident_tables))
 
     def sdpa(k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q[:, :, None], k, v, scale=scale, enable_gqa=True)[:, :, 0]
 
-    def gather_sdpa() -> torch.Tensor:
-        return sdpa(gather_paged_kv(k_pool, tables, context), gather_paged_kv(v_pool, tables, context))
-
-    def contiguous_sdpa() -> torch.Tensor:
-        return sdpa(k_contig, v_contig)
-
-    methods = {
-        "paged_kernel": paged_kernel,
-        "identity_kernel": identity_kernel,
-        "gather_sdpa": gather_sdpa,
-        "contiguous_sdpa": contiguous_sdpa,
+    methods: dict[str, Callable[[int], torch.Tensor]] = {
+        "paged_kernel": lambda r: paged_decode_attention(q, k_pools[r], v_pools[r], tables, seq_lens, scale),
+        "identity_kernel": lambda r: paged_decode_attention(
+            q, identity[r][0], identity[r][1], identity[r][2], seq_lens, scale
+        ),
+        "gather_sdpa": lambda r: sdpa(gather_paged_kv(k_pools[r], tables, context), gather_paged_kv(v_pools[r], tables, context)),
+        "contiguous_sdpa": lambda r: sdpa(k_contig[r], v_contig[r]),
     }
-    expected = contiguous_sdpa().float()
-    kv_bytes = 2 * b * context * hkv * d * k_pool.element_size()
-    row: dict[str, Any] = {"context": context, "kv_bytes": kv_bytes, "methods": {}}
+    expected = methods["contiguous_sdpa"](copies - 1).float()
+    row: dict[str, Any] = {"context": context, "kv_bytes": kv_bytes, "copies": copies, "methods": {}}
+    rounds = max(1, args.iters // copies)
     for name, fn in methods.items():
-        max_err = (fn().float() - expected).abs().max().item()  # each method answers the same question
-        eager = time_call(fn, device, args.iters, args.repeats)
+        max_err = (fn(copies - 1).float() - expected).abs().max().item()  # each method answers the same question
+
+        def one_round(fn: Callable[[int], torch.Tensor] = fn) -> None:
+            for r in range(copies):
+                fn(r)
+
+        eager = time_call(one_round, device, rounds, args.repeats) / copies
         result = {"eager_us": eager * 1e6, "max_abs_diff_vs_sdpa": max_err}
         if device.type == "cuda":
-            graph = time_call(graph_of(fn, device), device, max(1, args.iters // GRAPH_CALLS), args.repeats) / GRAPH_CALLS
+            graph = time_call(graph_of(one_round, device), device, rounds, args.repeats) / copies
             result.update(graph_us=graph * 1e6, graph_GBps=kv_bytes / graph / 1e9)
         row["methods"][name] = result
     for mode in ("eager", "graph"):
@@ -181,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "shape": {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim,
                   "block_size": args.block_size, "dtype": args.dtype},
         "kernel": "triton" if (device.type == "cuda" and paged_attention.HAVE_TRITON) else "reference",
-        "timing": {"iters": args.iters, "repeats": args.repeats, "graph_calls": GRAPH_CALLS, "clock": "cuda events" if device.type == "cuda" else "perf_counter"},
+        "timing": {"iters": args.iters, "repeats": args.repeats, "l2_multiple": L2_MULTIPLE, "clock": "cuda events" if device.type == "cuda" else "perf_counter"},
         "environment": environment(device),
         "results": rows,
     }  # fmt: skip
