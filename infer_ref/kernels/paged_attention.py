@@ -286,9 +286,10 @@ def decode_num_splits(batch: int, num_kv_heads: int, max_visible: int, block_n: 
     """Splits per ``(row, kv head)``: enough programs for about four waves of the GPU, but no
     split shorter than two tiles of the longest possible visible range (shapes only, no lengths).
 
-    Four waves, 64-key tiles and 4 warps (8 for head_dim 256) were the best single setting over
-    batch 1..64, contexts 1K..16K and the three families' shapes on an H200 (within 4% of each
-    case's best on geometric mean, 11% at worst).
+    Of twelve settings tried on an H200 (2, 4 or 8 waves; 32-key tiles on 2 warps, 64 on 4 or 8,
+    128 on 4) over batch 1..64, contexts 1K..16K and the three families' shapes, four waves with
+    64-key tiles on 4 warps was the best single one: within 4% of each case's best on geometric
+    mean, 11% at worst (8 warps is better for head_dim 256, so that shape gets 8).
     """
     wanted = -(-4 * sm_count // max(1, batch * num_kv_heads))
     useful = max(1, -(-max_visible // (2 * block_n)))
@@ -325,6 +326,8 @@ def paged_decode_attention_triton(
         num_warps = 8 if dim_pad >= 256 else 4
     capacity = block_tables.shape[1] * block_size
     max_visible = capacity if window is None else min(capacity, window)
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
+        raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
     if num_splits is None:
         num_splits = decode_num_splits(b, hkv, max_visible, block_n, _sm_count(q.device.index or 0))
     out = torch.empty_like(q)
