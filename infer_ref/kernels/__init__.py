@@ -4,9 +4,11 @@
 ``paged_decode_attention`` read a paged cache through its block tables. Each public function
 dispatches to its Triton kernel on CUDA (when Triton is importable) and to the torch reference
 everywhere else; the ``*_reference`` functions are the definitions the kernels are tested against.
+``contiguous_layer_as_paged`` lets the paged kernel read a contiguous cache layer in place.
 """
 
 from infer_ref.kernels.paged_attention import (
+    contiguous_layer_as_paged,
     gather_paged_kv,
     paged_decode_attention,
     paged_decode_attention_reference,
@@ -14,6 +16,7 @@ from infer_ref.kernels.paged_attention import (
 from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
 
 __all__ = [
+    "contiguous_layer_as_paged",
     "gather_paged_kv",
     "paged_decode_attention",
     "paged_decode_attention_reference",

@@ -1,4 +1,4 @@
-"""Cache store: write K/V rows into a cache through a slot mapping (seed 002's ``store_kvcache``).
+"""Cache store: write K/V rows into a cache through a slot mapping.
 
 A cache here is any 4-D tensor ``[outer, inner, Hkv, D]`` with arbitrary strides; slot ``s`` is row
 ``(s // inner, s % inner)``. Two layouts use it:
@@ -6,20 +6,47 @@ A cache here is any 4-D tensor ``[outer, inner, Hkv, D]`` with arbitrary strides
 - the paged pool of one layer, ``[num_blocks, block_size, Hkv, D]``: slot
   ``block_table[pos // bs] * bs + pos % bs``;
 - the contiguous cache of one layer, ``[B, Hkv, S, D]`` seen as ``[B, S, Hkv, D]`` (a permuted view,
-  no copy): slot ``b * S + pos`` (seed 004's update at position + count).
+  no copy): slot ``b * S + pos``.
 
 A slot of ``-1`` writes nothing (a prefix-cache hit, a padding row). It must never be used as an
 index: Python and torch read ``-1`` as "the last slot", which silently overwrites a live entry.
+
+:func:`store_kvcache_reference` is the definition; :func:`store_kvcache` runs the Triton kernel on
+CUDA when Triton is importable and the reference everywhere else. Both check shapes, dtypes, devices
+and aliasing on the host from metadata alone; only the reference also checks slot *values* (range,
+duplicates), because reading them on the host would synchronise with the device. The kernel never
+writes outside the cache: a slot outside ``[0, outer * inner)`` writes nothing there.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import Tensor
 
+try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
+    import triton
+    import triton.language as tl
+
+    HAVE_TRITON = True
+except ImportError:  # pragma: no cover - depends on the install
+    HAVE_TRITON = False
+
+
+def _extent(t: Tensor) -> tuple[int, int]:
+    """Byte range ``[first, last]`` that a (possibly strided) tensor can touch."""
+    if t.numel() == 0:
+        return t.data_ptr(), t.data_ptr() - 1
+    span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
+    low = t.data_ptr() + t.element_size() * sum(
+        (size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True) if stride < 0
+    )
+    return low, low + (span + 1) * t.element_size() - 1
+
 
 def check_store_args(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
-    """Shapes, dtypes and devices (host metadata only: no device synchronisation)."""
+    """Shapes, dtypes, devices and aliasing (host metadata only: no device synchronisation)."""
     if k.dim() != 3 or k.shape != v.shape:
         raise ValueError(f"k and v must both be [num_tokens, num_kv_heads, head_dim], got {tuple(k.shape)} and {tuple(v.shape)}")
     if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
@@ -39,8 +66,9 @@ def check_store_args(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slo
     for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("slot_mapping", slot_mapping)):
         if t.device != k.device:
             raise ValueError(f"{name} is on {t.device}, k is on {k.device}")
-    if k_cache.data_ptr() == v_cache.data_ptr():
-        raise ValueError("k_cache and v_cache are the same storage: V would overwrite K")
+    (k_first, k_last), (v_first, v_last) = _extent(k_cache), _extent(v_cache)
+    if k_first <= v_last and v_first <= k_last:
+        raise ValueError("k_cache and v_cache share memory: a V write would overwrite K (or the reverse)")
 
 
 def store_kvcache_reference(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
@@ -69,6 +97,57 @@ def store_kvcache_reference(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tens
     v_cache[outer_idx, inner_idx] = v[keep]
 
 
+if HAVE_TRITON:
+
+    @triton.jit
+    def _store_kvcache_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
+        k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
+        stride_kn, stride_kh, stride_kd,  # k  [N, Hkv, D]
+        stride_vn, stride_vh, stride_vd,  # v  [N, Hkv, D]
+        stride_ko, stride_ki, stride_kch, stride_kcd,  # k_cache [outer, inner, Hkv, D]
+        stride_vo, stride_vi, stride_vch, stride_vcd,  # v_cache [outer, inner, Hkv, D]
+        inner, num_slots, num_kv_heads, head_dim,
+        BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+    ):  # fmt: skip
+        # One program per token: its [Hkv, D] rows of K and V. All address arithmetic is int64:
+        # slot * stride overflows int32 for pools past 2**31 elements.
+        token = tl.program_id(0).to(tl.int64)
+        slot = tl.load(slot_ptr + token).to(tl.int64)
+        if (slot >= 0) & (slot < num_slots):  # -1 (skip) and out-of-range slots write nothing
+            outer = slot // inner
+            row = slot % inner
+            h = tl.arange(0, BLOCK_H).to(tl.int64)[:, None]  # [BLOCK_H, 1]
+            d = tl.arange(0, BLOCK_D).to(tl.int64)[None, :]  # [1, BLOCK_D]
+            mask = (h < num_kv_heads) & (d < head_dim)
+            k = tl.load(k_ptr + token * stride_kn + h * stride_kh + d * stride_kd, mask=mask)
+            v = tl.load(v_ptr + token * stride_vn + h * stride_vh + d * stride_vd, mask=mask)
+            k_dst = k_cache_ptr + outer * stride_ko + row * stride_ki + h * stride_kch + d * stride_kcd
+            v_dst = v_cache_ptr + outer * stride_vo + row * stride_vi + h * stride_vch + d * stride_vcd
+            tl.store(k_dst, k, mask=mask)
+            tl.store(v_dst, v, mask=mask)
+
+
+def store_kvcache_triton(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
+    """The Triton store (CUDA tensors). Host checks only: no sync, no allocation, capturable."""
+    check_store_args(k, v, k_cache, v_cache, slot_mapping)
+    n, hkv, d = k.shape
+    if n == 0:
+        return
+    args: list[Any] = [k, v, k_cache, v_cache, slot_mapping]
+    args += [*k.stride(), *v.stride(), *k_cache.stride(), *v_cache.stride()]
+    args += [k_cache.shape[1], k_cache.shape[0] * k_cache.shape[1], hkv, d]
+    _store_kvcache_kernel[(n,)](
+        *args, BLOCK_H=triton.next_power_of_2(hkv), BLOCK_D=triton.next_power_of_2(d), num_warps=4
+    )
+
+
 def store_kvcache(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
-    """:func:`store_kvcache_reference`'s contract (the dispatching entry point the caches call)."""
-    store_kvcache_reference(k, v, k_cache, v_cache, slot_mapping)
+    """:func:`store_kvcache_reference`'s contract (the dispatching entry point the caches call).
+
+    On CUDA with Triton: the kernel (slot values are not checked, see the module docstring).
+    Elsewhere: the reference.
+    """
+    if HAVE_TRITON and k.is_cuda:
+        store_kvcache_triton(k, v, k_cache, v_cache, slot_mapping)
+    else:
+        store_kvcache_reference(k, v, k_cache, v_cache, slot_mapping)
