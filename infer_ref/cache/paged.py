@@ -37,7 +37,7 @@ from infer_ref.cache.base import CacheBase
 from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.cache.pool import BlockPool
 from infer_ref.cache.snapshot import KVSnapshot
-from infer_ref.kernels.paged_attention import paged_decode_attention
+from infer_ref.kernels.paged_attention import gather_slots, paged_decode_attention, slots_through_tables
 from infer_ref.kernels.store import store_kvcache
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ class PagedKVCache(CacheBase):
         shorter rows are padded and hidden by :meth:`attention_mask`)."""
         plan = self._write(layer_idx, k, v)
         k_pool, v_pool = self.pool.layer(layer_idx)
-        return _gather(k_pool, plan.read_slots), _gather(v_pool, plan.read_slots)
+        return gather_slots(k_pool, plan.read_slots), gather_slots(v_pool, plan.read_slots)
 
     def attend(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
         """Store ``k``/``v`` and attend ``q`` ``[B, H, T, D]``; on CUDA a single-token step reads
@@ -335,7 +335,7 @@ class PagedKVCache(CacheBase):
             raise ValueError(f"get_kv needs rows of equal length, rows hold {self._lengths}")
         slots = self._slots(self.seq_len)
         k_pool, v_pool = self.pool.layer(layer_idx)
-        return _gather(k_pool, slots), _gather(v_pool, slots)
+        return gather_slots(k_pool, slots), gather_slots(v_pool, slots)
 
     def slot_mapping(self, positions: Sequence[int], row: int = 0) -> list[int]:
         """Slots of ``positions`` of one row: ``table[p // bs] * bs + p % bs`` (blocks must be held)."""
@@ -382,11 +382,11 @@ class PagedKVCache(CacheBase):
         ends = starts + t  # [B, 1], positions held after the write
         read_pos = torch.arange(max(lengths) + t, device=device).expand(len(lengths), -1)  # [B, S]
         write_pos = starts + torch.arange(t, device=device)  # [B, T]
-        read = _slots_through(table, read_pos, bs)
+        read = slots_through_tables(table, read_pos, bs)
         self._plan = _StepPlan(
             lengths=lengths,
             t=t,
-            write_slots=_slots_through(table, write_pos, bs).reshape(-1),
+            write_slots=slots_through_tables(table, write_pos, bs).reshape(-1),
             read_slots=torch.where(read_pos < ends, read, 0),  # padding past a row's end reads slot 0, masked
             table=table.to(torch.int32),
             lengths_after=ends[:, 0].to(torch.int32),
@@ -486,16 +486,3 @@ class PagedKVCache(CacheBase):
 def model_layer_windows(config: ModelConfig) -> list[int | None]:
     """Each layer's sliding window (None for global layers), as the models apply them."""
     return [config.sliding_window if t == "sliding_attention" else None for t in config.layer_types]
-
-
-def _slots_through(table: Tensor, positions: Tensor, block_size: int) -> Tensor:
-    """Slots ``table[b, p // bs] * bs + p % bs`` of positions ``[B, N]`` (int64, same shape)."""
-    width = table.shape[1]
-    blocks = table.gather(1, (positions // block_size).clamp(max=width - 1))  # [B, N]
-    return blocks * block_size + positions % block_size
-
-
-def _gather(pool: Tensor, slots: Tensor) -> Tensor:
-    """Rows ``slots`` ``[B, S]`` of one layer's pool ``[N, bs, Hkv, D]`` -> ``[B, Hkv, S, D]``."""
-    n, bs, hkv, d = pool.shape
-    return pool.reshape(n * bs, hkv, d)[slots].transpose(1, 2)  # [B, S, Hkv, D] -> [B, Hkv, S, D]

@@ -41,10 +41,21 @@ except ImportError:  # pragma: no cover - depends on the install
     HAVE_TRITON = False
 
 
-def paged_slots(block_table: Tensor, length: int, block_size: int) -> Tensor:
-    """Flat slots ``[length]`` (int64) of positions ``0 .. length-1`` for one table ``[M]``."""
-    pos = torch.arange(length, device=block_table.device)
-    return block_table[pos // block_size].long() * block_size + pos % block_size
+def slots_through_tables(block_tables: Tensor, positions: Tensor, block_size: int) -> Tensor:
+    """Slots ``block_tables[b, p // bs] * bs + p % bs`` of positions ``[B, N]`` (int64, same shape).
+
+    Positions past a row's blocks read its last table entry (clamped): callers mask them.
+    """
+    width = block_tables.shape[1]
+    blocks = block_tables.long().gather(1, (positions // block_size).clamp(max=width - 1))  # [B, N]
+    return blocks * block_size + positions % block_size
+
+
+def gather_slots(cache: Tensor, slots: Tensor) -> Tensor:
+    """Rows ``slots`` ``[B, S]`` of one layer's pool ``[num_blocks, bs, Hkv, D]`` -> ``[B, Hkv, S, D]``."""
+    num_blocks, block_size, hkv, d = cache.shape
+    flat = cache.reshape(num_blocks * block_size, hkv, d)  # a view for a contiguous pool
+    return flat[slots].transpose(1, 2)  # [B, S, Hkv, D] -> [B, Hkv, S, D]
 
 
 def gather_paged_kv(cache: Tensor, block_tables: Tensor, length: int) -> Tensor:
@@ -55,13 +66,12 @@ def gather_paged_kv(cache: Tensor, block_tables: Tensor, length: int) -> Tensor:
         block_tables: ``[B, M]`` integer block ids, ``M >= ceil(length / block_size)``.
         length: positions to read (the same for every row).
     """
-    num_blocks, block_size, hkv, d = cache.shape
+    block_size = cache.shape[1]
     needed = -(-length // block_size)
     if block_tables.dim() != 2 or block_tables.shape[1] < needed:
         raise ValueError(f"block_tables must be [B, M>={needed}] for {length} positions, got {tuple(block_tables.shape)}")
-    flat = cache.reshape(num_blocks * block_size, hkv, d)  # a view for a contiguous pool
-    rows = [flat[paged_slots(table, length, block_size)] for table in block_tables]  # [S, Hkv, D] each
-    return torch.stack(rows).transpose(1, 2)  # [B, Hkv, S, D]
+    positions = torch.arange(length, device=block_tables.device).expand(block_tables.shape[0], -1)  # [B, S]
+    return gather_slots(cache, slots_through_tables(block_tables, positions, block_size))
 
 
 def paged_decode_attention_reference(
@@ -378,7 +388,8 @@ __all__ = [
     "check_decode_args",
     "contiguous_layer_as_paged",
     "gather_paged_kv",
+    "gather_slots",
     "paged_decode_attention",
     "paged_decode_attention_reference",
-    "paged_slots",
+    "slots_through_tables",
 ]
