@@ -11,5 +11,13 @@ def default_device() -> torch.device:
 
 
 def resolve(device: str | torch.device | None) -> torch.device:
-    """``device`` as a ``torch.device``; None means :func:`default_device`."""
-    return default_device() if device is None else torch.device(device)
+    """``device`` as a ``torch.device``; None means :func:`default_device`.
+
+    A CUDA device without an index gets the current one (``cuda`` -> ``cuda:0``), as the tensors
+    allocated on it report: ``torch.device("cuda") != torch.device("cuda:0")``, so comparing a
+    tensor's device with an unindexed one would refuse a tensor that is where it should be.
+    """
+    out = default_device() if device is None else torch.device(device)
+    if out.type == "cuda" and out.index is None and torch.cuda.is_available():
+        out = torch.device("cuda", torch.cuda.current_device())
+    return out

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
+from infer_ref.devices import resolve as resolve_device
 
-def resolve_device(device: str | torch.device | None) -> torch.device:
-    """``device``, or CUDA when available and CPU otherwise when it is None."""
-    if device is None:
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
+__all__ = ["check_dims", "check_distinct_storage", "check_no_broadcast", "check_storage_pair", "memory_span", "resolve_device"]
 
 
 def memory_span(t: Tensor) -> tuple[int, int]:
