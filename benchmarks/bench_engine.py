@@ -90,18 +90,25 @@ def _contiguous_logits(model: torch.nn.Module, prompt: list[int], forced: list[i
     return torch.stack(out)
 
 
-def measured_spread(model: torch.nn.Module, prompts: list[list[int]], forced: list[list[int]], split: int, tol: Tolerance) -> dict[str, Any]:
-    """How far two *correct* paths drift apart in this dtype on this model: the same request with its
-    prompt prefilled whole vs in two chunks at ``split`` (contiguous cache, no engine). The engine's
-    checks allow twice that drift (and never less than the golden tolerance)."""
-    reports = [
-        compare_teacher_forced(_contiguous_logits(model, p, f, None), f, _contiguous_logits(model, p, f, split), tol)
-        for p, f in zip(prompts, forced, strict=True)
-    ]
+def measured_spread(
+    model: torch.nn.Module, prompts: list[list[int]], cold: list[EngineResult], split: int, tol: Tolerance
+) -> dict[str, Any]:
+    """How far *correct* paths drift apart in this dtype on this model, for the first requests: the
+    prompt prefilled whole vs in two chunks at ``split`` through the contiguous cache, and the
+    contiguous cache (SDPA decode) vs the engine without prefix caching (paged decode kernel) —
+    two implementations with different reduction orders. The engine's checks allow twice that drift
+    (and never less than the golden tolerance)."""
+    reports = []
+    for p, r in zip(prompts, cold, strict=False):
+        forced = r.token_ids
+        whole = _contiguous_logits(model, p, forced, None)
+        reports.append(compare_teacher_forced(whole, forced, _contiguous_logits(model, p, forced, split), tol))
+        assert r.step_logits is not None
+        reports.append(compare_teacher_forced(whole, forced, r.step_logits.to(whole.device), tol))
     deficit = max(r.max_deficit for r in reports)
     dlogprob = max(r.max_abs_dlogprob for r in reports)
     return {
-        "what": f"contiguous cache, prompt whole vs split at {split}, {len(reports)} requests",
+        "what": f"contiguous cache whole vs split at {split}, and vs the engine without caching: {len(prompts)} requests",
         "max_deficit": deficit,
         "max_abs_dlogprob": dlogprob,
         "tolerance": {"eps": max(tol.eps, 2 * deficit), "topk_atol": max(tol.topk_atol, 2 * dlogprob)},
@@ -127,7 +134,7 @@ def checks(model: torch.nn.Module, prompts: list[list[int]], args: argparse.Name
     warm = warm_engine.generate(prompts, greedy, forced_tokens=[r.token_ids for r in cold], keep_logits=True)
     if dtype != "float64":
         split = args.block_size * (len(prompts[0]) // (2 * args.block_size)) or 1
-        spread = measured_spread(model, prompts[:4], [r.token_ids for r in cold[:4]], split, tol)
+        spread = measured_spread(model, prompts[:4], cold[:4], split, tol)
         tol = Tolerance(spread["tolerance"]["eps"], spread["tolerance"]["topk_atol"], spread["what"])
     else:
         spread = None

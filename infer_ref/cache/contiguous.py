@@ -42,6 +42,7 @@ class KVCache(CacheBase):
         self.k = k
         self.v = v
         self._seq_len = seq_len
+        self._slot_cache: tuple[tuple[int, int], Tensor] | None = None
 
     # -- construction --------------------------------------------------------------------------
 
@@ -206,11 +207,22 @@ class KVCache(CacheBase):
         # The layer seen as [B, S, Hkv, D] (a permuted view): slot b * S + pos is row b, position pos.
         k_rows = self.k[layer_idx].permute(0, 2, 1, 3)
         v_rows = self.v[layer_idx].permute(0, 2, 1, 3)
-        positions = start + torch.arange(t, device=self.device)  # [T]
-        slots = (torch.arange(b, device=self.device)[:, None] * self.max_seq_len + positions[None, :]).reshape(-1)
+        slots = self._write_slots(start, t)
         store_kvcache(
             k.transpose(1, 2).reshape(b * t, hkv, d), v.transpose(1, 2).reshape(b * t, hkv, d), k_rows, v_rows, slots
         )
+
+    def _write_slots(self, start: int | Tensor, t: int) -> Tensor:
+        """Slots ``[B*T]`` of positions ``start + [0, T)`` in every row; computed once per forward
+        (every layer writes the same positions), a fresh tensor when ``start`` lives on the device."""
+        if isinstance(start, int) and self._slot_cache is not None and self._slot_cache[0] == (start, t):
+            return self._slot_cache[1]
+        positions = start + torch.arange(t, device=self.device)  # [T]
+        rows = torch.arange(self.batch_size, device=self.device)[:, None] * self.max_seq_len  # [B, 1]
+        slots = (rows + positions[None, :]).reshape(-1)  # [B*T]
+        if isinstance(start, int):
+            self._slot_cache = ((start, t), slots)
+        return slots
 
     def _load_positions(self, keys: Tensor, values: Tensor) -> None:
         n = keys.shape[3]
