@@ -5,7 +5,7 @@
 * Its capabilities are probed once; a test marked ``@pytest.mark.ir_requires("cache", ...)`` is
   skipped as "not supported by <name>" when the adapter lacks one of them.
 * ``--ir-xfails FILE`` marks tests as expected failures: one test-id prefix per line
-  (``tests/property/test_cache.py::test_reset`` or ``test_cache.py::test_reset``), ``#`` comments;
+  (``infer_ref/testing/conformance/test_cache.py::test_reset`` or ``test_cache.py::test_reset``), ``#`` comments;
   entries that match no collected test are reported as stale.
 * The report header names the implementation, versions, device and Hypothesis profile.
 * Fixtures: ``ir_adapter`` (the Adapter), ``ir_device`` (``--ir-device``, default cpu).

@@ -10,7 +10,7 @@ Nothing global is patched. A mutant's models are ordinary infer_ref models whose
 replacement ``forward`` / ``embed`` / attention ``forward`` (:func:`_patch_model`), copies of the
 real code with one switch (:class:`Knobs`) flipped; its caches are subclasses of ``KVCache``. With
 every switch at its default the copies produce the real model's logits bit for bit (checked by
-``tests/property/test_kit.py``), so a mutant differs from infer_ref by exactly its planted bug.
+``tests/kit/test_kit.py``), so a mutant differs from infer_ref by exactly its planted bug.
 """
 
 from __future__ import annotations

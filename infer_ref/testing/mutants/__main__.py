@@ -44,10 +44,8 @@ class Outcome:
 
 
 def default_tests_dir() -> Path:
-    here = Path.cwd() / "tests" / "property"
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parents[3] / "tests" / "property"
+    """The conformance tests shipped in the package (``infer_ref/testing/conformance``)."""
+    return Path(__file__).resolve().parents[1] / "conformance"
 
 
 def failed_tests(junit: Path) -> list[str]:
@@ -130,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infer_ref.testing.mutants", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="mutants run in parallel (default: CPU count)")
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME", help="run these mutants only")
-    parser.add_argument("--tests", type=Path, default=None, help="property test directory (default tests/property)")
+    parser.add_argument("--tests", type=Path, default=None, help="conformance test directory (default: the package's infer_ref/testing/conformance)")
     parser.add_argument("--write-table", type=Path, default=None, metavar="MD", help="replace the mutant table in this Markdown file")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     args, extra = parser.parse_known_args(argv)

@@ -93,12 +93,12 @@ def test_assert_visibility_and_tokens_name_the_first_difference() -> None:
 
 def test_xfail_file_reader_and_matching(tmp_path: Path) -> None:
     f = tmp_path / "xfails.txt"
-    f.write_text("# known problems\n\ntests/property/test_cache.py::test_reset  # reset is lazy\ntest_masks.py::test_boundary_cases[1-0-1]\n")
+    f.write_text("# known problems\n\ninfer_ref/testing/conformance/test_cache.py::test_reset  # reset is lazy\ntest_masks.py::test_boundary_cases[1-0-1]\n")
     entries = read_xfails(f)
-    assert entries == ["tests/property/test_cache.py::test_reset", "test_masks.py::test_boundary_cases[1-0-1]"]
-    assert matches("tests/property/test_cache.py::test_reset_restarts_at_zero", entries[0])
-    assert matches("tests/property/test_masks.py::test_boundary_cases[1-0-1]", entries[1])
-    assert not matches("tests/property/test_masks.py::test_boundary_cases[1-0-None]", entries[1])
+    assert entries == ["infer_ref/testing/conformance/test_cache.py::test_reset", "test_masks.py::test_boundary_cases[1-0-1]"]
+    assert matches("infer_ref/testing/conformance/test_cache.py::test_reset_restarts_at_zero", entries[0])
+    assert matches("infer_ref/testing/conformance/test_masks.py::test_boundary_cases[1-0-1]", entries[1])
+    assert not matches("infer_ref/testing/conformance/test_masks.py::test_boundary_cases[1-0-None]", entries[1])
 
 
 def test_load_adapter_errors_are_usage_messages() -> None:

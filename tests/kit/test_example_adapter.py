@@ -26,8 +26,7 @@ def test_suite_runs_against_the_example_adapter(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "INFER_REF_HYPOTHESIS_PROFILE": "dev"}
     cmd = [
         sys.executable, "-m", "pytest",
-        "tests/property/test_cache.py", "tests/property/test_masks.py",
-        "tests/property/test_attention.py", "tests/property/test_model.py", "tests/property/test_rope.py",
+        *(f"infer_ref/testing/conformance/{name}" for name in ("test_cache.py", "test_masks.py", "test_attention.py", "test_model.py", "test_rope.py")),
         "--ir-impl=examples.naive_cache_adapter:ADAPTER", f"--ir-xfails={xfails}",
         "-p", "no:cacheprovider", "-p", "no:xdist", "-rsX", "-W", "default",
     ]  # fmt: skip
