@@ -1,6 +1,7 @@
 """Attention masks: for any length, offset and window, the exact set of keys each query sees.
 
-The oracle is the definition (``infer_ref.testing.oracle.visible_keys``): query ``i`` of a chunk
+An adapter without ``attention_mask`` is judged through its ``attend`` instead
+(``infer_ref.testing.probes``: perturb one key's value, watch which outputs move). The oracle is the definition (``infer_ref.testing.oracle.visible_keys``): query ``i`` of a chunk
 starting at ``start`` sits at ``p = start + i`` and sees key ``j`` iff ``j <= p`` and, with a
 window, ``p - window < j``. Cases are drawn on and around multiples of the window.
 """
@@ -15,13 +16,16 @@ from infer_ref.testing import strategies as irst
 from infer_ref.testing.adapter import Adapter
 from infer_ref.testing.assertions import assert_visibility
 from infer_ref.testing.oracle import mask_as_visibility, visible_keys
+from infer_ref.testing.probes import visibility_from_attend
 
 pytestmark = pytest.mark.ir_requires("mask")
 
 
 def check(adapter: Adapter, q_len: int, start: int, window: int | None) -> None:
-    assert adapter.attention_mask is not None
-    got = mask_as_visibility(adapter.attention_mask(q_len, start, window), q_len, start)
+    if adapter.attention_mask is None:
+        got = visibility_from_attend(adapter, q_len, start, window)
+    else:
+        got = mask_as_visibility(adapter.attention_mask(q_len, start, window), q_len, start)
     assert_visibility(
         got,
         visible_keys(q_len, start, window),
