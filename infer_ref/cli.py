@@ -31,8 +31,12 @@ class UsageError(Exception):
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "pass_through", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
     try:
+        if getattr(args, "pass_through", False):  # conformance: unknown options go to pytest
+            return int(args.run(args, extra))
         if hasattr(args, "run"):
             return int(args.run(args))
         if hasattr(args, "func"):  # the golden commands
@@ -77,9 +81,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(commands: argparse._SubParsersAction) -> None:
+    from infer_ref.conformance_cli import add_conformance_command
     from infer_ref.golden_cli import add_golden_commands
 
     add_golden_commands(commands)
+    add_conformance_command(commands)
 
 
 # -- generate ----------------------------------------------------------------------------------------

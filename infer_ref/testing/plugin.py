@@ -34,6 +34,11 @@ from infer_ref.testing import report as ir_report
 from infer_ref.testing.adapter import DEFAULT_IMPL, IMPL_ENV_VAR, Adapter, load_adapter
 from infer_ref.testing.assertions import NOTES, set_run_context
 from infer_ref.testing.contract import UNSUPPORTED_SEEN, Unsupported
+from infer_ref.testing.profiles import load_default_profile
+
+# Register the ci / dev / nightly / mutants profiles before Hypothesis reads --hypothesis-profile,
+# so the shipped tests run with them from any directory (no conftest of this repository needed).
+load_default_profile()
 
 DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -230,6 +235,11 @@ def ir_device() -> str:
 def ir_dtype() -> torch.dtype:
     """The model / attention dtype (``--ir-dtype``); float64 is the exact tier."""
     return DTYPES[str(_STATE["dtype"])]
+
+
+def current_impl_spec() -> str:
+    """``module:OBJECT`` of the implementation under test (what ``--ir-impl`` resolved to)."""
+    return str(_STATE["spec"])
 
 
 def current_adapter() -> Adapter:
