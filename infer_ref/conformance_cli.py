@@ -42,7 +42,8 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
 def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
     """The pytest command line for ``args`` (plus ``extra``, passed through)."""
     out = ["--pyargs", "infer_ref.testing.conformance", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
-           f"--ir-dtype={args.dtype}", "-p", "no:cacheprovider", "-rfEsxX"]
+           f"--ir-dtype={args.dtype}", "-p", "no:cacheprovider", "-rfEsxX",
+           "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
     if not any(ep.value == PLUGIN for ep in entry_points(group="pytest11")):
         out[:0] = ["-p", PLUGIN]  # a plain checkout on PYTHONPATH: the entry point is not installed
     if args.xfails:

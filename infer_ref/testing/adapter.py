@@ -144,8 +144,15 @@ class Adapter:
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"
 
-    def capabilities(self) -> dict[str, str | None]:
-        """capability -> None when supported, else why not (the missing callables or cache members)."""
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Hypothesis prints a falsifying example's arguments with its own pretty printer, which
+        lists every dataclass field: one name is enough for the adapter under test."""
+        printer.text(repr(self))
+
+    def capabilities(self, device: str = "cpu") -> dict[str, str | None]:
+        """capability -> None when supported, else why not (the missing callables or cache members).
+
+        Probes one tiny cache on ``device`` (the device of the run: the adapter never sees another)."""
         out: dict[str, str | None] = {}
         for cap, needed in CAPABILITIES.items():
             missing = [name for name in needed if getattr(self, name) is None]
@@ -159,7 +166,7 @@ class Adapter:
                 out[cap] = out[cap] or "adapter has no make_cache"
             return out
         try:
-            probe = self.make_cache(CacheSpec(1, 1, 1, 2, 2, torch.float32, "cpu"))
+            probe = self.make_cache(CacheSpec(1, 1, 1, 2, 2, torch.float32, device))
         except Exception as exc:  # a cache that cannot even be built supports nothing
             for cap in cache_caps:
                 out[cap] = f"make_cache failed: {type(exc).__name__}: {exc}"

@@ -105,21 +105,21 @@ def pytest_configure(config: pytest.Config) -> None:
         adapter = load_adapter(spec)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    capabilities = adapter.capabilities()
-    _STATE.update(spec=spec, adapter=adapter, capabilities=capabilities)
+    requested = str(config.getoption("--ir-device"))
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--ir-device {requested}: torch {torch.__version__} sees no CUDA device")
+    device = worker_device(
+        requested, os.environ.get("PYTEST_XDIST_WORKER"), torch.cuda.device_count() if torch.cuda.is_available() else 0
+    )
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device))
+    capabilities = adapter.capabilities(device)
+    _STATE.update(spec=spec, adapter=adapter, capabilities=capabilities, device=device, dtype=config.getoption("--ir-dtype"))
     xfail_file = config.getoption("--ir-xfails")
     if xfail_file:
         if not Path(xfail_file).is_file():
             raise pytest.UsageError(f"--ir-xfails {xfail_file}: no such file")
         _STATE["xfails"] = read_xfails(xfail_file)
-    device = worker_device(
-        config.getoption("--ir-device"),
-        os.environ.get("PYTEST_XDIST_WORKER"),
-        torch.cuda.device_count() if torch.cuda.is_available() else 0,
-    )
-    _STATE.update(device=device, dtype=config.getoption("--ir-dtype"))
-    if device.startswith("cuda") and torch.cuda.is_available():
-        torch.cuda.set_device(torch.device(device))
     set_run_context(impl=spec, device=config.getoption("--ir-device"), dtype=config.getoption("--ir-dtype"))
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) writes the report
         xfails = _STATE.get("xfails")
@@ -174,6 +174,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     assert isinstance(caps, dict)
     for item in items:
         required = [c for marker in item.iter_markers("ir_requires") for c in marker.args]
+        if not required:
+            continue  # not a conformance test (the kit's own tests, infer_ref's unit tests)
         item.user_properties.append(("ir_capabilities", sorted(set(required))))
         item.user_properties.append(("ir_bug_classes", ir_report.bug_classes_of(item)))
         oracle = item.get_closest_marker("ir_oracle")

@@ -18,14 +18,17 @@ HEAD_DIM = 4
 
 
 def _run(adapter: Adapter, q: Tensor, k: Tensor, v: Tensor, start: int, window: int | None, device: str) -> Tensor:
-    """Write ``start`` positions as one chunk, then attend the rest; return the last chunk's output ``[T, D]``."""
+    """Write ``start`` positions in chunks no longer than the window, then attend the rest; return
+    the last chunk's output ``[T, D]``."""
     assert adapter.make_cache is not None and adapter.attend is not None
     total = q.shape[2]
     cache = adapter.make_cache(CacheSpec(1, 1, 1, HEAD_DIM, total, torch.float64, device, (window,)))
     scale = HEAD_DIM**-0.5
-    if start:
-        adapter.attend(q[:, :, :start], k[:, :, :start], v[:, :, :start], cache, 0, window, scale)
-        commit(adapter.cache_contract, cache, start)
+    step = window or max(start, 1)
+    for a in range(0, start, step):
+        b = min(start, a + step)
+        adapter.attend(q[:, :, a:b], k[:, :, a:b], v[:, :, a:b], cache, 0, window, scale)
+        commit(adapter.cache_contract, cache, b - a)
     out = adapter.attend(q[:, :, start:], k[:, :, start:], v[:, :, start:], cache, 0, window, scale)
     return out[0, 0].detach().to("cpu")
 

@@ -21,7 +21,7 @@ from torch import Tensor
 from infer_ref.testing import strategies as irst
 from infer_ref.testing.adapter import Adapter, CacheSpec
 from infer_ref.testing.assertions import assert_equal, fail, note
-from infer_ref.testing.contract import as_held, commit, layer_length, state_of, written
+from infer_ref.testing.contract import Unsupported, as_held, commit, layer_length, state_of, written
 
 pytestmark = pytest.mark.ir_requires("cache")
 
@@ -218,6 +218,8 @@ def refused(adapter: Adapter, call: Any) -> BaseException | None:
     """Run a call that must be refused; return what it raised (None: it was accepted)."""
     try:
         call()
+    except Unsupported:
+        raise  # refused by design: the draw is rejected, not judged
     except Exception as exc:  # judged after the state check, by refusal_verdict
         return exc
     return None
