@@ -48,7 +48,7 @@ def test_device_and_dtype_reach_every_adapter_call(tmp_path: Path) -> None:
 def test_a_cache_that_raises_and_corrupts_itself_is_reported_as_corrupting(tmp_path: Path) -> None:
     """Old: the exception type was checked first, so a cache that refused an overflow with a proper
     ValueError after writing half of it passed. Now the state is checked first."""
-    run = conformance("kit_adapters:CORRUPTS_THEN_RAISES", "-k", "test_error_case and capacity", cwd=tmp_path)
+    run = conformance("kit_adapters:CORRUPTS_THEN_RAISES", "-k", "test_error_case and capacity", cwd=tmp_path, profile="mutants")
     assert run.returncode == 1, run.output[-3000:]
     assert "layer lengths [8, 8] after the refused call (write past capacity), expected 3" in run.output, run.output[-3000:]
 
@@ -68,7 +68,8 @@ def test_self_consistency_is_judged_exactly_apart_from_transformers(tmp_path: Pa
     """Old: an implementation 1e-7 off transformers (an RMSNorm cast in another order) never had
     its cached path compared. Now the cached path is held to 1e-9 against its own full forward."""
     run = conformance(
-        "kit_adapters:SLIGHTLY_OFF", "-k", "llama and (test_full_forward or test_any_chunking or test_decode_across)", cwd=tmp_path
+        "kit_adapters:SLIGHTLY_OFF", "-k", "llama and (test_full_forward or test_any_chunking or test_decode_across)",
+        cwd=tmp_path, profile="mutants",
     )
     assert run.returncode == 1, run.output[-3000:]
     oracles = run.report["by_oracle"]
