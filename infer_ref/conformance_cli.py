@@ -30,7 +30,8 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--device", default="cpu", help="device every adapter call receives (cpu, cuda, cuda:N; default cpu)")
     p.add_argument("--dtype", default="float64", choices=DTYPES,
                    help="model / attention dtype: float64 is the exact tier; bfloat16/float16 use the golden tolerances")
-    p.add_argument("--xfails", default=None, metavar="FILE", help="expected failures, one test-id prefix per line")
+    p.add_argument("--xfails", action="append", default=None, metavar="FILE",
+                   help="expected failures, one test-id prefix per line (repeatable)")
     p.add_argument("-n", "--numprocesses", default=None, metavar="N|auto",
                    help="pytest-xdist workers; with --device cuda each worker takes its own GPU")
     p.add_argument("--report", default=None, metavar="FILE", help="write the conformance report (.md or .json)")
@@ -46,8 +47,7 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
            "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
     if not any(ep.value == PLUGIN for ep in entry_points(group="pytest11")):
         out[:0] = ["-p", PLUGIN]  # a plain checkout on PYTHONPATH: the entry point is not installed
-    if args.xfails:
-        out.append(f"--ir-xfails={args.xfails}")
+    out += [f"--ir-xfails={f}" for f in args.xfails or []]
     if args.report:
         out.append(f"--ir-report={args.report}")
     if args.profile:

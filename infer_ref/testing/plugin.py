@@ -55,9 +55,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--ir-xfails",
+        action="append",
         default=None,
         metavar="FILE",
-        help="expected failures: one test-id prefix per line, '#' starts a comment",
+        help="expected failures: one test-id prefix per line, '#' starts a comment (repeatable)",
     )
     group.addoption("--ir-device", default="cpu", help="device the suite asks the implementation to use (default cpu)")
     group.addoption(
@@ -115,11 +116,12 @@ def pytest_configure(config: pytest.Config) -> None:
         torch.cuda.set_device(torch.device(device))
     capabilities = adapter.capabilities(device)
     _STATE.update(spec=spec, adapter=adapter, capabilities=capabilities, device=device, dtype=config.getoption("--ir-dtype"))
-    xfail_file = config.getoption("--ir-xfails")
-    if xfail_file:
+    xfail_files = config.getoption("--ir-xfails") or []
+    for xfail_file in xfail_files:
         if not Path(xfail_file).is_file():
             raise pytest.UsageError(f"--ir-xfails {xfail_file}: no such file")
-        _STATE["xfails"] = read_xfails(xfail_file)
+    if xfail_files:
+        _STATE["xfails"] = [entry for f in xfail_files for entry in read_xfails(f)]
     set_run_context(impl=spec, device=config.getoption("--ir-device"), dtype=config.getoption("--ir-dtype"))
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) writes the report
         xfails = _STATE.get("xfails")
@@ -163,7 +165,7 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"derandomize={current.derandomize}, deadline={current.deadline})",
     ]
     if "xfails" in _STATE:
-        lines.append(f"  xfails: {config.getoption('--ir-xfails')} ({len(_STATE['xfails'])} entries)")  # type: ignore[arg-type]
+        lines.append(f"  xfails: {', '.join(config.getoption('--ir-xfails'))} ({len(_STATE['xfails'])} entries)")  # type: ignore[arg-type]
     return lines
 
 
@@ -192,7 +194,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for prefix in entries:
             if matches(item.nodeid, prefix):
                 item.user_properties.append(("ir_xfail", prefix))
-                item.add_marker(pytest.mark.xfail(reason=f"listed in {config.getoption('--ir-xfails')}: {prefix}", strict=True))
+                item.add_marker(pytest.mark.xfail(reason=f"listed in an --ir-xfails file: {prefix}", strict=True))
                 break
 
 
