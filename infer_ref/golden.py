@@ -1209,8 +1209,10 @@ def adapter_model(adapter: Any, source: ModelSource, dtype: torch.dtype, device:
 
     from infer_ref.testing.synthetic import write_snapshot
 
+    state = {name: t.to("cpu") for name, t in source.state(dtype, device).items()}  # generated on the device: fast
     with tempfile.TemporaryDirectory(prefix="infer_ref_golden_") as tmp:
-        folder = write_snapshot(Path(tmp) / source.name, source.hf_config, source.state(dtype, "cpu"))
+        folder = write_snapshot(Path(tmp) / source.name, source.hf_config, state)
+        del state
         return adapter.load_model(folder, dtype, device)
 
 

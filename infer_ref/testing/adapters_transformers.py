@@ -100,7 +100,8 @@ def read_cache(cache: HFCache, layer_idx: int) -> tuple[Tensor, Tensor]:
 def load_model(folder: Path, dtype: torch.dtype, device: str, *, attention: str) -> Any:
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(str(folder), dtype=dtype, attn_implementation=attention)
+    auto: Any = AutoModelForCausalLM  # its stubs type from_pretrained as a model method
+    model = auto.from_pretrained(str(folder), dtype=dtype, attn_implementation=attention)
     return model.to(device).eval()
 
 

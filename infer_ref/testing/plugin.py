@@ -109,11 +109,13 @@ def pytest_configure(config: pytest.Config) -> None:
     requested = str(config.getoption("--ir-device"))
     if requested.startswith("cuda") and not torch.cuda.is_available():
         raise pytest.UsageError(f"--ir-device {requested}: torch {torch.__version__} sees no CUDA device")
-    device = worker_device(
-        requested, os.environ.get("PYTEST_XDIST_WORKER"), torch.cuda.device_count() if torch.cuda.is_available() else 0
-    )
-    if device.startswith("cuda"):
-        torch.cuda.set_device(torch.device(device))
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = worker_device(requested, worker, gpus)
+    if worker and worker.startswith("gw") and worker[2:].isdigit() and gpus:
+        torch.cuda.set_device(int(worker[2:]) % gpus)  # plain "cuda" in this worker (the GPU tier too) is its own GPU
+    if device == "cuda":
+        device = f"cuda:{torch.cuda.current_device()}"  # tensors report an index: compare like with like
     capabilities = adapter.capabilities(device)
     _STATE.update(spec=spec, adapter=adapter, capabilities=capabilities, device=device, dtype=config.getoption("--ir-dtype"))
     xfail_files = config.getoption("--ir-xfails") or []

@@ -133,3 +133,13 @@ def test_every_mutant_is_caught() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"{len(MUTANTS)}/{len(MUTANTS)} mutants caught" in proc.stdout
+
+
+def test_each_xdist_worker_takes_its_own_gpu_round_robin() -> None:
+    """``-n 8`` on a 2-GPU runner: gw0..gw7 -> cuda:0, 1, 0, 1, ...; explicit devices and CPUs untouched."""
+    from infer_ref.testing.plugin import worker_device
+
+    assert [worker_device("cuda", f"gw{i}", 2) for i in range(4)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert worker_device("cuda", None, 2) == "cuda"
+    assert worker_device("cuda:1", "gw0", 2) == "cuda:1"
+    assert worker_device("cpu", "gw3", 2) == "cpu"
