@@ -1,4 +1,4 @@
-"""Planted bugs: deliberately broken implementations, one or more per bug class of DESIGN.md.
+"""Planted bugs: deliberately broken implementations, one or more per bug class of docs/design.md.
 
 Each mutant is a complete :class:`~infer_ref.testing.adapter.Adapter`, selectable like any other
 implementation (``pytest --ir-impl=infer_ref.testing.mutants:rope_no_offset``), and each plants
@@ -41,7 +41,7 @@ from infer_ref.testing.adapter import Adapter, CacheSpec
 
 MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
 
-# The bug classes of DESIGN.md, verbatim.
+# The bug classes of docs/design.md, verbatim.
 BUG_CLASSES = (
     "RoPE position not offset by the cache length",
     "sliding-window mask missing on decode",
@@ -317,7 +317,7 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
 
 @dataclass(frozen=True)
 class Mutant:
-    """A planted bug: its name (the ``--ir-impl`` attribute), its DESIGN.md bug class, what it does,
+    """A planted bug: its name (the ``--ir-impl`` attribute), its bug class (docs/design.md), what it does,
     and the test files worth running against it (the runner's subset)."""
 
     name: str

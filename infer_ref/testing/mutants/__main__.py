@@ -107,7 +107,7 @@ def run_one(mutant: Mutant, tests_dir: Path, extra: list[str]) -> Outcome:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| mutant | bug class (DESIGN.md) | tests that caught it |", "|---|---|---|"]
+    lines = ["| mutant | bug class (docs/design.md) | tests that caught it |", "|---|---|---|"]
     for o in outcomes:
         caught = "<br>".join(f"`{t}`" for t in o.caught_by) if o.caught else f"**NOT CAUGHT** (pytest exit {o.returncode})"
         lines.append(f"| `{o.mutant.name}` | {o.mutant.bug_class} | {caught} |")
