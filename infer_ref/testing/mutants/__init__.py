@@ -281,7 +281,7 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
             rope = _strip_llama3(rope)
         if not knobs.rope_offset:
             positions = positions - positions.min() if positions.numel() else positions
-        return RotaryEmbedding(head_dim, rope)(positions, torch.float32)
+        return RotaryEmbedding(head_dim, rope).to(positions.device)(positions, torch.float32)
 
     def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any, layer_idx: int, window: int | None, scale: float) -> Tensor:
         start, t = cache.seq_len, q.shape[2]
