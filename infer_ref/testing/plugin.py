@@ -4,9 +4,6 @@
   :class:`~infer_ref.testing.adapter.Adapter`; default: infer_ref itself.
 * Its capabilities are probed once; a test marked ``@pytest.mark.ir_requires("cache", ...)`` is
   skipped as "not supported by <name>" when the adapter lacks one of them.
-* ``--ir-xfails FILE`` marks tests as expected failures: one test-id prefix per line
-  (``infer_ref/testing/conformance/test_cache.py::test_reset`` or ``test_cache.py::test_reset``), ``#`` comments;
-  entries that match no collected test are reported as stale.
 * ``--ir-device`` / ``--ir-dtype`` (default cpu / float64) reach every adapter call that takes a
   device or a dtype. Under pytest-xdist with a CUDA device, each worker takes its own GPU
   (round-robin over the visible devices): ``-n 8`` on an 8-GPU runner uses all eight.
