@@ -5,9 +5,9 @@ no pre-allocation. ``ADAPTER`` wraps it for the suite, together with an attentio
 attention step written from scratch, and plugs the cache into infer_ref's models so that the
 model-level properties exercise it too (any object with the cache members drives those models).
 
-Run the suite against it from the repository root::
+Run the conformance tests against it from the repository root (so that ``examples`` imports)::
 
-    PYTHONPATH=. pytest tests/property --ir-impl=examples.naive_cache_adapter:ADAPTER
+    infer-ref conformance --impl examples.naive_cache_adapter:ADAPTER
 
 Tests of capabilities this adapter does not provide (RoPE tables, generate, ``memory_bytes`` —
 an append cache has no fixed footprint) are skipped as "not supported by naive-append-cache".

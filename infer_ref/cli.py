@@ -50,7 +50,11 @@ SINGLE_THREAD_BELOW_PARAMS = 50_000_000
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra and not getattr(args, "pass_through", False):
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if getattr(args, "pass_through", False):  # conformance: unknown options go to pytest
+        return run_reporting_user_errors(lambda: int(args.run(args, extra)), "infer-ref")
     if hasattr(args, "run"):
         return run_reporting_user_errors(lambda: int(args.run(args)), "infer-ref")
     if hasattr(args, "func"):  # the golden commands
@@ -100,9 +104,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_optional_commands(commands: argparse._SubParsersAction) -> None:
+    from infer_ref.conformance_cli import add_conformance_command
     from infer_ref.golden_cli import add_golden_commands
 
     add_golden_commands(commands)
+    add_conformance_command(commands)
 
 
 # -- generate ----------------------------------------------------------------------------------------

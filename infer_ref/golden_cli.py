@@ -189,6 +189,9 @@ def _run_verify(
     except (FileNotFoundError, InferRefError) as exc:  # a missing or bad checkpoint, a bad --device ...
         bar.close()
         return exit_code_for(exc) or EXIT_MISSING, f"error: {exc}", None
+    except ValueError as exc:  # an adapter that cannot be imported or lacks what verification needs
+        bar.close()
+        return EXIT_USAGE, f"error: {exc}", None
     bar.close()
     message = report.summary()
     if report.notes:
@@ -504,7 +507,8 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
 
     ver = sub.add_parser("verify", help="verify implementation(s) against golden file(s), teacher-forced")
     ver.add_argument("files", nargs="+")
-    ver.add_argument("--impl", action="append", choices=golden.IMPLEMENTATIONS, help="repeatable (default infer_ref)")
+    ver.add_argument("--impl", action="append", type=_impl, metavar="IMPL",
+                     help=f"{', '.join(golden.IMPLEMENTATIONS)} or a conformance adapter module:OBJECT; repeatable (default infer_ref)")
     ver.add_argument("--device", default=None, help="default: the file's device type")
     ver.add_argument("--checkpoint", default=None, help="override the checkpoint folder recorded in the file")
     ver.add_argument("--plant-bug", choices=sorted(golden.PLANTED_BUGS), default=None, help="plant a known bug into infer_ref first")
@@ -524,6 +528,19 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     rep.add_argument("--reuse", default=None, help="JSON lines of results already computed (by the GPU tests) to reuse")
     rep.add_argument("--quiet", action="store_true")
     rep.set_defaults(func=_cmd_report)
+
+
+def _impl(value: str) -> str:
+    """A built-in implementation name or ``module:OBJECT`` (a conformance adapter)."""
+    if value in golden_implementations() or ":" in value:
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: expected one of {', '.join(golden_implementations())} or module:OBJECT")
+
+
+def golden_implementations() -> tuple[str, ...]:
+    from infer_ref import golden
+
+    return golden.IMPLEMENTATIONS
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -65,6 +65,7 @@ from infer_ref.golden.report import CaseResult, StepFailure, VerifyReport, forma
 from infer_ref.golden.sessions import (
     SessionFactory,
     StepFn,
+    adapter_sessions,
     infer_ref_sessions,
     transformers_sessions,
     transformers_uncached_sessions,
@@ -85,6 +86,7 @@ from infer_ref.golden.synthetic import (
 from infer_ref.golden.tolerances import TOLERANCES, Tolerance, tolerance_for
 from infer_ref.golden.verification import (
     IMPLEMENTATIONS,
+    adapter_model,
     check_metadata,
     sessions_for,
     total_steps,
@@ -123,6 +125,8 @@ __all__ = [
     "VerifyReport",
     "_noise_into",
     "_tensor_key",
+    "adapter_model",
+    "adapter_sessions",
     "check_metadata",
     "content_digest",
     "default_golden_path",

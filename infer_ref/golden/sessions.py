@@ -68,3 +68,19 @@ def transformers_uncached_sessions(model: Any) -> SessionFactory:
         return step
 
     return start
+
+
+def adapter_sessions(adapter: Any, model: Any, *, device: str | torch.device) -> SessionFactory:
+    """Sessions through a conformance adapter: its ``make_model_cache`` and ``forward``."""
+    assert adapter.make_model_cache is not None and adapter.forward is not None
+
+    def start(max_len: int) -> StepFn:
+        cache = adapter.make_model_cache(model, max_len, 1)
+
+        def step(ids: Sequence[int]) -> Tensor:
+            x = torch.tensor([list(ids)], dtype=torch.long, device=device)  # [1, T]
+            return adapter.forward(model, x, cache)[0, -1]  # [V]
+
+        return step
+
+    return start

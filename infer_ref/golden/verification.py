@@ -15,6 +15,7 @@ from infer_ref.golden.format import DTYPES, load_golden
 from infer_ref.golden.report import CaseResult, StepFailure, VerifyReport
 from infer_ref.golden.sessions import (
     SessionFactory,
+    adapter_sessions,
     infer_ref_sessions,
     transformers_sessions,
     transformers_uncached_sessions,
@@ -174,11 +175,39 @@ def verify(
 
 
 IMPLEMENTATIONS = ("infer_ref", "transformers", "transformers-uncached")
+"""Built-in implementations; any conformance adapter is also accepted as ``module:OBJECT``."""
+
+
+def adapter_model(adapter: Any, source: ModelSource, dtype: torch.dtype, device: str) -> Any:
+    """``adapter.load_model`` on the golden file's model: its checkpoint folder, or the synthetic
+    weights written once as an HF snapshot (``config.json`` + safetensors) in a temporary folder."""
+    assert adapter.load_model is not None
+    if source.source == "checkpoint":
+        assert source.path is not None
+        return adapter.load_model(source.path, dtype, device)
+    import tempfile
+
+    from infer_ref.testing.synthetic import write_snapshot
+
+    state = {name: t.to("cpu") for name, t in source.state(dtype, device).items()}  # generated on the device: fast
+    with tempfile.TemporaryDirectory(prefix="infer_ref_golden_") as tmp:
+        folder = write_snapshot(Path(tmp) / source.name, source.hf_config, state)
+        del state
+        return adapter.load_model(folder, dtype, device)
 
 
 def sessions_for(impl: str, source: ModelSource, dtype: str, device: str) -> SessionFactory:
-    """Load ``source`` with implementation ``impl`` and return its session factory."""
+    """Load ``source`` with implementation ``impl`` (a built-in name or ``module:ADAPTER``) and
+    return its session factory."""
     torch_dtype = DTYPES[dtype]
+    if ":" in impl:
+        from infer_ref.testing.adapter import load_adapter
+
+        adapter = load_adapter(impl)
+        missing = [f for f in ("load_model", "make_model_cache", "forward") if getattr(adapter, f) is None]
+        if missing:
+            raise ValueError(f"--impl {impl}: adapter {adapter.name!r} has no {', '.join(missing)}; golden files need all three")
+        return adapter_sessions(adapter, adapter_model(adapter, source, torch_dtype, device), device=device)
     if impl == "infer_ref":
         return infer_ref_sessions(load_infer_ref_model(source, torch_dtype, device), device=device)
     if impl == "transformers":

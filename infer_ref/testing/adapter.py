@@ -10,13 +10,17 @@ your own callables know how to run.
 The callables, their shapes, and why each exists:
 
 ``make_cache(spec: CacheSpec) -> cache``
-    An empty KV cache for ``spec`` (layers, batch, kv heads, head_dim, capacity, dtype, device).
-``read_cache(cache, layer_idx) -> (K, V)``
-    What layer ``layer_idx`` holds for positions ``[0, cache.seq_len)``, each ``[B, Hkv, seq_len, D]``.
-    The suite uses it to check that writes land where they should and nothing else moves.
+    An empty KV cache for ``spec`` (layers, batch, kv heads, head_dim, capacity, dtype, device, and
+    per-layer sliding windows). How it advances, what ``update`` returns and which errors it raises
+    is declared by ``cache_contract`` (:class:`~infer_ref.testing.contract.CacheContract`).
+``read_cache(cache, layer_idx) -> (K, V) | (K, V, positions)``
+    What layer ``layer_idx`` holds, each ``[B, Hkv, S, D]``: positions ``[0, length)`` in order, or,
+    for a sliding-window layer that keeps only part of them, also the ``[S]`` absolute positions of
+    the held entries. The suite uses it to check that writes land where they should and nothing else moves.
 ``cache_storage(cache) -> list[Tensor]`` (optional)
     The raw tensors behind a pre-allocated cache, so that ``reset`` can be checked to zero them.
-``attention_mask(q_len, start, window) -> Tensor | None``
+``attention_mask(q_len, start, window) -> Tensor | None`` (optional: without it the mask
+    tests probe ``attend``, perturbing one key's value at a time and watching the output)
     Bool ``[q_len, start + q_len]``, True where query ``i`` (absolute position ``start + i``) may
     see key ``j``; ``None`` means every key is visible. ``window`` None: full causal attention.
 ``rope_tables(head_dim, rope: RopeConfig, positions [T]) -> (cos, sin)``
@@ -85,6 +89,10 @@ capability):
     ``max_new_tokens`` tokens. ``tokens`` are the generated ids, *including* the EOS id that ended
     generation (as transformers returns them) and the token that completed a stop string;
     ``text`` is their decoding without special tokens, cut before the earliest stop string.
+
+The suite passes the requested device (``--device``/``--ir-device``) and dtype (``--dtype``/``--ir-dtype``)
+to every callable that takes one. A callable may raise :class:`~infer_ref.testing.contract.Unsupported`
+for an input it refuses by design: the draw is rejected, never failed, and the report counts it.
 """
 
 from __future__ import annotations
@@ -99,6 +107,7 @@ import torch
 from torch import Tensor
 
 from infer_ref.config import RopeConfig
+from infer_ref.testing.contract import CacheContract, Unsupported
 
 DEFAULT_IMPL = "infer_ref.testing.adapters:INFER_REF"
 IMPL_ENV_VAR = "INFER_REF_IMPL"
@@ -109,13 +118,14 @@ CACHE_OPTIONAL_MEMBERS: dict[str, tuple[str, ...]] = {
     "cache.reset": ("reset",),
     "cache.memory_bytes": ("memory_bytes",),
     "cache.capacity": ("is_full", "remaining_capacity"),
+    "cache.crop": ("crop",),
 }
 
 # capability -> adapter fields it needs.
 CAPABILITIES: dict[str, tuple[str, ...]] = {
     "cache": ("make_cache", "read_cache"),
     "cache.storage": ("make_cache", "cache_storage"),
-    "mask": ("attention_mask",),
+    "mask": ("attention_mask",),  # or, failing that, probed through attend (see capabilities())
     "rope": ("rope_tables", "apply_rope"),
     "attention": ("make_cache", "attend"),
     "model": ("load_model", "make_model_cache", "forward"),
@@ -132,6 +142,12 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "sampler": ("sample_probs",),
     "sampler.draw": ("sample",),
     "stopping": ("load_model", "generate_stopping"),
+    "golden": ("load_model", "make_model_cache", "forward"),
+}
+# capability -> what the adapter's cache contract must declare.
+CONTRACT_CAPABILITIES: dict[str, tuple[str, Callable[[CacheContract], bool]]] = {
+    "cache.errors": ("its cache contract says it does not validate (validates=False)", lambda c: c.validates),
+    "cache.window": ("its cache contract keeps no per-layer windows (windows=False)", lambda c: c.windows),
 }
 
 
@@ -146,6 +162,11 @@ class CacheSpec:
     max_seq_len: int
     dtype: torch.dtype = torch.float64
     device: str = "cpu"
+    layer_windows: tuple[int | None, ...] | None = None
+    """Per-layer sliding window (None: full attention); only asked of caches whose contract has ``windows``."""
+
+    def window(self, layer: int) -> int | None:
+        return None if self.layer_windows is None else self.layer_windows[layer]
 
     def entry_shape(self, new_len: int) -> tuple[int, int, int, int]:
         return (self.batch_size, self.num_kv_heads, new_len, self.head_dim)
@@ -230,39 +251,58 @@ class Adapter:
     sample_probs: Callable[[Tensor, list[int], SamplerSpec], Tensor] | None = None
     sample: Callable[[Tensor, list[int], SamplerSpec, int, int], list[int]] | None = None
     generate_stopping: Callable[[Any, Path, list[int], int, tuple[str, ...]], tuple[list[int], str]] | None = None
+    cache_contract: CacheContract = field(default_factory=CacheContract)
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"
 
-    def capabilities(self) -> dict[str, str | None]:
-        """capability -> None when supported, else why not (the missing callables or cache members)."""
-        out = self._probe_capabilities()
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        """Hypothesis prints a falsifying example's arguments with its own pretty printer, which
+        lists every dataclass field: one name is enough for the adapter under test."""
+        printer.text(repr(self))
+
+    def capabilities(self, device: str = "cpu") -> dict[str, str | None]:
+        """capability -> None when supported, else why not (the missing callables or cache members).
+
+        Probes one tiny cache on ``device`` (the device of the run: the adapter never sees another);
+        ``declared_unsupported`` overrides the probe for the capabilities it names."""
+        out = self._probe_capabilities(device)
         for cap, why in self.declared_unsupported.items():
             out[cap] = f"declared unsupported: {why}"
         return out
 
-    def _probe_capabilities(self) -> dict[str, str | None]:
+    def _probe_capabilities(self, device: str) -> dict[str, str | None]:
         out: dict[str, str | None] = {}
         for cap, needed in CAPABILITIES.items():
             missing = [name for name in needed if getattr(self, name) is None]
             out[cap] = f"adapter has no {', '.join(missing)}" if missing else None
-        if self.make_cache is not None:
-            try:
-                probe = self.make_cache(CacheSpec(1, 1, 1, 2, 2, torch.float32, "cpu"))
-            except Exception as exc:  # a cache that cannot even be built supports nothing
-                for cap in ("cache", "cache.storage", "cache.bounded", "attention", "snapshot", *CACHE_OPTIONAL_MEMBERS):
-                    out[cap] = f"make_cache failed: {type(exc).__name__}: {exc}"
-                return out
-            missing = [m for m in CACHE_MEMBERS if not hasattr(probe, m)]
-            if missing:
-                for cap in ("cache", "cache.storage", "cache.bounded", "attention", "snapshot"):
-                    out[cap] = f"its cache has no {', '.join(missing)}"
-            for cap, members in CACHE_OPTIONAL_MEMBERS.items():
-                lacking = [m for m in members if not hasattr(probe, m)]
-                out[cap] = out["cache"] or (f"its cache has no {', '.join(lacking)}" if lacking else None)
-        else:
-            for cap in CACHE_OPTIONAL_MEMBERS:
-                out[cap] = "adapter has no make_cache"
+        if out["mask"] is not None and self.attend is not None and self.make_cache is not None:
+            out["mask"] = None  # probed through attend
+        cache_caps = (
+            "cache", "cache.storage", "cache.bounded", "attention", "snapshot", *CACHE_OPTIONAL_MEMBERS, *CONTRACT_CAPABILITIES
+        )
+        if self.make_cache is None:
+            for cap in cache_caps:
+                out.setdefault(cap, "adapter has no make_cache")
+                out[cap] = out[cap] or "adapter has no make_cache"
+            return out
+        try:
+            probe = self.make_cache(CacheSpec(1, 1, 1, 2, 2, torch.float32, device))
+        except Exception as exc:  # a cache that cannot even be built supports nothing
+            for cap in cache_caps:
+                out[cap] = f"make_cache failed: {type(exc).__name__}: {exc}"
+            return out
+        required = [m for m in CACHE_MEMBERS if not (m == "advance" and self.cache_contract.advance != "explicit")]
+        required = [m for m in required if not (m == "seq_len" and self.cache_contract.length is not None)]
+        missing = [m for m in required if not hasattr(probe, m)]
+        if missing:
+            for cap in ("cache", "cache.storage", "cache.bounded", "attention", "snapshot"):
+                out[cap] = f"its cache has no {', '.join(missing)}"
+        for cap, members in CACHE_OPTIONAL_MEMBERS.items():
+            lacking = [m for m in members if not hasattr(probe, m)]
+            out[cap] = out["cache"] or (f"its cache has no {', '.join(lacking)}" if lacking else None)
+        for cap, (why, declared) in CONTRACT_CAPABILITIES.items():
+            out[cap] = out["cache"] or (None if declared(self.cache_contract) else why)
         return out
 
 
@@ -289,3 +329,6 @@ def load_adapter(spec: str) -> Adapter:
             "(or a callable returning one)"
         )
     return obj
+
+
+__all__ = ["CAPABILITIES", "DEFAULT_IMPL", "Adapter", "CacheContract", "CacheSpec", "Unsupported", "load_adapter"]

@@ -59,7 +59,7 @@ def mask(q_len: int, start: int, window: int | None) -> Tensor | None:
 
 
 def rope_tables(head_dim: int, rope: RopeConfig, positions: Tensor) -> tuple[Tensor, Tensor]:
-    return RotaryEmbedding(head_dim, rope)(positions, torch.float32)
+    return RotaryEmbedding(head_dim, rope).to(positions.device)(positions, torch.float32)
 
 
 def attend(

@@ -10,7 +10,7 @@ head, returned to the tail, a finished request's blocks tail-first), reference c
 written blocks are published under which hash, and which hit is allowed (the longest prefix of
 blocks that hold exactly the request's tokens and were computed on top of the block matched before
 them, never covering the last prompt token). The state machine in
-``tests/property/test_block_manager.py`` runs a random workload against an allocator and this
+``infer_ref/testing/conformance/test_block_manager.py`` runs a random workload against an allocator and this
 model side by side and requires the same block ids, hits, free order and hash map at every step.
 """
 

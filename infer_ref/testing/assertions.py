@@ -31,6 +31,9 @@ def repro_command() -> str:
     parts = ["pytest", shlex.quote(node), "-p", "no:xdist"]
     if "impl" in _CONTEXT:
         parts.append(f"--ir-impl={_CONTEXT['impl']}")
+    for option in ("device", "dtype"):
+        if _CONTEXT.get(option) not in (None, "cpu", "float64"):
+            parts.append(f"--ir-{option}={_CONTEXT[option]}")
     from hypothesis import settings
 
     parts.append(f"--hypothesis-profile={settings.get_current_profile_name()}")
@@ -99,6 +102,49 @@ def assert_close(
     )
 
 
+def assert_logits_agree(
+    actual: Tensor,
+    expected: Tensor,
+    *,
+    dtype: torch.dtype,
+    what: str,
+    params: Mapping[str, Any] | None = None,
+    exact: float = 1e-9,
+    top_k: int = 5,
+) -> None:
+    """Logits ``[..., V]`` agree: to ``exact`` (atol = rtol) in float64, the exact tier; in lower
+    precision by the golden files' teacher-forced, tie-aware rule for that dtype — at every position
+    the expected top token's logprob is within ``eps`` of our best, and the expected top-k logprobs
+    within ``topk_atol`` (``infer_ref.golden.TOLERANCES``)."""
+    if dtype == torch.float64:
+        assert_close(actual, expected, what=what, atol=exact, rtol=exact, params=params)
+        return
+    from infer_ref.golden import tolerance_for
+
+    if tuple(actual.shape) != tuple(expected.shape):
+        _fail(f"{what}: shape {tuple(actual.shape)} != expected {tuple(expected.shape)}", [], params)
+    tol = tolerance_for(str(dtype).removeprefix("torch."))
+    ours = torch.log_softmax(actual.detach().to("cpu", torch.float64), dim=-1)
+    theirs = torch.log_softmax(expected.detach().to("cpu", torch.float64), dim=-1)
+    top = theirs.topk(min(top_k, theirs.shape[-1]), dim=-1).indices  # [..., k]
+    deficit = ours.max(dim=-1).values - ours.gather(-1, top[..., :1]).squeeze(-1)  # [...]
+    delta = (ours.gather(-1, top) - theirs.gather(-1, top)).abs().max(dim=-1).values  # [...]
+    bad = (deficit > tol.eps) | (delta > tol.topk_atol) | ours.isnan().any(dim=-1)
+    if not bool(bad.any()):
+        return
+    first = tuple(int(i) for i in bad.nonzero()[0].tolist())
+    _fail(
+        f"{what}: {int(bad.sum())} of {bad.numel()} positions outside the {dtype} tolerance "
+        f"(eps {tol.eps}, top-k atol {tol.topk_atol})",
+        [
+            f"  first position {first}: expected top token {int(top[first][0])} is {float(deficit[first]):.4g} below our best "
+            f"(our top token {int(ours[first].argmax())}); worst top-{top.shape[-1]} |Δlogprob| {float(delta[first]):.4g}",
+            f"  max deficit {float(deficit.max()):.4g}, max top-k |Δlogprob| {float(delta.max()):.4g}",
+        ],
+        params,
+    )
+
+
 def assert_equal(actual: Tensor, expected: Tensor, *, what: str, params: Mapping[str, Any] | None = None) -> None:
     """Bitwise equality (same shape, same dtype, same values): for data a cache merely stores."""
     if isinstance(actual, Tensor) and actual.dtype != expected.dtype:
@@ -156,6 +202,15 @@ def assert_tokens_equal(
     )
 
 
+NOTES: list[str] = []
+"""Observations that are reported, not failed (e.g. an error message that does not name the value)."""
+
+
+def note(message: str) -> None:
+    """Record an observation for the conformance report (the plugin attaches it to the running test)."""
+    NOTES.append(message)
+
+
 def fail(message: str, *, params: Mapping[str, Any] | None = None, details: Sequence[str] = ()) -> None:
     """Fail with the same report layout (for checks that are not tensor comparisons)."""
     _fail(message, list(details), params)
@@ -164,9 +219,11 @@ def fail(message: str, *, params: Mapping[str, Any] | None = None, details: Sequ
 __all__ = [
     "assert_close",
     "assert_equal",
+    "assert_logits_agree",
     "assert_tokens_equal",
     "assert_visibility",
     "fail",
+    "note",
     "repro_command",
     "set_run_context",
 ]

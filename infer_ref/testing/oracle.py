@@ -1,6 +1,6 @@
 """Expected values for the properties, computed without the code under test.
 
-Three kinds of oracle, in the order DESIGN.md ranks them:
+Three kinds of oracle, in the order docs/design.md ranks them:
 
 * **transformers** on the same weights, in float64 (``transformers_logits``): the model-level truth.
 * **stated arithmetic** in float64 (``visible_keys``, ``naive_attention``, ``llama3_inv_freq``,

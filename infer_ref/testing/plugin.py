@@ -4,25 +4,40 @@
   :class:`~infer_ref.testing.adapter.Adapter`; default: infer_ref itself.
 * Its capabilities are probed once; a test marked ``@pytest.mark.ir_requires("cache", ...)`` is
   skipped as "not supported by <name>" when the adapter lacks one of them.
-* ``--ir-xfails FILE`` marks tests as expected failures: one test-id prefix per line
-  (``tests/property/test_cache.py::test_reset`` or ``test_cache.py::test_reset``), ``#`` comments;
-  entries that match no collected test are reported as stale.
-* The report header names the implementation, versions, device and Hypothesis profile.
-* Fixtures: ``ir_adapter`` (the Adapter), ``ir_device`` (``--ir-device``, default cpu).
+* ``--ir-device`` / ``--ir-dtype`` (default cpu / float64) reach every adapter call that takes a
+  device or a dtype. Under pytest-xdist with a CUDA device, each worker takes its own GPU
+  (round-robin over the visible devices): ``-n 8`` on an 8-GPU runner uses all eight.
+* ``--ir-xfails FILE`` marks tests as strict expected failures: one test-id prefix per line
+  (``infer_ref/testing/conformance/test_cache.py::test_reset`` or ``test_cache.py::test_reset``),
+  ``#`` comments. Stale entries fail the run: an entry matching no test, or a listed test that passes.
+* :class:`~infer_ref.testing.contract.Unsupported` raised by the adapter skips a fixed test (a
+  property rejects the draw instead); the report counts both.
+* The report header names the implementation, versions, device, dtype and Hypothesis profile; the
+  conformance report (:mod:`infer_ref.testing.report`) closes the run, ``--ir-report FILE.md|json``
+  writes it.
+* Fixtures: ``ir_adapter`` (the Adapter), ``ir_device``, ``ir_dtype``.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
+from infer_ref.testing import report as ir_report
 from infer_ref.testing.adapter import DEFAULT_IMPL, IMPL_ENV_VAR, Adapter, load_adapter
-from infer_ref.testing.assertions import set_run_context
+from infer_ref.testing.assertions import NOTES, set_run_context
+from infer_ref.testing.contract import UNSUPPORTED_SEEN, Unsupported
+from infer_ref.testing.profiles import load_default_profile
+
+# Register the ci / dev / nightly / mutants profiles before Hypothesis reads --hypothesis-profile,
+# so the shipped tests run with them from any directory (no conftest of this repository needed).
+load_default_profile()
+
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 _STATE: dict[str, object] = {}
 
@@ -37,11 +52,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption(
         "--ir-xfails",
+        action="append",
         default=None,
         metavar="FILE",
-        help="expected failures: one test-id prefix per line, '#' starts a comment",
+        help="expected failures: one test-id prefix per line, '#' starts a comment (repeatable)",
     )
     group.addoption("--ir-device", default="cpu", help="device the suite asks the implementation to use (default cpu)")
+    group.addoption(
+        "--ir-dtype",
+        default="float64",
+        choices=list(DTYPES),
+        help="model / attention dtype (default float64, the exact tier; bfloat16/float16 use the golden files' tie-aware tolerances)",
+    )
+    group.addoption("--ir-report", default=None, metavar="FILE", help="write the conformance report (.md or .json)")
+
+
+def worker_device(device: str, worker: str | None, count: int) -> str:
+    """``cuda`` under xdist worker ``gwN`` -> ``cuda:(N mod count)``; explicit indices and CPUs unchanged."""
+    if device != "cuda" or not worker or not worker.startswith("gw") or count < 1:
+        return device
+    return f"cuda:{int(worker[2:]) % count}"
 
 
 def impl_spec(config: pytest.Config) -> str:
@@ -67,18 +97,35 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "ir_requires(*capabilities): skip unless the implementation under test supports them"
     )
+    config.addinivalue_line("markers", "ir_oracle(name): what the test compares against (reported separately)")
     spec = impl_spec(config)
     try:
         adapter = load_adapter(spec)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
-    _STATE.update(spec=spec, adapter=adapter, capabilities=adapter.capabilities())
-    xfail_file = config.getoption("--ir-xfails")
-    if xfail_file:
+    requested = str(config.getoption("--ir-device"))
+    if requested.startswith("cuda") and not torch.cuda.is_available():
+        raise pytest.UsageError(f"--ir-device {requested}: torch {torch.__version__} sees no CUDA device")
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    device = worker_device(requested, worker, gpus)
+    if worker and worker.startswith("gw") and worker[2:].isdigit() and gpus:
+        torch.cuda.set_device(int(worker[2:]) % gpus)  # plain "cuda" in this worker (the GPU tier too) is its own GPU
+    if device == "cuda":
+        device = f"cuda:{torch.cuda.current_device()}"  # tensors report an index: compare like with like
+    capabilities = adapter.capabilities(device)
+    _STATE.update(spec=spec, adapter=adapter, capabilities=capabilities, device=device, dtype=config.getoption("--ir-dtype"))
+    xfail_files = config.getoption("--ir-xfails") or []
+    for xfail_file in xfail_files:
         if not Path(xfail_file).is_file():
             raise pytest.UsageError(f"--ir-xfails {xfail_file}: no such file")
-        _STATE["xfails"] = read_xfails(xfail_file)
-    set_run_context(impl=spec)
+    if xfail_files:
+        _STATE["xfails"] = [entry for f in xfail_files for entry in read_xfails(f)]
+    set_run_context(impl=spec, device=config.getoption("--ir-device"), dtype=config.getoption("--ir-dtype"))
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) writes the report
+        xfails = _STATE.get("xfails")
+        collector = ir_report.Collector(config, spec, adapter, capabilities, xfails if isinstance(xfails, list) else None)
+        config.pluginmanager.register(collector, "infer_ref_report")
 
 
 def _versions() -> str:
@@ -111,12 +158,13 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"  supports: {', '.join(supported) or '-'}",
         f"  not supported: {'; '.join(missing) or '-'}",
         f"  versions: {_versions()}",
-        f"  device: {device} ({device_name})",
+        f"  device: {device} ({device_name}), dtype: {config.getoption('--ir-dtype')}",
+        f"  cache contract: {adapter.cache_contract.describe()}",
         f"  hypothesis profile: {settings.get_current_profile_name()} (max_examples={current.max_examples}, "
         f"derandomize={current.derandomize}, deadline={current.deadline})",
     ]
     if "xfails" in _STATE:
-        lines.append(f"  xfails: {config.getoption('--ir-xfails')} ({len(_STATE['xfails'])} entries)")  # type: ignore[arg-type]
+        lines.append(f"  xfails: {', '.join(config.getoption('--ir-xfails'))} ({len(_STATE['xfails'])} entries)")  # type: ignore[arg-type]
     return lines
 
 
@@ -136,31 +184,50 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         # Recorded in JUnit XML reports, so the mutant check can say which tier caught each bug.
         item.user_properties.append(("ir_tier", test_tier(item)))
-        for marker in item.iter_markers("ir_requires"):
-            lacking = [c for c in marker.args if caps.get(c, f"unknown capability {c!r}") is not None]
-            if lacking:
-                why = "; ".join(f"{c}: {caps.get(c) or 'unknown capability'}" for c in lacking)
-                item.add_marker(pytest.mark.skip(reason=f"not supported by {adapter.name} ({why})"))
-                break
+        required = [c for marker in item.iter_markers("ir_requires") for c in marker.args]
+        if not required:
+            continue  # not a conformance test (the kit's own tests, infer_ref's unit tests)
+        item.user_properties.append(("ir_capabilities", sorted(set(required))))
+        item.user_properties.append(("ir_bug_classes", ir_report.bug_classes_of(item)))
+        oracle = item.get_closest_marker("ir_oracle")
+        if oracle is not None:
+            item.user_properties.append(("ir_oracle", str(oracle.args[0])))
+        lacking = [c for c in required if caps.get(c, f"unknown capability {c!r}") is not None]
+        if lacking:
+            why = "; ".join(f"{c}: {caps.get(c) or 'unknown capability'}" for c in lacking)
+            item.add_marker(pytest.mark.skip(reason=f"not supported by {adapter.name} ({why})"))
     entries = _STATE.get("xfails")
     if not isinstance(entries, list):
         return
-    used: set[str] = set()
     for item in items:
         for prefix in entries:
             if matches(item.nodeid, prefix):
-                used.add(prefix)
-                item.add_marker(pytest.mark.xfail(reason=f"listed in {config.getoption('--ir-xfails')}: {prefix}", strict=False))
+                item.user_properties.append(("ir_xfail", prefix))
+                item.add_marker(pytest.mark.xfail(reason=f"listed in an --ir-xfails file: {prefix}", strict=True))
                 break
-    stale = [p for p in entries if p not in used]
-    if stale:
-        warnings.warn(
-            pytest.PytestWarning(
-                f"{config.getoption('--ir-xfails')}: stale entries, matching none of the {len(items)} "
-                f"collected tests: {', '.join(stale)}"
-            ),
-            stacklevel=1,
-        )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> object:
+    """An adapter's :class:`Unsupported` skips a fixed test; in a property it rejected draws, counted here."""
+    from hypothesis.errors import Unsatisfiable
+
+    seen, noted = len(UNSUPPORTED_SEEN), len(NOTES)
+    try:
+        return (yield)
+    except Unsupported as exc:
+        item.user_properties.append(("ir_unsupported", [1, str(exc)]))
+        pytest.skip(f"unsupported by {current_adapter().name}: {exc}")
+    except Unsatisfiable:
+        if len(UNSUPPORTED_SEEN) == seen:
+            raise
+        item.user_properties.append(("ir_unsupported", [len(UNSUPPORTED_SEEN) - seen, UNSUPPORTED_SEEN[seen]]))
+        pytest.skip(f"unsupported by {current_adapter().name} for every draw: {UNSUPPORTED_SEEN[seen]}")
+    finally:
+        if len(NOTES) > noted:
+            item.user_properties.append(("ir_notes", sorted(set(NOTES[noted:]))))
+        if len(UNSUPPORTED_SEEN) > seen and not any(k == "ir_unsupported" for k, _ in item.user_properties):
+            item.user_properties.append(("ir_unsupported", [len(UNSUPPORTED_SEEN) - seen, UNSUPPORTED_SEEN[seen]]))
 
 
 @pytest.fixture(scope="session")
@@ -172,8 +239,20 @@ def ir_adapter() -> Adapter:
 
 
 @pytest.fixture(scope="session")
-def ir_device(pytestconfig: pytest.Config) -> str:
-    return str(pytestconfig.getoption("--ir-device"))
+def ir_device() -> str:
+    """The device every adapter call receives (this worker's GPU under xdist)."""
+    return str(_STATE["device"])
+
+
+@pytest.fixture(scope="session")
+def ir_dtype() -> torch.dtype:
+    """The model / attention dtype (``--ir-dtype``); float64 is the exact tier."""
+    return DTYPES[str(_STATE["dtype"])]
+
+
+def current_impl_spec() -> str:
+    """``module:OBJECT`` of the implementation under test (what ``--ir-impl`` resolved to)."""
+    return str(_STATE["spec"])
 
 
 def current_adapter() -> Adapter:

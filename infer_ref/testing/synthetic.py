@@ -101,7 +101,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 
-# The real shapes of the three dev models (DESIGN.md's table), in their own config.json format.
+# The real shapes of the three dev models (the table of docs/design.md), in their own config.json format.
 REAL_SHAPE_CONFIGS: dict[str, dict[str, Any]] = {
     "llama-3.2-1b": {
         "model_type": "llama",

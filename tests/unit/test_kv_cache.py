@@ -51,7 +51,7 @@ def test_memory_bytes_formula() -> None:
 
 @pytest.mark.parametrize(
     ("name", "mib"),
-    # DESIGN.md: 1024 positions in bf16 -> Llama-3.2-1B 32 MiB (head_dim 64), Qwen3-1.7B 112 MiB (8 kv heads), Gemma 26 MiB.
+    # docs/design.md: 1024 positions in bf16 -> Llama-3.2-1B 32 MiB (head_dim 64), Qwen3-1.7B 112 MiB (8 kv heads), Gemma 26 MiB.
     [("llama-3.2-1b", 32), ("qwen3-1.7b", 112), ("gemma-3-1b-it", 26)],
 )
 def test_from_model_config_real_sizes(name: str, mib: int) -> None:

@@ -1,4 +1,4 @@
-"""Model forward contract (DESIGN.md): shapes, the cache protocol calls, and input errors."""
+"""Model forward contract (docs/design.md): shapes, the cache protocol calls, and input errors."""
 
 from __future__ import annotations
 

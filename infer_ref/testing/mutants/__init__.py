@@ -1,4 +1,4 @@
-"""Planted bugs: deliberately broken implementations, one or more per bug class of DESIGN.md.
+"""Planted bugs: deliberately broken implementations, one or more per bug class of docs/design.md.
 
 Each mutant is a complete :class:`~infer_ref.testing.adapter.Adapter`, selectable like any other
 implementation (``pytest --ir-impl=infer_ref.testing.mutants:rope_no_offset``), and each plants
@@ -12,7 +12,7 @@ Nothing global is patched. A mutant's models are ordinary infer_ref models whose
 replacement ``forward`` / ``embed`` / attention ``forward`` (:func:`_patch_model`), copies of the
 real code with one switch (:class:`Knobs`) flipped; its caches are subclasses of ``KVCache``. With
 every switch at its default the copies produce the real model's logits bit for bit (checked by
-``tests/property/test_kit.py``), so a mutant differs from infer_ref by exactly its planted bug.
+``tests/kit/test_kit.py``), so a mutant differs from infer_ref by exactly its planted bug.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ from infer_ref.tokenizer import Tokenizer
 
 MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
 
-# The bug classes of DESIGN.md, verbatim.
+# The bug classes of docs/design.md, verbatim.
 BUG_CLASSES = (
     "RoPE position not offset by the cache length",
     "sliding-window mask missing on decode",
@@ -440,7 +440,7 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
             rope = _strip_llama3(rope)
         if not knobs.rope_offset:
             positions = positions - positions.min() if positions.numel() else positions
-        return RotaryEmbedding(head_dim, rope)(positions, torch.float32)
+        return RotaryEmbedding(head_dim, rope).to(positions.device)(positions, torch.float32)
 
     def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any, layer_idx: int, window: int | None, scale: float) -> Tensor:
         start, t = cache.seq_len, q.shape[2]
@@ -490,7 +490,7 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
 
 @dataclass(frozen=True)
 class Mutant:
-    """A planted bug: its name (the ``--ir-impl`` attribute), its DESIGN.md bug class, what it does,
+    """A planted bug: its name (the ``--ir-impl`` attribute), its bug class (docs/design.md), what it does,
     and the test files worth running against it (the runner's subset)."""
 
     name: str

@@ -49,10 +49,8 @@ class Outcome:
 
 
 def default_tests_dir() -> Path:
-    here = Path.cwd() / "tests" / "property"
-    if here.is_dir():
-        return here
-    return Path(__file__).resolve().parents[3] / "tests" / "property"
+    """The conformance tests shipped in the package (``infer_ref/testing/conformance``)."""
+    return Path(__file__).resolve().parents[1] / "conformance"
 
 
 def failed_tests(junit: Path) -> list[str]:
@@ -135,7 +133,7 @@ def _test_label(o: Outcome, test: str) -> str:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| mutant | bug class (DESIGN.md) | tests that caught it |", "|---|---|---|"]
+    lines = ["| mutant | bug class (docs/design.md) | tests that caught it |", "|---|---|---|"]
     for o in outcomes:
         caught = "<br>".join(_test_label(o, t) for t in o.caught_by) if o.caught else f"**NOT CAUGHT** (pytest exit {o.returncode})"
         lines.append(f"| `{o.mutant.name}` | {o.mutant.bug_class} | {caught} |")
@@ -175,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m infer_ref.testing.mutants", description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 2, help="mutants run in parallel (default: CPU count)")
     parser.add_argument("--only", nargs="*", default=None, metavar="NAME", help="run these mutants only")
-    parser.add_argument("--tests", type=Path, default=None, help="property test directory (default tests/property)")
+    parser.add_argument("--tests", type=Path, default=None, help="conformance test directory (default: the package's infer_ref/testing/conformance)")
     parser.add_argument("--write-table", type=Path, default=None, metavar="MD", help="replace the mutant table in this Markdown file")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
     parser.add_argument(

@@ -21,18 +21,19 @@ from infer_ref.testing.mutants import ALL_BUG_CLASSES, BUG_CLASSES, CONTROL, MUT
 from infer_ref.testing.plugin import matches, read_xfails
 from infer_ref.testing.synthetic import FAMILIES
 
-DESIGN_BUG_CLASSES = """RoPE position not offset by the cache length · sliding-window mask missing on decode · window
-off-by-one · one layer's window applied to all layers · global length read from a sliding layer ·
-causal mask top-left aligned for T>1 over a cache · unwritten cache slots attended · cache not
-reset between requests · advance skipped or doubled · V rotated by RoPE · QK-norm after RoPE or
-missing · wrong attention scale (query_pre_attn_scalar) · embed scale not rounded to dtype ·
-llama3 rope scaling ignored · layers aliasing one cache slice · overflow clamped silently."""
+DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
+
+
+def design_bug_classes() -> list[str]:
+    """The "·"-separated list of docs/design.md's "Bug classes the suite must catch" section."""
+    section = DESIGN.read_text().split("## Bug classes the suite must catch", 1)[1]
+    listed = section.split("(real incidents in public engines):", 1)[1].split("\n\n", 1)[0]
+    return [" ".join(c.split()).rstrip(".") for c in listed.split("·")]
 
 
 def test_every_design_bug_class_has_a_mutant() -> None:
-    """The list in DESIGN.md ("Bug classes the suite must catch"), each with at least one mutant."""
-    design = [" ".join(c.split()).rstrip(".") for c in DESIGN_BUG_CLASSES.split("·")]
-    assert list(BUG_CLASSES) == design
+    """The list in docs/design.md ("Bug classes the suite must catch"), each with at least one mutant."""
+    assert list(BUG_CLASSES) == design_bug_classes()
     covered = {m.bug_class for m in MUTANTS.values()}
     assert covered == set(ALL_BUG_CLASSES), sorted(set(ALL_BUG_CLASSES) ^ covered)
 
@@ -42,7 +43,7 @@ def test_each_mutant_is_a_selectable_adapter() -> None:
         adapter = load_adapter(f"infer_ref.testing.mutants:{name}")
         assert adapter.name == name
         assert mutant.targets, name
-        assert all(c is None for c in adapter.capabilities().values()), adapter.capabilities()
+        assert adapter.capabilities() == INFER_REF.capabilities(), adapter.capabilities()
 
 
 def test_mutant_docs_are_in_the_conformance_guide() -> None:
@@ -93,12 +94,12 @@ def test_assert_visibility_and_tokens_name_the_first_difference() -> None:
 
 def test_xfail_file_reader_and_matching(tmp_path: Path) -> None:
     f = tmp_path / "xfails.txt"
-    f.write_text("# known problems\n\ntests/property/test_cache.py::test_reset  # reset is lazy\ntest_masks.py::test_boundary_cases[1-0-1]\n")
+    f.write_text("# known problems\n\ninfer_ref/testing/conformance/test_cache.py::test_reset  # reset is lazy\ntest_masks.py::test_boundary_cases[1-0-1]\n")
     entries = read_xfails(f)
-    assert entries == ["tests/property/test_cache.py::test_reset", "test_masks.py::test_boundary_cases[1-0-1]"]
-    assert matches("tests/property/test_cache.py::test_reset_restarts_at_zero", entries[0])
-    assert matches("tests/property/test_masks.py::test_boundary_cases[1-0-1]", entries[1])
-    assert not matches("tests/property/test_masks.py::test_boundary_cases[1-0-None]", entries[1])
+    assert entries == ["infer_ref/testing/conformance/test_cache.py::test_reset", "test_masks.py::test_boundary_cases[1-0-1]"]
+    assert matches("infer_ref/testing/conformance/test_cache.py::test_reset_restarts_at_zero", entries[0])
+    assert matches("infer_ref/testing/conformance/test_masks.py::test_boundary_cases[1-0-1]", entries[1])
+    assert not matches("infer_ref/testing/conformance/test_masks.py::test_boundary_cases[1-0-None]", entries[1])
 
 
 def test_load_adapter_errors_are_usage_messages() -> None:
@@ -133,3 +134,13 @@ def test_every_mutant_is_caught() -> None:
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"{len(MUTANTS)}/{len(MUTANTS)} mutants caught" in proc.stdout
+
+
+def test_each_xdist_worker_takes_its_own_gpu_round_robin() -> None:
+    """``-n 8`` on a 2-GPU runner: gw0..gw7 -> cuda:0, 1, 0, 1, ...; explicit devices and CPUs untouched."""
+    from infer_ref.testing.plugin import worker_device
+
+    assert [worker_device("cuda", f"gw{i}", 2) for i in range(4)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert worker_device("cuda", None, 2) == "cuda"
+    assert worker_device("cuda:1", "gw0", 2) == "cuda:1"
+    assert worker_device("cpu", "gw3", 2) == "cpu"

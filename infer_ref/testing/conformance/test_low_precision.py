@@ -13,7 +13,7 @@ them is checking each component against its definition *in the low dtype*:
 * decodes to position ~2048 through the cache, where a rotary angle error grows with the position,
   against transformers in float64, with tolerances measured on correct implementations.
 
-The GPU variants (``pytest -m gpu tests/property/test_low_precision.py``) run the same checks on CUDA.
+The GPU variants (``pytest -m gpu infer_ref/testing/conformance/test_low_precision.py``) run the same checks on CUDA.
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""``infer-ref conformance``: run the shipped conformance tests against an adapter, from anywhere.
+
+    infer-ref conformance --impl my_engine.adapter:ADAPTER [--device cuda] [--dtype bfloat16]
+                          [--xfails FILE] [-n auto] [--report report.md|json] [-- PYTEST ARGS]
+
+is ``pytest --pyargs infer_ref.testing.conformance --ir-impl=...`` with the options spelled out;
+everything after ``--`` (or any option it does not know) goes to pytest unchanged. The exit status
+is pytest's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+
+PLUGIN = "infer_ref.testing.plugin"
+DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+
+def add_conformance_command(commands: argparse._SubParsersAction) -> None:
+    p = commands.add_parser(
+        "conformance",
+        help="run the conformance tests against an implementation (an infer_ref.testing.adapter.Adapter)",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    p.add_argument("--impl", default="infer_ref.testing.adapters:INFER_REF", metavar="MODULE:OBJECT",
+                   help="the adapter under test (default: infer_ref itself)")
+    p.add_argument("--device", default="cpu", help="device every adapter call receives (cpu, cuda, cuda:N; default cpu)")
+    p.add_argument("--dtype", default="float64", choices=DTYPES,
+                   help="model / attention dtype: float64 is the exact tier; bfloat16/float16 use the golden tolerances")
+    p.add_argument("--xfails", action="append", default=None, metavar="FILE",
+                   help="expected failures, one test-id prefix per line (repeatable)")
+    p.add_argument("-n", "--numprocesses", default=None, metavar="N|auto",
+                   help="pytest-xdist workers; with --device cuda each worker takes its own GPU")
+    p.add_argument("--report", default=None, metavar="FILE", help="write the conformance report (.md or .json)")
+    p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly (default: ci when CI=true, else dev)")
+    p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
+    p.set_defaults(run=run_conformance, pass_through=True)
+
+
+def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
+    """The pytest command line for ``args`` (plus ``extra``, passed through)."""
+    out = ["--pyargs", "infer_ref.testing.conformance", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
+           f"--ir-dtype={args.dtype}", "-p", "no:cacheprovider", "-rfEsxX",
+           "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
+    if not any(ep.value == PLUGIN for ep in entry_points(group="pytest11")):
+        out[:0] = ["-p", PLUGIN]  # a plain checkout on PYTHONPATH: the entry point is not installed
+    out += [f"--ir-xfails={f}" for f in args.xfails or []]
+    if args.report:
+        out.append(f"--ir-report={args.report}")
+    if args.profile:
+        out.append(f"--hypothesis-profile={args.profile}")
+    if args.keyword:
+        out += ["-k", args.keyword]
+    if args.numprocesses:
+        out += ["-n", str(args.numprocesses)]
+    return out + [a for a in extra if a != "--"]
+
+
+def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
+    import pytest
+
+    from infer_ref.cli import UsageError
+
+    if args.numprocesses and importlib.util.find_spec("xdist") is None:
+        raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")
+    return int(pytest.main(pytest_args(args, extra)))

@@ -1,0 +1,100 @@
+"""One regression test per blind spot the kit had when pointed at engines other than infer_ref.
+
+Each runs ``infer-ref conformance`` as a user would (a subprocess, from a directory outside the
+checkout, with the adapters of ``kit_adapters.py``) and fails on the old behaviour.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from conformance_run import ROOT, conformance
+from hypothesis.vendor.pretty import pretty
+
+import infer_ref.testing.conformance as shipped
+from infer_ref.cli import main as infer_ref_main
+from infer_ref.testing.adapters import INFER_REF
+
+
+def test_the_kit_ships_in_the_package_and_runs_from_any_directory(tmp_path: Path) -> None:
+    """Old: the suite ran only from a clone (tests/property), and the kit's self-tests counted as
+    passes under any --ir-impl."""
+    names = {p.name for p in Path(shipped.__file__).parent.glob("test_*.py")}
+    assert {"test_cache.py", "test_masks.py", "test_model.py", "test_golden.py"} <= names
+    assert not names & {"test_kit.py", "test_example_adapter.py", "test_kit_regressions.py"}
+    run = conformance("infer_ref.testing.adapters:INFER_REF", "-k", "test_masks", cwd=tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    assert f"rootdir: {tmp_path}" in run.output
+    assert run.report["totals"]["counts"]["passed"] == 14, run.report["totals"]
+    assert set(run.report["by_capability"]) == {"mask"}
+
+
+def test_device_and_dtype_reach_every_adapter_call(tmp_path: Path) -> None:
+    """Old: --ir-device was ignored, every call received cpu. The spy is asked for ``cpu:0`` and
+    float32 and records what each make_cache / load_model call received."""
+    log = tmp_path / "spy.jsonl"
+    run = conformance(
+        "kit_adapters:SPY", "--device", "cpu:0", "--dtype", "float32",
+        "-k", "test_chunked_attention or (test_any_chunking and llama)", cwd=tmp_path, env={"KIT_SPY_LOG": str(log)},
+    )  # fmt: skip
+    assert run.returncode == 0, run.output[-3000:]
+    calls = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {c["call"] for c in calls} == {"make_cache", "load_model"}
+    assert {(c["device"], c["dtype"]) for c in calls} == {("cpu:0", "torch.float32")}
+    assert "device: cpu:0" in run.output and "dtype: float32" in run.output
+
+
+def test_a_cache_that_raises_and_corrupts_itself_is_reported_as_corrupting(tmp_path: Path) -> None:
+    """Old: the exception type was checked first, so a cache that refused an overflow with a proper
+    ValueError after writing half of it passed. Now the state is checked first."""
+    run = conformance("kit_adapters:CORRUPTS_THEN_RAISES", "-k", "test_error_case and capacity", cwd=tmp_path, profile="mutants")
+    assert run.returncode == 1, run.output[-3000:]
+    assert "layer lengths [8, 8] after the refused call (write past capacity), expected 3" in run.output, run.output[-3000:]
+
+
+def test_a_cache_that_validates_nothing_is_skipped_not_failed_on_errors(tmp_path: Path) -> None:
+    """Old: a cache whose positions belong to its caller failed every error case. Declaring
+    ``validates=False`` skips them as "does not validate"; every other cache property still runs."""
+    run = conformance("kit_adapters:CALLER_OWNED", "-k", "test_cache", cwd=tmp_path)
+    assert run.returncode == 0, run.output[-3000:]
+    errors = run.report["by_capability"]["cache.errors"]["counts"]
+    assert errors["not supported"] == 17 and errors["passed"] == errors["failed"] == 0
+    assert run.report["by_capability"]["cache"]["counts"]["passed"] == 4
+    assert "does not validate" in run.report["capabilities"]["cache.errors"]
+
+
+def test_self_consistency_is_judged_exactly_apart_from_transformers(tmp_path: Path) -> None:
+    """Old: an implementation 1e-7 off transformers (an RMSNorm cast in another order) never had
+    its cached path compared. Now the cached path is held to 1e-9 against its own full forward."""
+    run = conformance(
+        "kit_adapters:SLIGHTLY_OFF", "-k", "llama and (test_full_forward or test_any_chunking or test_decode_across)",
+        cwd=tmp_path, profile="mutants",
+    )
+    assert run.returncode == 1, run.output[-3000:]
+    oracles = run.report["by_oracle"]
+    assert oracles["transformers"]["counts"]["failed"] == 2, oracles
+    assert oracles["self-consistency"]["counts"] == {**oracles["self-consistency"]["counts"], "passed": 2, "failed": 0}
+
+
+def test_stale_xfail_entries_fail_the_run(tmp_path: Path) -> None:
+    """Old: a stale entry was a warning and an unexpected pass an XPASS; both now fail the run."""
+    xfails = tmp_path / "xfails.txt"
+    xfails.write_text("test_masks.py::test_boundary_cases[1-0-None]  # passes: XPASS(strict)\ntest_masks.py::test_gone\n")
+    run = conformance("infer_ref.testing.adapters:INFER_REF", "-k", "test_boundary_cases", "--xfails", str(xfails), cwd=tmp_path)
+    assert run.returncode == 1, run.output[-3000:]
+    assert "XPASS(strict)" in run.output
+    assert run.report["stale_xfails"] == ["test_masks.py::test_gone"]
+
+
+def test_golden_verify_takes_any_adapter(capsys: object) -> None:
+    """Old: ``infer-ref golden verify`` judged only infer_ref or transformers."""
+    path = str(ROOT / "fixtures" / "golden" / "llama-tiny.cpu-float32.json")
+    assert infer_ref_main(["golden", "verify", path, "--impl", "examples.naive_cache_adapter:ADAPTER", "--quiet"]) == 0
+    assert infer_ref_main(["golden", "verify", path, "--impl", "infer_ref.testing.mutants:rope_no_offset", "--quiet"]) == 1
+    assert infer_ref_main(["golden", "verify", path, "--impl", "examples.ring_buffer_adapter:ADAPTER", "--quiet"]) == 6
+
+
+def test_a_failure_names_the_adapter_instead_of_printing_it() -> None:
+    """Old: Hypothesis' falsifying example printed every field of the Adapter dataclass."""
+    assert pretty(INFER_REF) == "Adapter('infer_ref')"
