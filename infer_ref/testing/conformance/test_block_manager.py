@@ -107,11 +107,11 @@ class AllocatorMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def add(self, data: st.DataObject) -> None:
-        if self.preempted and data.draw(st.booleans(), label="readmit"):
+        if self.preempted and data.draw(st.booleans(), label="readmit"):  # type: ignore[arg-type]
             self._admit(self.preempted.pop(data.draw(st.integers(0, len(self.preempted) - 1))))
             return
         prefix: list[int] = []
-        if self.prompts and data.draw(st.booleans(), label="share a prefix"):
+        if self.prompts and data.draw(st.booleans(), label="share a prefix"):  # type: ignore[arg-type]
             base = data.draw(st.sampled_from(self.prompts))
             prefix = base[: data.draw(st.integers(0, len(base)))]
         suffix = data.draw(st.lists(VOCAB, min_size=0 if prefix else 1, max_size=3 * self.bs + 1), label="suffix")
@@ -240,7 +240,7 @@ def test_allocator_state_machine(ir_adapter: Adapter, hash_name: str) -> None:
 
     current = settings()
     run_state_machine_as_test(
-        make, settings=settings(current, max_examples=max(current.max_examples * 4, 40), stateful_step_count=40)
+        make, settings=settings(current, max_examples=max(current.max_examples * 4, 40), stateful_step_count=40)  # type: ignore[arg-type]
     )
     assert sum(m.hits_seen for m in hits) > 0, "no prefix hit happened: the workload did not exercise sharing"
 

@@ -51,7 +51,7 @@ def transformers_probs(logits: torch.Tensor, context: list[int], spec: SamplerSp
         chain.append(TopKLogitsWarper(spec.top_k))
     if spec.top_p is not None:
         chain.append(TopPLogitsWarper(spec.top_p))
-    scores = LogitsProcessorList(chain)(torch.tensor([context]), logits.double()[None, :].clone())
+    scores = LogitsProcessorList(chain)(torch.tensor([context]), logits.double()[None, :].clone())  # type: ignore[arg-type]
     return torch.softmax(scores, dim=-1)[0]
 
 

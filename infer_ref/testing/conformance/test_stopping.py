@@ -152,7 +152,7 @@ def test_every_eos_source_stops_generation_like_transformers(ir_adapter: Adapter
         config,
         run["state"],
         special,
-        generation_eos=[eos] if source == "generation_config" else None,
+        generation_eos=[eos] if source == "generation_config" else None,  # type: ignore[list-item]
         tokenizer_eos="<|eot_id|>" if source == "tokenizer" else None,
     )
     eos_ids = [other] + ([eos] if eos is not None else [])
