@@ -29,6 +29,7 @@ from infer_ref.loader import load_model as _load_model
 from infer_ref.models.common import RotaryEmbedding, apply_rope
 from infer_ref.testing.adapter import Adapter, CacheSpec, EngineOutput, EngineSpec, SamplerSpec
 from infer_ref.testing.allocator import driver_factory
+from infer_ref.testing.contract import CacheContract
 from infer_ref.tokenizer import Tokenizer
 
 
@@ -234,11 +235,6 @@ def cache_adapter(kind: str, **build: Any) -> Adapter:
     unsupported = {}
     if kind == "dynamic":
         unsupported["cache.bounded"] = unsupported["cache.capacity"] = "no capacity: the cache grows by concatenation"
-    if kind == "static":
-        unsupported["cache"] = unsupported["cache.reset"] = (
-            "update returns the whole max_seq_len buffer (the cache's position and masks say which slots hold "
-            "positions), not the written prefix the cache capability reads"
-        )
     if kind in ("dynamic", "paged"):
         unsupported["cache.memory_bytes"] = (
             "memory_bytes counts the positions held (dynamic) or the blocks held (paged), not a capacity; "
@@ -254,11 +250,18 @@ def cache_adapter(kind: str, **build: Any) -> Adapter:
         generate=generate_kind,
         cache_storage=cache_storage if kind in ("contiguous", "static") else None,
         declared_unsupported=unsupported,
+        # The static cache's update returns its whole max_seq_len buffer; its masks hide the rest.
+        cache_contract=CacheContract(update_returns="buffer") if kind == "static" else INFER_REF.cache_contract,
         # Judged once, through INFER_REF: they do not depend on the cache type.
         store_kvcache=None,
         paged_decode_attention=None,
         make_block_manager=None,
         engine_generate=None,
+        rms_norm=None,
+        model_rope_tables=None,
+        sample_probs=None,
+        sample=None,
+        generate_stopping=None,
     )
 
 

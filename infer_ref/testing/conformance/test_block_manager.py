@@ -242,7 +242,10 @@ def test_allocator_state_machine(ir_adapter: Adapter, hash_name: str) -> None:
     run_state_machine_as_test(
         make, settings=settings(current, max_examples=max(current.max_examples * 4, 40), stateful_step_count=40)  # type: ignore[arg-type]
     )
-    assert sum(m.hits_seen for m in hits) > 0, "no prefix hit happened: the workload did not exercise sharing"
+    # With every hash equal the map holds one entry, so verified hits are rare by construction (that
+    # variant checks that collisions never serve wrong blocks); with real hashes sharing must happen.
+    if hash_name == "xxh64":
+        assert sum(m.hits_seen for m in hits) > 0, "no prefix hit happened: the workload did not exercise sharing"
 
 
 # -- scenarios with the block ids worked out by hand (the free order of the specification) ------
