@@ -212,7 +212,7 @@ class MLP(nn.Module):
 
 
 class DecoderLM(nn.Module):
-    """Embed -> blocks -> final norm -> LM head, with the KV-cache contract of DESIGN.md.
+    """Embed -> blocks -> final norm -> LM head, with the KV-cache contract of docs/design.md.
 
     Families provide the blocks (``self.layers``), the norm class, and may override ``embed``.
     Each block is called as ``block(x, cos, sin, mask, kv_cache, layer_idx)``.

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from infer_ref.testing.adapter import Adapter, CacheSpec
 from infer_ref.testing.assertions import fail
-from infer_ref.testing.cache_records import CACHE_ERRORS, Record, cache_cases, check_all_layers, fill, make
+from infer_ref.testing.conformance.test_cache import Record, cache_cases, check_all_layers, fill, make
+from infer_ref.testing.contract import layer_length
 
 pytestmark = pytest.mark.ir_requires("snapshot")
 
@@ -24,8 +25,8 @@ def _copy(record: Record) -> Record:
     return out
 
 
-@given(case=cache_cases(), more=st.integers(1, 4), seed=st.integers(0, 1000))
-def test_snapshot_is_frozen_and_restores_anywhere(ir_adapter: Adapter, case: tuple[CacheSpec, list[int]], more: int, seed: int) -> None:
+@given(data=st.data(), more=st.integers(1, 4), seed=st.integers(0, 1000))
+def test_snapshot_is_frozen_and_restores_anywhere(ir_adapter: Adapter, ir_device: str, data: st.DataObject, more: int, seed: int) -> None:
     """Write, snapshot, keep writing (and reset) the source; the snapshot restores into a fresh cache
     and materializes into a new one holding exactly what was written before it, and both take the
     next write at the right position.
@@ -34,8 +35,8 @@ def test_snapshot_is_frozen_and_restores_anywhere(ir_adapter: Adapter, case: tup
     length or contents behind.
     """
     assert ir_adapter.snapshot and ir_adapter.restore and ir_adapter.materialize
-    spec, chunks = case
-    spec = CacheSpec(spec.num_layers, spec.batch_size, spec.num_kv_heads, spec.head_dim, spec.max_seq_len + more, spec.dtype)
+    spec, chunks = data.draw(cache_cases(ir_device), label="case")
+    spec = CacheSpec(spec.num_layers, spec.batch_size, spec.num_kv_heads, spec.head_dim, spec.max_seq_len + more, spec.dtype, spec.device)
     params = {"spec": spec, "chunks": chunks, "more": more}
     source = make(ir_adapter, spec)
     record = Record(spec)
@@ -52,8 +53,9 @@ def test_snapshot_is_frozen_and_restores_anywhere(ir_adapter: Adapter, case: tup
     ir_adapter.restore(fresh, snap)
     materialized = ir_adapter.materialize(snap)
     for label, cache in (("restored", fresh), ("materialized", materialized)):
-        if cache.seq_len != sum(chunks):
-            fail(f"{label} cache has seq_len {cache.seq_len}, the snapshot holds {sum(chunks)}", params=params)
+        length = layer_length(ir_adapter.cache_contract, cache, 0)
+        if length != sum(chunks):
+            fail(f"{label} cache holds {length} positions, the snapshot {sum(chunks)}", params=params)
         check_all_layers(ir_adapter, cache, at_snapshot, params, f"in the {label} cache")
         nxt = _copy(at_snapshot)
         fill(ir_adapter, cache, spec, nxt, [more], seed + 4)
@@ -65,14 +67,14 @@ def test_snapshot_is_frozen_and_restores_anywhere(ir_adapter: Adapter, case: tup
 
 
 @pytest.mark.ir_requires("cache.storage")
-def test_restore_copies_into_the_existing_storage(ir_adapter: Adapter) -> None:
+def test_restore_copies_into_the_existing_storage(ir_adapter: Adapter, ir_device: str) -> None:
     """A pre-allocated cache restores in place: its storage tensors keep their addresses (a captured
     CUDA graph that reads them stays valid).
 
     Guards: *restore that rebinds the buffers* to new tensors.
     """
     assert ir_adapter.snapshot and ir_adapter.restore and ir_adapter.cache_storage
-    spec = CacheSpec(num_layers=2, batch_size=1, num_kv_heads=2, head_dim=4, max_seq_len=8)
+    spec = CacheSpec(num_layers=2, batch_size=1, num_kv_heads=2, head_dim=4, max_seq_len=8, device=ir_device)
     source, target = make(ir_adapter, spec), make(ir_adapter, spec)
     record = Record(spec)
     fill(ir_adapter, source, spec, record, [3, 2], seed=1)
@@ -86,19 +88,19 @@ def test_restore_copies_into_the_existing_storage(ir_adapter: Adapter) -> None:
 
 
 @pytest.mark.ir_requires("cache.bounded")
-def test_a_snapshot_too_long_for_the_target_is_refused(ir_adapter: Adapter) -> None:
+def test_a_snapshot_too_long_for_the_target_is_refused(ir_adapter: Adapter, ir_device: str) -> None:
     """Restoring more positions than the target holds raises and leaves the target unchanged."""
     assert ir_adapter.snapshot and ir_adapter.restore
-    big = CacheSpec(num_layers=2, batch_size=1, num_kv_heads=1, head_dim=4, max_seq_len=10)
-    small = CacheSpec(num_layers=2, batch_size=1, num_kv_heads=1, head_dim=4, max_seq_len=6)
+    big = CacheSpec(num_layers=2, batch_size=1, num_kv_heads=1, head_dim=4, max_seq_len=10, device=ir_device)
+    small = CacheSpec(num_layers=2, batch_size=1, num_kv_heads=1, head_dim=4, max_seq_len=6, device=ir_device)
     source, target = make(ir_adapter, big), make(ir_adapter, small)
     fill(ir_adapter, source, big, Record(big), [9], seed=1)
     record = Record(small)
     fill(ir_adapter, target, small, record, [2], seed=2)
-    with pytest.raises(CACHE_ERRORS):
+    with pytest.raises(ir_adapter.cache_contract.error_types):
         ir_adapter.restore(target, ir_adapter.snapshot(source))
-    if target.seq_len != 2:
-        fail(f"a refused restore moved seq_len from 2 to {target.seq_len}")
+    if layer_length(ir_adapter.cache_contract, target, 0) != 2:
+        fail(f"a refused restore moved the length from 2 to {layer_length(ir_adapter.cache_contract, target, 0)}")
     check_all_layers(ir_adapter, target, record, {}, "after a refused restore")
 
 

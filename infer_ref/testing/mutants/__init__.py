@@ -69,7 +69,7 @@ BUG_CLASSES = (
     "overflow clamped silently",
 )
 
-# Bug classes beyond DESIGN.md's list: the low-precision, sampling and stopping families, which a
+# Bug classes beyond docs/design.md's list: the low-precision, sampling and stopping families, which a
 # float64 suite cannot see.
 EXTRA_BUG_CLASSES = (
     "RMSNorm accumulated or scaled in low precision",
