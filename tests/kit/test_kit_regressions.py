@@ -14,6 +14,7 @@ from hypothesis.vendor.pretty import pretty
 
 import infer_ref.testing.conformance as shipped
 from infer_ref.cli import main as infer_ref_main
+from infer_ref.errors import EXIT_USAGE
 from infer_ref.testing.adapters import INFER_REF
 
 
@@ -92,7 +93,8 @@ def test_golden_verify_takes_any_adapter(capsys: object) -> None:
     path = str(ROOT / "fixtures" / "golden" / "llama-tiny.cpu-float32.json")
     assert infer_ref_main(["golden", "verify", path, "--impl", "examples.naive_cache_adapter:ADAPTER", "--quiet"]) == 0
     assert infer_ref_main(["golden", "verify", path, "--impl", "infer_ref.testing.mutants:rope_no_offset", "--quiet"]) == 1
-    assert infer_ref_main(["golden", "verify", path, "--impl", "examples.ring_buffer_adapter:ADAPTER", "--quiet"]) == 6
+    # An adapter that cannot verify golden files (no make_model_cache / forward) is a usage error.
+    assert infer_ref_main(["golden", "verify", path, "--impl", "examples.ring_buffer_adapter:ADAPTER", "--quiet"]) == EXIT_USAGE
 
 
 def test_a_failure_names_the_adapter_instead_of_printing_it() -> None:
