@@ -102,15 +102,21 @@ def _check_chunks(got: list[torch.Tensor], chunks: list[int], start: int, expect
         start += n
 
 
+def _model_and_oracle(run: dict[str, Any]) -> tuple[Any, torch.Tensor]:
+    """The drawn model (infer_ref, float64) and transformers' float64 logits ``[B, T, V]`` of the run's ids."""
+    case = run["case"]
+    _, state = checkpoints.snapshot(case)
+    expected = transformers_logits(case.hf_config, state, run["ids"], key=checkpoints.case_key(case))
+    return checkpoints.load(INFER_REF, case), expected
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 @given(data=st.data())
 def test_every_cache_type_gives_the_same_logits_and_holds_the_same_kv(family: str, data: st.DataObject) -> None:
     run = data.draw(schedules(family), label="run")
     params = _params(run)
-    case, ids, chunks = run["case"], run["ids"], run["chunks"]
-    model = checkpoints.load(INFER_REF, case)
-    _, state = checkpoints.snapshot(case)
-    expected = transformers_logits(case.hf_config, state, ids, key=checkpoints.case_key(case))
+    ids, chunks = run["ids"], run["chunks"]
+    model, expected = _model_and_oracle(run)
     with torch.inference_mode():
         full = model(ids)
     assert_close(full, expected, what="full forward vs transformers", atol=ATOL, rtol=RTOL, params=params)
@@ -133,10 +139,8 @@ def test_every_cache_type_gives_the_same_logits_and_holds_the_same_kv(family: st
 def test_a_restored_snapshot_continues_with_the_same_logits(family: str, data: st.DataObject) -> None:
     run = data.draw(schedules(family), label="run")
     params = _params(run)
-    case, ids, chunks = run["case"], run["ids"], run["chunks"]
-    model = checkpoints.load(INFER_REF, case)
-    _, state = checkpoints.snapshot(case)
-    expected = transformers_logits(case.hf_config, state, ids, key=checkpoints.case_key(case))
+    ids, chunks = run["ids"], run["chunks"]
+    model, expected = _model_and_oracle(run)
 
     cut = run["snapshot_after"] + 1
     head, tail = chunks[:cut], chunks[cut:]
