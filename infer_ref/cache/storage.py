@@ -5,24 +5,14 @@ from __future__ import annotations
 from torch import Tensor
 
 from infer_ref.devices import resolve as resolve_device
+from infer_ref.memory import overlap
 
-__all__ = ["check_dims", "check_distinct_storage", "check_no_broadcast", "check_storage_pair", "memory_span", "resolve_device"]
-
-
-def memory_span(t: Tensor) -> tuple[int, int]:
-    """Byte addresses ``[lo, hi)`` a tensor can touch (its first and one past its last element)."""
-    if t.numel() == 0:
-        return t.data_ptr(), t.data_ptr()
-    last = sum((size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True))
-    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+__all__ = ["check_dims", "check_distinct_storage", "check_no_broadcast", "check_storage_pair", "resolve_device"]
 
 
 def check_distinct_storage(k: Tensor, v: Tensor) -> None:
     """K and V must not overlap in memory: every write of V would overwrite K."""
-    (k_lo, k_hi), (v_lo, v_hi) = memory_span(k), memory_span(v)
-    if k.device.type == "meta":
-        return  # no memory behind meta tensors
-    if k.device == v.device and k_lo < v_hi and v_lo < k_hi:
+    if overlap(k, v):
         raise ValueError(
             "k and v overlap in memory (the same tensor or overlapping views): every write of V would "
             "overwrite K; allocate them separately"

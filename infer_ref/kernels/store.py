@@ -25,6 +25,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from infer_ref.memory import overlap
+
 try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
     import triton
     import triton.language as tl
@@ -32,17 +34,6 @@ try:  # Triton is optional: absent on CPU-only installs, where the reference ser
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - depends on the install
     HAVE_TRITON = False
-
-
-def _extent(t: Tensor) -> tuple[int, int]:
-    """Byte range ``[first, last]`` that a (possibly strided) tensor can touch."""
-    if t.numel() == 0:
-        return t.data_ptr(), t.data_ptr() - 1
-    span = sum((size - 1) * abs(stride) for size, stride in zip(t.shape, t.stride(), strict=True))
-    low = t.data_ptr() + t.element_size() * sum(
-        (size - 1) * stride for size, stride in zip(t.shape, t.stride(), strict=True) if stride < 0
-    )
-    return low, low + (span + 1) * t.element_size() - 1
 
 
 def check_store_args(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:
@@ -66,8 +57,7 @@ def check_store_args(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slo
     for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("slot_mapping", slot_mapping)):
         if t.device != k.device:
             raise ValueError(f"{name} is on {t.device}, k is on {k.device}")
-    (k_first, k_last), (v_first, v_last) = _extent(k_cache), _extent(v_cache)
-    if k_first <= v_last and v_first <= k_last:
+    if overlap(k_cache, v_cache):
         raise ValueError("k_cache and v_cache share memory: a V write would overwrite K (or the reverse)")
 
 
