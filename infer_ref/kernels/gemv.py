@@ -319,9 +319,8 @@ if HAVE_TRITON:
         offs_m = tl.arange(0, ROWS_PAD)  # [ROWS_PAD]
         m_ok = offs_m < rows
         # Every slice walks the same tile count (a kernel argument, not derived from the program id:
-        # a uniform trip count pipelines best); the last slice's tiles past K load nothing.
+        # a uniform trip count pipelines best) and ends where the next begins; tiles past K load nothing.
         k_start = split * tiles_per_split * BLOCK_K
-        k_end = tl.minimum(k_start + tiles_per_split * BLOCK_K, k)
         # Row pointers in int64: row * K overflows int32 for weights past 2**31 elements.
         w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * k  # [BLOCK_N, 1]
         w_up_rows = w_ptr + (offs_n + up_offset).to(tl.int64)[:, None] * k  # read only if GATED
@@ -331,7 +330,7 @@ if HAVE_TRITON:
             acc_up = tl.zeros([ROWS_PAD, BLOCK_N], tl.float32)
             for tile in range(0, tiles_per_split):
                 offs_k = k_start + tile * BLOCK_K + tl.arange(0, BLOCK_K)
-                k_ok = offs_k < k_end
+                k_ok = offs_k < k
                 xt = tl.load(
                     x_rows + offs_k[None, :] * stride_xk, mask=m_ok[:, None] & k_ok[None, :], other=0.0
                 )
@@ -347,7 +346,7 @@ if HAVE_TRITON:
             acc3_up = tl.zeros([ROWS_PAD, BLOCK_N, BLOCK_K], tl.float32)
             for tile in range(0, tiles_per_split):
                 offs_k = k_start + tile * BLOCK_K + tl.arange(0, BLOCK_K)
-                k_ok = offs_k < k_end
+                k_ok = offs_k < k
                 xt = tl.load(
                     x_rows + offs_k[None, :] * stride_xk, mask=m_ok[:, None] & k_ok[None, :], other=0.0
                 )
@@ -413,6 +412,8 @@ def _launch(
     if out is None:
         out = torch.empty((*x.shape[:-1], n_out), dtype=x.dtype, device=x.device)
     out2 = out.view(rows, n_out)
+    if n_out == 0:
+        return out  # nothing to compute (and a grid of zero programs is not a launch)
     k_per_split, splits = split_plan(k, config.block_k, config.split_k)
     rows_pad = max(16, triton.next_power_of_2(rows)) if config.use_dot else triton.next_power_of_2(rows)
     # Partials hold gate and up columns side by side ([S, M, 2I]) for the gated kernel.
