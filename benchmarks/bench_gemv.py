@@ -89,15 +89,7 @@ def cases_of(models: dict[str, dict[str, Any]]) -> list[Case]:
     seen: dict[tuple[int, int, bool], Case] = {}
     for model, hf in models.items():
         c = ModelConfig.from_hf_dict(hf)
-        e, d = c.hidden_size, c.computed_head_dim
-        q, kv = c.num_attention_heads * d, c.num_key_value_heads * d
-        shapes = {
-            "qkv": (q + 2 * kv, e, False),
-            "o": (e, q, False),
-            "gate_up": (2 * c.intermediate_size, e, True),
-            "down": (e, c.intermediate_size, False),
-            "lm_head": (c.vocab_size, e, False),
-        }
+        shapes = gemv.decode_projections(c)
         for proj, (n, k, gated) in shapes.items():
             if (n, k, gated) not in seen:
                 seen[(n, k, gated)] = Case(f"{model}/{proj}", n, k, gated, c.hidden_act)

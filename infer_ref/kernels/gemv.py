@@ -42,6 +42,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from infer_ref.config import ModelConfig
 from infer_ref.kernels.switch import decode_kernels_enabled
 from infer_ref.memory import overlap
 
@@ -132,6 +133,22 @@ class GemvConfig:
 # there: every shape takes default_config.
 LINEAR_CONFIGS: dict[tuple[int, int], GemvConfig] = {}
 GATED_CONFIGS: dict[tuple[int, int], GemvConfig] = {}
+
+
+def decode_projections(config: ModelConfig) -> dict[str, tuple[int, int, bool]]:
+    """The weight shapes ``(N, K, gated)`` a decode step of ``config`` multiplies by, by projection.
+
+    ``qkv`` and ``gate_up`` are the stacked matrices of ``PackedLinear``; ``gate_up`` runs gated.
+    """
+    e, d = config.hidden_size, config.computed_head_dim
+    q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
+    return {
+        "qkv": (q + 2 * kv, e, False),
+        "o": (e, q, False),
+        "gate_up": (2 * config.intermediate_size, e, True),
+        "down": (e, config.intermediate_size, False),
+        "lm_head": (config.vocab_size, e, False),
+    }
 
 
 def default_config(n_out: int, k: int, rows: int) -> GemvConfig:
@@ -493,6 +510,7 @@ __all__ = [
     "GemvConfig",
     "check_gated_args",
     "check_linear_args",
+    "decode_projections",
     "default_config",
     "gated_mlp",
     "gated_mlp_reference",

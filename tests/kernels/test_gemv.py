@@ -282,7 +282,12 @@ def _bad_outs() -> list[tuple[str, Callable[[], tuple[torch.Tensor, Any]], type[
         ("shape", lambda: (X, poisoned()[:, :7]), ValueError, "out must be (1, 8)"),
         ("dtype", lambda: (X, poisoned().half()), TypeError, "out has dtype torch.float16"),
         ("device", lambda: (X, poisoned().to("meta")), ValueError, "out is on meta"),
-        ("strided", lambda: (X, torch.full((1, 16), float("nan"))[:, ::2]), ValueError, "out must be contiguous"),
+        (
+            "strided",
+            lambda: (X, torch.full((1, 16), float("nan"))[:, ::2]),
+            ValueError,
+            "out must be contiguous",
+        ),
         ("aliases-x", aliased, ValueError, "out shares memory with x"),
         ("not-tensor", lambda: (X, [0.0] * 8), TypeError, "out must be a tensor"),
     ]
