@@ -13,9 +13,12 @@ The definitions:
 
 The Triton kernel computes ``x [M, K] @ weight[N, K]^T`` in float32 for ``M <= MAX_ROWS`` rows. A
 program owns ``BLOCK_N`` output columns and one of ``SPLIT_K`` slices of K; it walks its slice in
-``BLOCK_K`` tiles, either with ``tl.dot`` (rows padded to 16, the weight tile pipelined through
-shared memory over ``num_stages``) or with a multiply-and-add into a ``[M, BLOCK_N, BLOCK_K]``
-float32 accumulator reduced once at the end (``use_dot=False``, the classic GEMV form). With one
+``BLOCK_K`` tiles along one of three paths: ``"dot"``, ``tl.dot(x, W^T)`` with the rows padded to
+16 (the weight tile pipelined through shared memory over ``num_stages``); ``"dot_t"``, the same
+product transposed, ``tl.dot(W, x^T)``, so the weight block is the MMA's M side (the "swap AB" of
+small-batch GEMMs: tensor cores prefer many rows there); ``"fma"``, a multiply-and-add into a
+``[M, BLOCK_N, BLOCK_K]`` float32 accumulator reduced once at the end (the classic GEMV form). When
+K and N divide into whole tiles and blocks, weight loads carry no masks.With one
 split the program finishes the output itself; with several, each writes float32 partials
 ``[SPLIT_K, M, N]`` and a second kernel sums them in split order (deterministic: no atomics) and
 finishes. Finishing means: add the bias, round to x's dtype; for the gated variant, where a program
@@ -95,13 +98,16 @@ def gated_mlp_reference(x: Tensor, weight: Tensor, act: str) -> Tensor:
 # -- launch configuration ------------------------------------------------------------------------
 
 
+PATHS = ("dot", "dot_t", "fma")  # see the module docstring; the kernel's PATH is the index
+
+
 @dataclasses.dataclass(frozen=True)
 class GemvConfig:
     """Launch knobs of one kernel call.
 
     ``block_n`` output columns per program (per half for the gated kernel), ``block_k`` the K tile,
     ``split_k`` the K slices (at most; slices are whole tiles, so fewer may be launched),
-    ``num_warps``/``num_stages`` as Triton takes them, ``use_dot`` picks tl.dot over multiply-and-add.
+    ``num_warps``/``num_stages`` as Triton takes them, ``path`` one of :data:`PATHS`.
     """
 
     block_n: int
@@ -109,14 +115,18 @@ class GemvConfig:
     split_k: int = 1
     num_warps: int = 4
     num_stages: int = 3
-    use_dot: bool = True
+    path: str = "dot"
 
     def __post_init__(self) -> None:
-        for name in ("block_n", "block_k"):
+        if self.path not in PATHS:
+            raise ValueError(f"path must be one of {PATHS}, got {self.path!r}")
+        # tl.dot's smallest tile is 16 on each side; the multiply-and-add path takes any block.
+        smallest = {"block_n": 1 if self.path == "fma" else 16, "block_k": 16}
+        for name, low in smallest.items():
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 16 or value & (value - 1):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low or value & (value - 1):
                 raise ValueError(
-                    f"{name} must be a power of two >= 16 (tl.dot's smallest tile), got {value!r}"
+                    f"{name} must be a power of two >= {low} on the {self.path!r} path, got {value!r}"
                 )
         for name in ("split_k", "num_stages"):
             value = getattr(self, name)
@@ -124,8 +134,6 @@ class GemvConfig:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
         if self.num_warps not in (1, 2, 4, 8, 16) or isinstance(self.num_warps, bool):
             raise ValueError(f"num_warps must be one of 1, 2, 4, 8, 16, got {self.num_warps!r}")
-        if not isinstance(self.use_dot, bool):
-            raise ValueError(f"use_dot must be a bool, got {self.use_dot!r}")
 
 
 # Tuned per weight shape (N, K) on an H100 by benchmarks/bench_gemv.py (batch-1 decode, bf16); the
@@ -164,7 +172,9 @@ def default_config(n_out: int, k: int, rows: int) -> GemvConfig:
     block_k = 128
     column_blocks = math.ceil(n_out / block_n)
     split_k = max(1, min(math.ceil(TARGET_PROGRAMS / column_blocks), k // (2 * block_k)))
-    return GemvConfig(block_n=block_n, block_k=block_k, split_k=split_k, num_warps=4, num_stages=4)
+    return GemvConfig(
+        block_n=block_n, block_k=block_k, split_k=split_k, num_warps=4, num_stages=4, path="dot"
+    )
 
 
 def gemv_config(n: int, k: int, rows: int, *, gated: bool = False) -> GemvConfig:
@@ -320,13 +330,26 @@ if HAVE_TRITON:
         return y
 
     @triton.jit
+    def _load_tile(ptrs, row_ok, col_ok, ROWS_WHOLE: tl.constexpr, COLS_WHOLE: tl.constexpr):  # type: ignore[no-untyped-def]
+        # A [R, C] tile; a side known to lie wholly in range needs no mask (plain vector loads).
+        if ROWS_WHOLE and COLS_WHOLE:
+            tile = tl.load(ptrs)
+        elif ROWS_WHOLE:
+            tile = tl.load(ptrs, mask=col_ok[None, :], other=0.0)
+        elif COLS_WHOLE:
+            tile = tl.load(ptrs, mask=row_ok[:, None], other=0.0)
+        else:
+            tile = tl.load(ptrs, mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        return tile
+
+    @triton.jit
     def _gemv_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
         x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr,
         rows, n_out, k, tiles_per_split, up_offset,  # up_offset: rows from gate row j to up row j (I)
         stride_xm, stride_xk, stride_om, stride_ps, stride_pm,  # x [M, K], out [M, n_out], parts [S, M, *]
-        ROWS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-        USE_DOT: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr,
-        HAS_BIAS: tl.constexpr, WRITE_PARTIALS: tl.constexpr,
+        ROWS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PATH: tl.constexpr,
+        EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, WRITE_PARTIALS: tl.constexpr,
     ):  # fmt: skip
         # Program (column block, K slice): columns [n0, n0 + BLOCK_N) of every row over one slice of K.
         pid_n = tl.program_id(0)
@@ -342,40 +365,43 @@ if HAVE_TRITON:
         w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * k  # [BLOCK_N, 1]
         w_up_rows = w_ptr + (offs_n + up_offset).to(tl.int64)[:, None] * k  # read only if GATED
         x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm  # [ROWS_PAD, 1]
-        if USE_DOT:
+        if PATH == 0:  # dot: [ROWS_PAD, BLOCK_N]
             acc = tl.zeros([ROWS_PAD, BLOCK_N], tl.float32)
             acc_up = tl.zeros([ROWS_PAD, BLOCK_N], tl.float32)
-            for tile in range(0, tiles_per_split):
-                offs_k = k_start + tile * BLOCK_K + tl.arange(0, BLOCK_K)
-                k_ok = offs_k < k
-                xt = tl.load(
-                    x_rows + offs_k[None, :] * stride_xk, mask=m_ok[:, None] & k_ok[None, :], other=0.0
-                )
-                w_mask = n_ok[:, None] & k_ok[None, :]
-                wt = tl.load(w_rows + offs_k[None, :], mask=w_mask, other=0.0)  # [BLOCK_N, BLOCK_K]
-                acc = tl.dot(xt, tl.trans(wt), acc, input_precision=DOT_PRECISION)  # [ROWS_PAD, BLOCK_N]
-                if GATED:
-                    wu = tl.load(w_up_rows + offs_k[None, :], mask=w_mask, other=0.0)
-                    acc_up = tl.dot(xt, tl.trans(wu), acc_up, input_precision=DOT_PRECISION)
-        else:
-            # Products accumulate per (row, column, k lane); one reduction over the lanes at the end.
+        elif PATH == 1:  # dot_t: the transpose, [BLOCK_N, ROWS_PAD]
+            acc = tl.zeros([BLOCK_N, ROWS_PAD], tl.float32)
+            acc_up = tl.zeros([BLOCK_N, ROWS_PAD], tl.float32)
+        else:  # fma: products accumulate per (row, column, k lane), reduced once at the end
             acc3 = tl.zeros([ROWS_PAD, BLOCK_N, BLOCK_K], tl.float32)
             acc3_up = tl.zeros([ROWS_PAD, BLOCK_N, BLOCK_K], tl.float32)
-            for tile in range(0, tiles_per_split):
-                offs_k = k_start + tile * BLOCK_K + tl.arange(0, BLOCK_K)
-                k_ok = offs_k < k
-                xt = tl.load(
-                    x_rows + offs_k[None, :] * stride_xk, mask=m_ok[:, None] & k_ok[None, :], other=0.0
-                )
-                xt = xt.to(tl.float32)[:, None, :]  # [ROWS_PAD, 1, BLOCK_K]
-                w_mask = n_ok[:, None] & k_ok[None, :]
-                wt = tl.load(w_rows + offs_k[None, :], mask=w_mask, other=0.0)
-                acc3 += xt * wt.to(tl.float32)[None, :, :]
+        for tile in range(0, tiles_per_split):
+            offs_k = k_start + tile * BLOCK_K + tl.arange(0, BLOCK_K)
+            k_ok = offs_k < k
+            xt = _load_tile(
+                x_rows + offs_k[None, :] * stride_xk, m_ok, k_ok, False, EVEN_K
+            )  # [ROWS_PAD, BLOCK_K]
+            wt = _load_tile(w_rows + offs_k[None, :], n_ok, k_ok, EVEN_N, EVEN_K)  # [BLOCK_N, BLOCK_K]
+            if GATED:
+                wu = _load_tile(w_up_rows + offs_k[None, :], n_ok, k_ok, EVEN_N, EVEN_K)
+            if PATH == 0:
+                acc = tl.dot(xt, tl.trans(wt), acc, input_precision=DOT_PRECISION)
                 if GATED:
-                    wu = tl.load(w_up_rows + offs_k[None, :], mask=w_mask, other=0.0)
-                    acc3_up += xt * wu.to(tl.float32)[None, :, :]
+                    acc_up = tl.dot(xt, tl.trans(wu), acc_up, input_precision=DOT_PRECISION)
+            elif PATH == 1:
+                acc = tl.dot(wt, tl.trans(xt), acc, input_precision=DOT_PRECISION)
+                if GATED:
+                    acc_up = tl.dot(wu, tl.trans(xt), acc_up, input_precision=DOT_PRECISION)
+            else:
+                x3 = xt.to(tl.float32)[:, None, :]  # [ROWS_PAD, 1, BLOCK_K]
+                acc3 += x3 * wt.to(tl.float32)[None, :, :]
+                if GATED:
+                    acc3_up += x3 * wu.to(tl.float32)[None, :, :]
+        if PATH == 2:
             acc = tl.sum(acc3, axis=2)  # [ROWS_PAD, BLOCK_N]
             acc_up = tl.sum(acc3_up, axis=2)
+        elif PATH == 1:
+            acc = tl.trans(acc)  # [ROWS_PAD, BLOCK_N]
+            acc_up = tl.trans(acc_up)
         mask = m_ok[:, None] & n_ok[None, :]
         if WRITE_PARTIALS:
             part = part_ptr + split * stride_ps + offs_m[:, None] * stride_pm + offs_n[None, :]
@@ -432,7 +458,8 @@ def _launch(
     if n_out == 0:
         return out  # nothing to compute (and a grid of zero programs is not a launch)
     k_per_split, splits = split_plan(k, config.block_k, config.split_k)
-    rows_pad = max(16, triton.next_power_of_2(rows)) if config.use_dot else triton.next_power_of_2(rows)
+    # tl.dot needs 16 rows at least (zero-padded); the multiply-and-add path pads to a power of two.
+    rows_pad = triton.next_power_of_2(rows) if config.path == "fma" else max(16, triton.next_power_of_2(rows))
     # Partials hold gate and up columns side by side ([S, M, 2I]) for the gated kernel.
     part = torch.empty((splits, rows, n), dtype=torch.float32, device=x.device) if splits > 1 else out2
     bias_arg = bias if bias is not None else out2  # never read without HAS_BIAS
@@ -441,7 +468,8 @@ def _launch(
         x2, weight, bias_arg, out2, part,
         rows, n_out, k, k_per_split // config.block_k, up_offset,
         x2.stride(0), x2.stride(1), out2.stride(0), part.stride(0) if splits > 1 else 0, part.stride(-2),
-        ROWS_PAD=rows_pad, BLOCK_N=config.block_n, BLOCK_K=config.block_k, USE_DOT=config.use_dot,
+        ROWS_PAD=rows_pad, BLOCK_N=config.block_n, BLOCK_K=config.block_k, PATH=PATHS.index(config.path),
+        EVEN_N=n_out % config.block_n == 0, EVEN_K=splits * k_per_split == k,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", WRITE_PARTIALS=splits > 1,
         num_warps=config.num_warps, num_stages=config.num_stages, **common,
     )  # fmt: skip
@@ -507,6 +535,7 @@ __all__ = [
     "GATED_CONFIGS",
     "LINEAR_CONFIGS",
     "MAX_ROWS",
+    "PATHS",
     "GemvConfig",
     "check_gated_args",
     "check_linear_args",

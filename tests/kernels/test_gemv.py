@@ -321,14 +321,22 @@ def test_bad_out_is_named_and_untouched(
 @pytest.mark.parametrize(
     ("kwargs", "fragment"),
     [
-        ({"block_n": 24, "block_k": 64}, "block_n must be a power of two >= 16"),
-        ({"block_n": 8, "block_k": 64}, "block_n must be a power of two >= 16"),
+        ({"block_n": 24, "block_k": 64}, "block_n must be a power of two >= 16 on the 'dot' path"),
+        (
+            {"block_n": 8, "block_k": 64, "path": "dot_t"},
+            "block_n must be a power of two >= 16 on the 'dot_t' path",
+        ),
+        (
+            {"block_n": 12, "block_k": 64, "path": "fma"},
+            "block_n must be a power of two >= 1 on the 'fma' path",
+        ),
         ({"block_n": 32, "block_k": 0}, "block_k must be a power of two >= 16"),
+        ({"block_n": 32, "block_k": 8, "path": "fma"}, "block_k must be a power of two >= 16"),
         ({"block_n": True, "block_k": 64}, "block_n must be"),
         ({"block_n": 32, "block_k": 64, "split_k": 0}, "split_k must be a positive int"),
         ({"block_n": 32, "block_k": 64, "num_stages": 0}, "num_stages must be a positive int"),
         ({"block_n": 32, "block_k": 64, "num_warps": 3}, "num_warps must be one of"),
-        ({"block_n": 32, "block_k": 64, "use_dot": 1}, "use_dot must be a bool"),
+        ({"block_n": 32, "block_k": 64, "path": "mma"}, "path must be one of ('dot', 'dot_t', 'fma')"),
     ],
 )
 def test_bad_config_is_named(kwargs: dict[str, Any], fragment: str) -> None:
@@ -361,17 +369,17 @@ def test_split_plan(k: int, block_k: int, split_k: int, want: tuple[int, int]) -
 def test_default_config_arithmetic() -> None:
     # Llama-3.2-1B o_proj [2048, 2048]: 64 blocks of 32 columns; ceil(528 / 64) = 9 splits wanted,
     # but 2048 // 256 = 8 keeps two 128-wide tiles per split.
-    assert default_config(2048, 2048, 1) == GemvConfig(32, 128, 8, 4, 4, True)
+    assert default_config(2048, 2048, 1) == GemvConfig(32, 128, 8, 4, 4, "dot")
     # qkv [3072, 2048]: 96 blocks, ceil(528 / 96) = 6 splits.
     assert default_config(3072, 2048, 1).split_k == 6
     # LM head [128256, 2048]: 2004 blocks of 64 columns >= 528: no split.
-    assert default_config(128256, 2048, 1) == GemvConfig(64, 128, 1, 4, 4, True)
+    assert default_config(128256, 2048, 1) == GemvConfig(64, 128, 1, 4, 4, "dot")
     # gated gate_up [16384, 2048]: 8192 columns -> 256 blocks of 32, ceil(528 / 256) = 3 splits.
     assert gemv_config(16384, 2048, 1, gated=True).split_k == 3
 
 
 def test_tables_override_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
-    tuned = GemvConfig(16, 256, 2, 8, 3, False)
+    tuned = GemvConfig(16, 256, 2, 8, 3, "fma")
     monkeypatch.setitem(gemv.LINEAR_CONFIGS, (3072, 2048), tuned)
     assert gemv_config(3072, 2048, 1) == tuned
     assert gemv_config(3072, 2048, 1, gated=True) != tuned, "the gated kernel reads its own table"
@@ -386,15 +394,17 @@ needs_interpreter = pytest.mark.skipif(
 )
 
 INTERPRET_CONFIGS = [
-    GemvConfig(16, 32, 1, 4, 1, True),
-    GemvConfig(16, 32, 3, 4, 1, True),
-    GemvConfig(32, 16, 1, 4, 1, False),
-    GemvConfig(16, 64, 2, 4, 1, False),
+    GemvConfig(16, 32, 1, 4, 1, "dot"),
+    GemvConfig(16, 32, 3, 4, 1, "dot"),
+    GemvConfig(32, 16, 1, 4, 1, "dot_t"),
+    GemvConfig(16, 64, 2, 4, 1, "dot_t"),
+    GemvConfig(8, 16, 1, 4, 1, "fma"),
+    GemvConfig(16, 64, 2, 4, 1, "fma"),
 ]
 
 
 def _config_id(c: GemvConfig) -> str:
-    return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-{'dot' if c.use_dot else 'vec'}"
+    return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-{c.path}"
 
 
 @interpret

@@ -146,16 +146,18 @@ def test_every_table_entry_in_every_dtype(
 # Odd sizes: N and K multiples of neither the blocks nor 16 (partial column blocks, a partial last tile).
 ODD_N, ODD_K = 333, 517
 ODD_CONFIGS = [
-    GemvConfig(32, 64, 1, 4, 3, True),
-    GemvConfig(32, 64, 3, 4, 3, True),  # 9 tiles: 3 per slice
-    GemvConfig(16, 128, 1, 4, 2, False),
-    GemvConfig(16, 128, 4, 4, 2, False),  # 5 tiles: 2 per slice, 3 slices launched
-    GemvConfig(64, 32, 32, 8, 2, True),  # more slices than tiles asked: one per tile (17)
+    GemvConfig(32, 64, 1, 4, 3, "dot"),
+    GemvConfig(32, 64, 3, 4, 3, "dot"),  # 9 tiles: 3 per slice
+    GemvConfig(64, 32, 32, 8, 2, "dot"),  # more slices than tiles asked: one per tile (17)
+    GemvConfig(64, 64, 1, 4, 3, "dot_t"),
+    GemvConfig(64, 128, 2, 4, 3, "dot_t"),  # 5 tiles: 3 per slice, 2 slices launched
+    GemvConfig(16, 128, 1, 4, 2, "fma"),
+    GemvConfig(8, 128, 4, 4, 2, "fma"),  # 5 tiles: 2 per slice, 3 slices launched
 ]
 
 
 def _config_id(c: GemvConfig) -> str:
-    return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-w{c.num_warps}-{'dot' if c.use_dot else 'vec'}"
+    return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-w{c.num_warps}-{c.path}"
 
 
 @pytest.mark.parametrize("config", ODD_CONFIGS, ids=_config_id)
@@ -194,7 +196,7 @@ def test_dispatch_on_cuda() -> None:
 
 def test_split_results_are_deterministic() -> None:
     """Partials are summed in a fixed order (no atomics): two runs agree bit for bit."""
-    config = GemvConfig(32, 128, 8, 4, 4, True)
+    config = GemvConfig(32, 128, 8, 4, 4, "dot")
     x, w, b = _inputs((4,), 2048, 8192, torch.bfloat16, 12)
     assert torch.equal(linear_triton(x, w, b, config=config), linear_triton(x, w, b, config=config))
     assert torch.equal(
@@ -207,7 +209,7 @@ def test_captured_calls_follow_changed_inputs() -> None:
     a fresh oracle. The dispatching calls take whatever configuration they pick; one more call forces
     split K, so float32 partials are allocated inside the capture."""
     n, k, n_gated = 2048, 2048, 2 * 4096
-    split = GemvConfig(32, 128, 4, 4, 4, True)
+    split = GemvConfig(32, 128, 4, 4, 4, "dot")
     assert split_plan(k, split.block_k, split.split_k)[1] == 4
     x, w, b = _inputs((1, 1), n, k, torch.bfloat16, 20)
     _, wg, _ = _inputs((1,), n_gated, k, torch.bfloat16, 21)
@@ -252,7 +254,11 @@ def test_weights_past_int32_addressing() -> None:
         rows = w[start : start + 2**18]
         rows.copy_(torch.randn(rows.shape, generator=g, device=CUDA) / math.sqrt(k))
     x = torch.randn(2, k, generator=g, device=CUDA).to(torch.bfloat16)
-    for config in (GemvConfig(64, 128, 1, 4, 4, True), GemvConfig(32, 128, 2, 4, 2, False)):
+    for config in (
+        GemvConfig(64, 128, 1, 4, 4, "dot"),
+        GemvConfig(64, 128, 1, 4, 4, "dot_t"),
+        GemvConfig(32, 128, 2, 4, 2, "fma"),
+    ):
         out = linear_triton(x, w, config=config)
         for part in (slice(0, 300), slice(n - 300, n)):
             problem = violations(out[:, part], *linear_oracle(x, w[part]))
