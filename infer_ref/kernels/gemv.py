@@ -66,7 +66,7 @@ ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
 _ACT_CODES = {"silu": 0, "gelu_pytorch_tanh": 1}
 
 # Rows (batch x tokens) the kernels take. Decode is 1 row per sequence; 8 covers small batches and
-# short speculative verify steps. The dot path pads rows to 16 anyway (the smallest tl.dot tile),
+# short speculative verify steps. The dot paths pad rows to 16 anyway (the smallest tl.dot tile),
 # so the bound is set by the multiply-and-add path's [rows, BLOCK_N, BLOCK_K] accumulator, whose
 # registers grow with the padded row count.
 MAX_ROWS = 8
@@ -89,8 +89,7 @@ def gated_mlp_reference(x: Tensor, weight: Tensor, act: str) -> Tensor:
 
     ``weight`` is ``[2I, K]``: gate rows ``0..I-1`` then up rows ``I..2I-1``; the result is ``[..., I]``.
     """
-    if act not in ACTIVATIONS:
-        raise ValueError(f"unknown activation {act!r}: expected one of {sorted(ACTIVATIONS)}")
+    check_gated_args(x, weight, act)
     g, u = F.linear(x, weight).split(weight.shape[0] // 2, dim=-1)
     return ACTIVATIONS[act](g) * u
 

@@ -194,6 +194,28 @@ def test_dispatch_on_cuda() -> None:
     assert torch.equal(gated_mlp(x, w, "silu"), gated_mlp_reference(x, w, "silu"))
 
 
+def test_under_torch_compile_the_switch_is_guarded() -> None:
+    """A compiled caller sees the switch: off it runs the reference ops (which Inductor may fuse, so
+    they are held to the oracle, not bitwise), on (a recompile: the switch is a guarded global) the
+    kernels, bit for bit. Without the guard the second call would replay the first graph."""
+    x, w, b = _inputs((1, 1), 2048, 2048, torch.bfloat16, 13)
+    _, wg, _ = _inputs((1,), 2 * 4096, 2048, torch.bfloat16, 14)
+
+    @torch.compile(fullgraph=False)
+    def step(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return linear(x, w, b), gated_mlp(x, wg, "silu")
+
+    y, z = step(x)
+    assert violations(y, *linear_oracle(x, w, b)) is None
+    assert violations(z, *gated_oracle(x, wg, "silu")) is None
+    with decode_kernels():
+        y, z = step(x)
+        assert torch.equal(y, linear_triton(x, w, b)), "compiled linear is not the kernel's result"
+        assert torch.equal(z, gated_mlp_triton(x, wg, "silu")), (
+            "compiled gated MLP is not the kernel's result"
+        )
+
+
 def test_split_results_are_deterministic() -> None:
     """Partials are summed in a fixed order (no atomics): two runs agree bit for bit."""
     config = GemvConfig(32, 128, 8, 4, 4, "dot")
