@@ -31,6 +31,7 @@ from infer_ref.devices import resolve as resolve_device
 from infer_ref.engine.result import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
 from infer_ref.engine.sampling import SamplingParams, sample_token
 from infer_ref.errors import UsageError
+from infer_ref.kernels.switch import decode_kernels
 from infer_ref.validation import can_decide, check_token_ids, logits_error
 
 # Tokens read back to the host at a time by the greedy loop (EOS / stop strings are checked then).
@@ -126,8 +127,12 @@ class FastDecoder:
 
     @torch.inference_mode()
     def _warm_up_and_capture(self) -> None:
-        """Run the step a few times (compilation, cuBLAS workspaces), then capture it; the cache is reset after."""
-        with self.cache.host_frozen():
+        """Run the step a few times (compilation, cuBLAS workspaces), then capture it; the cache is reset after.
+
+        The decode kernels (matrix-vector products, ``infer_ref/kernels/switch.py``) are switched on
+        for the traced and captured step only: replays cost no host time per kernel.
+        """
+        with self.cache.host_frozen(), decode_kernels():
             if self.device.type == "cuda":
                 side = torch.cuda.Stream(self.device)
                 side.wait_stream(torch.cuda.current_stream(self.device))

@@ -20,6 +20,7 @@ from infer_ref.attention import grouped_query_attention
 from infer_ref.cache.contiguous import KVCacheOverflowError
 from infer_ref.cache.protocol import KVCacheProtocol, cached_attention, key_mask, write_positions
 from infer_ref.config import ModelConfig, RopeConfig
+from infer_ref.kernels import gemv
 from infer_ref.validation import check_token_ids
 
 # -- norms ---------------------------------------------------------------------------------------
@@ -128,7 +129,16 @@ SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDP
 STATIC_SDPA_BACKENDS = [SDPBackend.CUDNN_ATTENTION, *SDPA_BACKENDS]
 
 
-class PackedLinear(nn.Linear):
+class DecodeLinear(nn.Linear):
+    """``nn.Linear`` whose product goes through :func:`infer_ref.kernels.gemv.linear`: ``F.linear``,
+    except in a captured decode step, where the decode kernels are switched on and a few rows use
+    the matrix-vector kernel (``infer_ref/kernels/switch.py`` says why only there)."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        return gemv.linear(x, self.weight, self.bias)
+
+
+class PackedLinear(DecodeLinear):
     """Several checkpoint projections of one input stacked by rows into one matrix.
 
     ``parts`` maps each checkpoint module name (``q_proj``, ...) to its number of output rows, in
@@ -159,7 +169,7 @@ class Attention(nn.Module):
         bias = config.attention_bias
         q_rows, kv_rows = self.num_heads * d, self.num_kv_heads * d
         self.qkv_proj = PackedLinear(e, {"q_proj": q_rows, "k_proj": kv_rows, "v_proj": kv_rows}, bias=bias)
-        self.o_proj = nn.Linear(self.num_heads * d, e, bias=bias)
+        self.o_proj = DecodeLinear(self.num_heads * d, e, bias=bias)
         self.q_norm = qk_norm(d, config.rms_norm_eps) if qk_norm else None
         self.k_norm = qk_norm(d, config.rms_norm_eps) if qk_norm else None
 
@@ -187,12 +197,6 @@ class Attention(nn.Module):
         return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
 
 
-_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "silu": F.silu,
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
-
-
 class MLP(nn.Module):
     """Gated MLP: ``down(act(gate(x)) * up(x))``, gate and up stacked in one matrix."""
 
@@ -200,10 +204,14 @@ class MLP(nn.Module):
         super().__init__()
         e, i, bias = config.hidden_size, config.intermediate_size, config.mlp_bias
         self.gate_up_proj = PackedLinear(e, {"gate_proj": i, "up_proj": i}, bias=bias)
-        self.down_proj = nn.Linear(i, e, bias=bias)
-        self.act = _ACTIVATIONS[config.hidden_act]
+        self.down_proj = DecodeLinear(i, e, bias=bias)
+        self.act_name = config.hidden_act
+        self.act = gemv.ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.gate_up_proj.bias is None:
+            # act(gate) * up in one call: the gated matrix-vector kernel in a captured decode step.
+            return self.down_proj(gemv.gated_mlp(x, self.gate_up_proj.weight, self.act_name))  # [B, T, E]
         gate, up = self.gate_up_proj.split(self.gate_up_proj(x))  # [B, T, I] each
         return self.down_proj(self.act(gate) * up)
 
@@ -225,7 +233,7 @@ class DecoderLM(nn.Module):
         self.config = config
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.norm = norm(config.hidden_size, config.rms_norm_eps)
-        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.lm_head = DecodeLinear(config.hidden_size, config.vocab_size, bias=False)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         # One RoPE table per layer type (Gemma 3: 1e4 for sliding layers, 1e6 for global ones).
