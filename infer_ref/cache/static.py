@@ -34,6 +34,7 @@ from typing_extensions import Self
 from infer_ref.attention import grouped_query_attention
 from infer_ref.cache.contiguous import KVCache, KVCacheOverflowError
 from infer_ref.kernels.paged_attention import contiguous_decode_attention
+from infer_ref.kernels.store import store_kvcache
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
@@ -167,6 +168,7 @@ class StaticKVCache(DevicePosition, KVCache):
         self.layer_windows = check_layer_windows(layer_windows, k.shape[0])
         self.pos = torch.full((1,), seq_len, dtype=torch.long, device=k.device)
         self._slots = torch.arange(k.shape[3], device=k.device)  # [S_max] key positions
+        self._row_starts = torch.arange(k.shape[1], device=k.device)[:, None] * k.shape[3]  # [B, 1]: slot of (row, 0)
         self._frozen = False
 
     @classmethod
@@ -194,9 +196,19 @@ class StaticKVCache(DevicePosition, KVCache):
         t = self._check_entries(k, v)
         if not self._frozen:
             self._check_capacity(t)
-        index = self.positions(t)  # [T]
-        self.k[layer_idx].index_copy_(2, index, k)
-        self.v[layer_idx].index_copy_(2, index, v)
+        positions = self.positions(t)  # [T]
+        if k.is_cuda:
+            # The Triton store writes in place, also inside torch.compile (a traced index_copy_ into
+            # the buffer is functionalized into a copy of the whole layer every step).
+            b, hkv, _, d = k.shape
+            slots = (self._row_starts + positions[None, :]).reshape(-1)  # [B*T]: row b, position p -> b*S + p
+            store_kvcache(
+                k.transpose(1, 2).reshape(b * t, hkv, d), v.transpose(1, 2).reshape(b * t, hkv, d),
+                self.k[layer_idx].permute(0, 2, 1, 3), self.v[layer_idx].permute(0, 2, 1, 3), slots,
+            )  # fmt: skip
+        else:
+            self.k[layer_idx].index_copy_(2, positions, k)
+            self.v[layer_idx].index_copy_(2, positions, v)
         return self.k[layer_idx], self.v[layer_idx]  # [B, Hkv, S_max, D]
 
     def _attend_prefix(self, layer_idx: int, q: Tensor, lengths: Tensor, scale: float, window: int | None) -> Tensor:

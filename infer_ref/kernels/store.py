@@ -57,7 +57,9 @@ def check_store_args(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slo
     for name, t in (("v", v), ("k_cache", k_cache), ("v_cache", v_cache), ("slot_mapping", slot_mapping)):
         if t.device != k.device:
             raise ValueError(f"{name} is on {t.device}, k is on {k.device}")
-    if overlap(k_cache, v_cache):
+    # Addresses are not traceable: under torch.compile the check is left to eager calls (caches check
+    # their buffers when they are built; a traced step only ever stores into those).
+    if not torch.compiler.is_compiling() and overlap(k_cache, v_cache):
         raise ValueError("k_cache and v_cache share memory: a V write would overwrite K (or the reverse)")
 
 
