@@ -10,12 +10,17 @@ linearly with the context); with none measured yet, from the kind's default.
 
 from __future__ import annotations
 
+import gc
 import math
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
+
+import torch
+
+T = TypeVar("T")
 
 
 class Budget:
@@ -70,3 +75,37 @@ class DurationEstimates:
         t0 = time.perf_counter()
         yield
         self.record(kind, time.perf_counter() - t0, size)
+
+
+class Units:
+    """Runs one model's units of work: skipped when the budget does not fit them, failures recorded, not raised.
+
+    ``run`` returns the unit's value, or None; then ``last_reason`` says why ("budget" or the error),
+    and a failure is appended to ``errors`` (a long run keeps every other unit's results).
+    """
+
+    def __init__(self, model: str, budget: Budget, estimates: DurationEstimates) -> None:
+        self.model, self.budget, self.estimates = model, budget, estimates
+        self.errors: list[str] = []
+        self.last_reason = ""
+
+    def run(self, what: str, kind: str, fn: Callable[[], T], size: float = 1.0) -> T | None:
+        if not self.budget.allows(f"{self.model}: {what}", self.estimates.estimate(kind, size)):
+            self.last_reason = "budget"
+            return None
+        try:
+            with self.estimates.measuring(kind, size):
+                return fn()
+        except Exception as exc:
+            self.last_reason = f"{type(exc).__name__}: {exc}"[:500]
+            self.errors.append(f"{what}: {self.last_reason}")
+            print(f"[compare] {self.model}: {what} FAILED: {self.last_reason}", file=sys.stderr, flush=True)
+            _release_device_memory()
+            return None
+
+
+def _release_device_memory() -> None:
+    """After a failure (often out of memory): drop what the failed unit left, so the next one has room."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()

@@ -64,6 +64,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import gc
 import json
 import sys
@@ -93,7 +94,7 @@ from benchmarks.bench_utils import (
     synthetic_state,
     weight_bytes_per_token,
 )
-from benchmarks.budget import Budget, DurationEstimates
+from benchmarks.budget import Budget, DurationEstimates, Units
 from benchmarks.context_sweep import (
     CACHES,
     add_vs_static,
@@ -116,7 +117,6 @@ from benchmarks.teacher_forced import (
 )
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import ModelConfig
-from infer_ref.engine.fast_decode import FastDecoder
 from infer_ref.engine.generate import generate
 from infer_ref.engine.sampling import SamplingParams
 
@@ -213,74 +213,65 @@ def interleaved_eager_rounds(
 
 
 def float32_references(
-    model: nn.Module, prompts: dict[int, torch.Tensor], new_tokens: int, name: str, budget: Budget,
-    estimates: DurationEstimates,
+    model: nn.Module, prompts: dict[int, torch.Tensor], new_tokens: int, units: Units
 ) -> dict[int, Reference]:
     """The float32 reference at every context, from one float32 copy of the weights (freed on return)."""
-    model32 = float32_copy(model)
     references: dict[int, Reference] = {}
-    try:
-        for context, prompt in prompts.items():
-            kind = f"reference:{name}"
-            if budget.allows(f"{name}: float32 reference at context {context}", estimates.estimate(kind, context)):
-                with estimates.measuring(kind, context):
-                    references[context] = float32_reference(model32, prompt, new_tokens)
-    finally:
-        del model32
-        _free_memory(prompts[next(iter(prompts))].device)
+    model32 = units.run("float32 copy of the weights", "float32_copy", lambda: float32_copy(model))
+    if model32 is None:
+        return references
+    for context, prompt in prompts.items():
+        ref = units.run(f"float32 reference at context {context}", f"reference:{units.model}",
+                        lambda p=prompt: float32_reference(model32, p, new_tokens), context)  # type: ignore[misc]
+        if ref is not None:
+            references[context] = ref
+    model32 = None  # the one float32 copy goes before anything is timed
+    _free_memory(next(model.parameters()).device)
     return references
 
 
 def transformers_accuracy(
-    hf: nn.Module | None, references: dict[int, Reference], args: argparse.Namespace, name: str, budget: Budget,
-    estimates: DurationEstimates,
+    hf: nn.Module | None, references: dict[int, Reference], args: argparse.Namespace, units: Units
 ) -> dict[int, dict[str, Any]]:
-    """transformers' bf16 loop, teacher-forced, at the first context and every context <= ``--hf-accuracy-up-to``."""
+    """transformers' loop, teacher-forced, at the first context and every context <= ``--hf-accuracy-up-to``."""
     out: dict[int, dict[str, Any]] = {}
-    if hf is None:
-        return out
-    first = args.contexts[0]
     for context, reference in references.items():
-        kind = f"hf_accuracy:{name}"
-        if (context == first or context <= args.hf_accuracy_up_to) and budget.allows(
-            f"{name}: transformers accuracy at context {context}", estimates.estimate(kind, context)
-        ):
-            with estimates.measuring(kind, context):
-                out[context] = path_agreement(TransformersPath(hf), reference).as_dict()
+        if hf is None or not (context == args.contexts[0] or context <= args.hf_accuracy_up_to):
+            continue
+        agreement = units.run(f"transformers accuracy at context {context}", f"hf_accuracy:{units.model}",
+                              lambda r=reference: path_agreement(TransformersPath(hf), r).as_dict(),  # type: ignore[misc]
+                              context)
+        if agreement is not None:
+            out[context] = agreement
     return out
 
 
 def sweep_cache(
     model: nn.Module, cache: str, decoder_for: Any, prompts: dict[int, list[int]], references: dict[int, Reference],
-    hf_accuracy: dict[int, dict[str, Any]], args: argparse.Namespace, name: str, budget: Budget,
-    estimates: DurationEstimates, point_args: dict[str, Any],
+    hf_accuracy: dict[int, dict[str, Any]], args: argparse.Namespace, units: Units, point_args: dict[str, Any],
 ) -> list[dict[str, Any]]:
     """Every context's point for one cache type, from one decoder sized for the largest context."""
-    compile_estimate = estimates.estimate("compile") if args.compile else 0.0
-    if not budget.allows(f"{name}: {cache} decoder", compile_estimate):
-        return [{"cache": cache, "context": c, "skipped": "budget (decoder not built)"} for c in prompts]
-    try:
-        with estimates.measuring("compile" if args.compile else "capture"):
-            decoder = decoder_for(cache)
-    except Exception as exc:  # keep the other caches' points: report why this one is missing
-        reason = f"{type(exc).__name__}: {exc}"[:300]
-        print(f"[compare] {name}: {cache} decoder failed: {reason}", file=sys.stderr, flush=True)
-        return [{"cache": cache, "context": c, "skipped": reason} for c in prompts]
+    compiling = decoder_for.keywords.get("compile", args.compile)
+    decoder = units.run(f"{cache} decoder{' (compile)' if compiling else ''}", "compile" if compiling else "capture",
+                        lambda: decoder_for(cache))
+    if decoder is None:
+        return [{"cache": cache, "context": c, "skipped": f"decoder: {units.last_reason}"} for c in prompts]
     points = []
     for context, prompt in prompts.items():
-        kind = f"point:{name}:{cache}"
-        if not budget.allows(f"{name}: {cache} point at context {context}", estimates.estimate(kind, context)):
-            points.append({"cache": cache, "context": context, "step": step_kind(decoder), "skipped": "budget"})
+        point = units.run(f"{cache} point at context {context}", f"point:{units.model}:{cache}",
+                          lambda p=prompt, c=context: measure_point(  # type: ignore[misc]
+                              model, decoder, cache, p, references.get(c), **point_args), context)
+        if point is None:
+            points.append({"cache": cache, "context": context, "step": step_kind(decoder),
+                           "skipped": units.last_reason})
             continue
-        with estimates.measuring(kind, context):
-            point = measure_point(model, decoder, cache, prompt, references.get(context), **point_args)
         point["hf_accuracy"] = hf_accuracy.get(context)
         point["counts"] = judge(point["accuracy"], point["hf_accuracy"], args.accuracy_margin)
-        print(f"[compare] {name}: {cache:6s} {point['step']:10s} context {context:6d} "
+        print(f"[compare] {units.model}: {cache:6s} {point['step']:10s} context {context:6d} "
               f"{point['tokens_per_s']:8.1f} tok/s {point['pct_copy_bw']:5.1f}% of copy BW, "
               f"KL {(point['accuracy'] or {}).get('mean_kl', float('nan')):.3g}", file=sys.stderr, flush=True)
         points.append(point)
-    del decoder
+    decoder = None  # its cache and graph pool go before the next decoder is built
     _free_memory(point_args["device"])
     return points
 
@@ -298,77 +289,80 @@ def measure_model(
     hf = None if args.fast_only else build_hf(hf_config, model, device, dtype)
     sync(device)
     print(f"[compare] {name}: weights ready in {time.perf_counter() - t_build:.1f}s", file=sys.stderr, flush=True)
+    units = Units(name, budget, estimates)
     contexts, n = args.contexts, args.new_tokens
     first, s_max = contexts[0], max(contexts) + n
     gen = torch.Generator().manual_seed(args.seed)
     longest = torch.randint(4, config.vocab_size, (max(contexts),), generator=gen).tolist()
     prompts = {c: longest[:c] for c in contexts}  # every context's prompt is a prefix of the longest
-    prompt_list = prompts[first]
-    prompt = torch.tensor([prompt_list], device=device)
-    steps = n - 1
-    params = SamplingParams(temperature=0.0, max_new_tokens=n)
     wbytes = weight_bytes_per_token(model)
     row: dict[str, Any] = {"model": name, "parameters": sum(p.numel() for p in model.parameters()),
                            "max_seq_len": s_max, "weight_bytes_per_token": wbytes, "new_tokens": n}
+
+    references = float32_references(model, {c: torch.tensor([p], device=device) for c, p in prompts.items()}, n, units)
     tps: dict[str, float] = {}
+    if hf is not None:
+        rounds = units.run("eager/transformers rounds", "rounds", lambda: interleaved_eager_rounds(
+            model, hf, torch.tensor([prompts[first]], device=device), prompts[first],
+            SamplingParams(temperature=0.0, max_new_tokens=n), device, args))
+        if rounds is not None:
+            row["interleaved"] = rounds
+            tps.update({key: (n - 1) / seconds for key, seconds in rounds["median_s"].items()})
+    hf_accuracy = transformers_accuracy(hf, references, args, units)
     accuracy: dict[str, dict[str, Any]] = {}
-
-    def record(key: str, seconds: float) -> None:
-        tps[key] = steps / seconds
-        print(f"[compare] {name}: {key:18s} {tps[key]:8.1f} tok/s", file=sys.stderr, flush=True)
-
-    references = float32_references(
-        model, {c: torch.tensor([p], device=device) for c, p in prompts.items()}, n, name, budget, estimates)
-    if hf is not None and budget.allows(f"{name}: eager/transformers rounds", estimates.estimate("rounds")):
-        with estimates.measuring("rounds"):
-            row["interleaved"] = interleaved_eager_rounds(model, hf, prompt, prompt_list, params, device, args)
-        for key, seconds in row["interleaved"]["median_s"].items():
-            record(key, seconds)
-    hf_accuracy = transformers_accuracy(hf, references, args, name, budget, estimates)
     if first in hf_accuracy:
         accuracy["hf_loop"] = hf_accuracy[first]
-    if first in references and budget.allows(f"{name}: eager accuracy", estimates.estimate("eager_accuracy")):
-        with estimates.measuring("eager_accuracy"):
-            accuracy["ir_loop"] = path_agreement(EagerPath(model, first + n), references[first]).as_dict()
+    if first in references:
+        eager = units.run("eager accuracy", "eager_accuracy",
+                          lambda: path_agreement(EagerPath(model, first + n), references[first]).as_dict())
+        if eager is not None:
+            accuracy["ir_loop"] = eager
 
     point_args = {"new_tokens": n, "device": device, "warmup": args.warmup, "repeats": args.repeats,
                   "weight_bytes": wbytes, "copy_GBps": copy_GBps}
-
-    def decoder_for(cache: str, compile: bool = args.compile) -> FastDecoder:
-        return build_fast_decoder(model, s_max, cache, block_size=args.block_size, device=device, compile=compile)
-
+    decoder_for = functools.partial(build_fast_decoder, model, s_max, block_size=args.block_size, device=device)
+    sweep: list[dict[str, Any]] = []
     graph_point = None
     if args.compile or "static" not in args.caches:
         # The graph-only static step at the first context (the sweep's static points are not graph-only).
-        graph_point = sweep_cache(model, "static", lambda c: decoder_for(c, compile=False), {first: prompt_list},
-                                  references, hf_accuracy, args, name, budget, estimates, point_args)[0]
-    sweep: list[dict[str, Any]] = []
+        graph_point = sweep_cache(model, "static", functools.partial(decoder_for, compile=False),
+                                  {first: prompts[first]}, references, hf_accuracy, args, units, point_args)[0]
     for cache in args.caches:
-        sweep += sweep_cache(model, cache, decoder_for, prompts, references, hf_accuracy, args, name, budget,
-                             estimates, point_args)
+        sweep += sweep_cache(model, cache, functools.partial(decoder_for, compile=args.compile), prompts,
+                             references, hf_accuracy, args, units, point_args)
     add_vs_static(sweep)
     static_first = next((p for p in sweep if p["cache"] == "static" and p["context"] == first), None)
-    graph_point = graph_point or static_first
-    for key, point in (("ir_fast", graph_point), ("ir_fast_compiled", static_first if args.compile else None)):
+    for key, point in (("ir_fast", graph_point or static_first),
+                       ("ir_fast_compiled", static_first if args.compile else None)):
         if point is not None and "tokens_per_s" in point:
             tps[key] = point["tokens_per_s"]
             if point["accuracy"] is not None:
                 accuracy[key] = point["accuracy"]
-    row["paths"] = {
-        key: {"tokens_per_s": tps.get(key), **(accuracy.get(key) or {}),
-              "counts": judge(accuracy.get(key), accuracy.get("hf_loop"), args.accuracy_margin)}
-        for key in ACCURACY_PATHS if key in tps or key in accuracy
-    }
-    kv_mean = kv_bytes_attended(config, first, steps, next(model.parameters()).element_size())
+    for key, value in tps.items():
+        print(f"[compare] {name}: {key:18s} {value:8.1f} tok/s", file=sys.stderr, flush=True)
+    kv_mean = kv_bytes_attended(config, first, n - 1, next(model.parameters()).element_size())
     best_fast = max(tps.get("ir_fast", 0.0), tps.get("ir_fast_compiled", 0.0))
     row.update(
+        paths=path_reports(tps, accuracy, args.accuracy_margin),
         sweep=sweep,
         tokens_per_s=tps,
         kv_bytes_per_token_mean=kv_mean,
         fast_bandwidth_GBps=(wbytes + kv_mean) * tps["ir_fast"] / 1e9 if "ir_fast" in tps else None,
         best_fast_bandwidth_GBps=(wbytes + kv_mean) * best_fast / 1e9 if best_fast else None,
+        errors=units.errors,
     )
     return row
+
+
+def path_reports(
+    tps: dict[str, float], accuracy: dict[str, dict[str, Any]], margin: float
+) -> dict[str, dict[str, Any]]:
+    """Per timed path: tok/s, mean KL, max |Δlogprob| and whether it counts (against ``hf_loop``)."""
+    return {
+        key: {"tokens_per_s": tps.get(key), **(accuracy.get(key) or {}),
+              "counts": judge(accuracy.get(key), accuracy.get("hf_loop"), margin)}
+        for key in ACCURACY_PATHS if key in tps or key in accuracy
+    }
 
 
 def _free_memory(device: torch.device) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.budget import Budget, DurationEstimates
+from benchmarks.budget import Budget, DurationEstimates, Units
 
 
 class FakeClock:
@@ -55,3 +55,18 @@ def test_measuring_records_the_duration_of_the_body() -> None:
         pass
     ((size, seconds),) = est.records["unit"]
     assert size == 8 and 0.0 <= seconds < 1.0
+
+
+def test_units_run_what_fits_and_record_failures_without_raising() -> None:
+    clock = FakeClock()
+    units = Units("m", Budget(10.0, clock=clock), DurationEstimates({"slow": 20.0}))
+    assert units.run("fits", "fast", lambda: 42) == 42
+    assert units.run("too slow", "slow", lambda: 1) is None and units.last_reason == "budget"
+    assert units.budget.skipped[0]["what"] == "m: too slow"
+
+    def broken() -> int:
+        raise RuntimeError("out of memory at context 16384")
+
+    assert units.run("point", "fast", broken) is None
+    assert units.last_reason == "RuntimeError: out of memory at context 16384"
+    assert units.errors == ["point: RuntimeError: out of memory at context 16384"]

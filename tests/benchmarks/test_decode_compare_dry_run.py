@@ -60,6 +60,7 @@ def test_every_tiny_model_has_a_row(report: dict[str, Any]) -> None:
     data = report["json"]
     assert "errors" not in data, data.get("errors")
     assert [r["model"] for r in data["rows"]] == list(decode_compare.TINY)
+    assert all(r["errors"] == [] for r in data["rows"]), [r["errors"] for r in data["rows"]]
     assert data["contexts"] == list(CONTEXTS) and data["accuracy_margin"] == 1.25 and data["skipped"] == []
 
 
@@ -106,7 +107,9 @@ def test_a_budget_too_small_for_anything_skips_and_lists_every_unit(tmp_path: Pa
         "--budget-s", "0.001", "--json", str(tmp_path / "c.json"),
     ])
     skipped = [s["what"] for s in result["skipped"]]
-    assert "tiny-llama: float32 reference at context 16" in skipped
+    assert "tiny-llama: float32 copy of the weights" in skipped
     assert "tiny-llama: eager/transformers rounds" in skipped
-    assert result["rows"][0]["sweep"] == [{"cache": "static", "context": 16, "skipped": "budget (decoder not built)"}]
-    assert result["rows"][0]["paths"] == {}
+    assert "tiny-llama: static decoder" in skipped
+    row = result["rows"][0]
+    assert row["sweep"] == [{"cache": "static", "context": 16, "skipped": "decoder: budget"}]
+    assert row["paths"] == {} and row["errors"] == []
