@@ -387,6 +387,9 @@ def markdown(result: dict[str, Any]) -> str:
         f"Decode throughput, batch 1, greedy, {result['dtype']}, prompt {first}, "
         f"{result['new_tokens']} new tokens; {env['device_name']}, torch {env['torch']}, transformers {env['transformers']}.",
         f"Device-to-device copy: {bw:.0f} GB/s (best of {d2d['iters']}, read + write counted).",
+        *([f"The fast decoders hold {max(result['contexts']) + result['new_tokens']} positions (rounded up to "
+           "the slot alignment), the sweep's longest context: a static cache attends over all of them."]
+          if len(result["contexts"]) > 1 else []),
         "",
         "| model | " + " | ".join(f"{c} tok/s" for c in present)
         + " | weight MB/token | fast GB/s | fast % of copy BW | best fast % | eager / hf generate() | eager / hf loop |",
