@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import functools
 import gc
 import json
 import sys
@@ -247,13 +246,14 @@ def transformers_accuracy(
 
 
 def sweep_cache(
-    model: nn.Module, cache: str, decoder_for: Any, prompts: dict[int, list[int]], references: dict[int, Reference],
+    model: nn.Module, cache: str, compile: bool, prompts: dict[int, list[int]], references: dict[int, Reference],
     hf_accuracy: dict[int, dict[str, Any]], args: argparse.Namespace, units: Units, point_args: dict[str, Any],
 ) -> list[dict[str, Any]]:
-    """Every context's point for one cache type, from one decoder sized for the largest context."""
-    compiling = decoder_for.keywords.get("compile", args.compile)
-    decoder = units.run(f"{cache} decoder{' (compile)' if compiling else ''}", "compile" if compiling else "capture",
-                        lambda: decoder_for(cache))
+    """Every context's point for one cache type, from one decoder sized for the largest context (+ new tokens)."""
+    max_seq_len = max(args.contexts) + args.new_tokens
+    decoder = units.run(f"{cache} decoder{' (compile)' if compile else ''}", "compile" if compile else "capture",
+                        lambda: build_fast_decoder(model, max_seq_len, cache, block_size=args.block_size,
+                                                   device=point_args["device"], compile=compile))
     if decoder is None:
         return [{"cache": cache, "context": c, "skipped": f"decoder: {units.last_reason}"} for c in prompts]
     points = []
@@ -320,16 +320,14 @@ def measure_model(
 
     point_args = {"new_tokens": n, "device": device, "warmup": args.warmup, "repeats": args.repeats,
                   "weight_bytes": wbytes, "copy_GBps": copy_GBps}
-    decoder_for = functools.partial(build_fast_decoder, model, s_max, block_size=args.block_size, device=device)
     sweep: list[dict[str, Any]] = []
     graph_point = None
     if args.compile or "static" not in args.caches:
         # The graph-only static step at the first context (the sweep's static points are not graph-only).
-        graph_point = sweep_cache(model, "static", functools.partial(decoder_for, compile=False),
-                                  {first: prompts[first]}, references, hf_accuracy, args, units, point_args)[0]
+        graph_point = sweep_cache(model, "static", False, {first: prompts[first]}, references, hf_accuracy, args,
+                                  units, point_args)[0]
     for cache in args.caches:
-        sweep += sweep_cache(model, cache, functools.partial(decoder_for, compile=args.compile), prompts,
-                             references, hf_accuracy, args, units, point_args)
+        sweep += sweep_cache(model, cache, args.compile, prompts, references, hf_accuracy, args, units, point_args)
     add_vs_static(sweep)
     static_first = next((p for p in sweep if p["cache"] == "static" and p["context"] == first), None)
     for key, point in (("ir_fast", graph_point or static_first),
