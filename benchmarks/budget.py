@@ -82,17 +82,20 @@ class Units:
 
     ``run`` returns the unit's value, or None; then ``last_reason`` says why ("budget" or the error),
     and a failure is appended to ``errors`` (a long run keeps every other unit's results).
+    ``durations`` holds the seconds of every unit that ran (compiles among them).
     """
 
     def __init__(self, model: str, budget: Budget, estimates: DurationEstimates) -> None:
         self.model, self.budget, self.estimates = model, budget, estimates
         self.errors: list[str] = []
+        self.durations: dict[str, float] = {}
         self.last_reason = ""
 
     def run(self, what: str, kind: str, fn: Callable[[], T], size: float = 1.0) -> T | None:
         if not self.budget.allows(f"{self.model}: {what}", self.estimates.estimate(kind, size)):
             self.last_reason = "budget"
             return None
+        t0 = time.perf_counter()
         try:
             with self.estimates.measuring(kind, size):
                 return fn()
@@ -102,6 +105,8 @@ class Units:
             print(f"[compare] {self.model}: {what} FAILED: {self.last_reason}", file=sys.stderr, flush=True)
             _release_device_memory()
             return None
+        finally:
+            self.durations[what] = round(time.perf_counter() - t0, 3)
 
 
 def _release_device_memory() -> None:

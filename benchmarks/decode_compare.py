@@ -348,6 +348,7 @@ def measure_model(
         fast_bandwidth_GBps=(wbytes + kv_mean) * tps["ir_fast"] / 1e9 if "ir_fast" in tps else None,
         best_fast_bandwidth_GBps=(wbytes + kv_mean) * best_fast / 1e9 if best_fast else None,
         errors=units.errors,
+        durations_s=units.durations,
     )
     return row
 

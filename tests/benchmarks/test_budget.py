@@ -70,3 +70,4 @@ def test_units_run_what_fits_and_record_failures_without_raising() -> None:
     assert units.run("point", "fast", broken) is None
     assert units.last_reason == "RuntimeError: out of memory at context 16384"
     assert units.errors == ["point: RuntimeError: out of memory at context 16384"]
+    assert set(units.durations) == {"fits", "point"}  # what ran, failed or not; not what was skipped
