@@ -118,7 +118,7 @@ def decode_rows(path: TeacherForcedPath, prompt: Tensor, fed: list[int]) -> Tens
     """float32 logits ``[len(fed), V]``: the path's next-token logits after each fed token."""
     path.prefill(prompt)
     with torch.inference_mode():
-        return torch.stack([path.step(token).float().clone() for token in fed])
+        return torch.stack([path.step(token).to(torch.float32, copy=True) for token in fed])  # copies: a graph reuses its buffer
 
 
 def path_agreement(path: TeacherForcedPath, reference: Reference) -> Agreement:
