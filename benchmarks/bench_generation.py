@@ -1,4 +1,4 @@
-"""Generation benchmark (seed 000 §6): prefill and decode timing, cached vs uncached, eager vs fast.
+"""Generation benchmark: prefill and decode timing, cached vs uncached, eager vs fast.
 
 Examples:
     python benchmarks/bench_generation.py --model llama-tiny --compare                 # CPU, fixture

@@ -1,4 +1,4 @@
-"""KV caches: contiguous (seed 000), static-shape, dynamic (grows by concatenation), paged (blocks
+"""KV caches: contiguous, static-shape, dynamic (grows by concatenation), paged (blocks
 of a shared pool), and frozen snapshots of any of them.
 
 Every cache keeps one contract (``cache/protocol.py``): ``update`` writes a layer's new K/V and

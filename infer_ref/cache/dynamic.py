@@ -1,11 +1,9 @@
-"""Dynamic KV cache: no capacity, each layer grows by concatenation (seed 001's basic cache,
-seed 003's dynamic mode).
+"""Dynamic KV cache: no capacity, each layer grows by concatenation.
 
 Each layer holds K and V ``[B, Hkv, S, D]`` tensors that grow with every write: ``update`` builds
-``cat(held, new)`` along the position axis (seed 001's ``push_row`` for one token, ``set_prefill``
-for a prompt). Nothing is allocated up front, so ``memory_bytes`` grows linearly with the positions
+``cat(held, new)`` along the position axis (one token per decode step, a whole prompt at prefill). Nothing is allocated up front, so ``memory_bytes`` grows linearly with the positions
 held; the price is a copy of the whole layer at every step (O(n²) bytes over n steps), which is why
-seed 002 replaces it with paged blocks.
+paged blocks replace it in serving engines.
 
 A write always lands at ``seq_len``: a layer whose tensor is longer (a forward that failed half-way,
 after some layers wrote) is cut back to ``seq_len`` first, so a refused forward never leaves
@@ -125,8 +123,7 @@ class DynamicKVCache(CacheBase):
 
     @property
     def memory_bytes(self) -> int:
-        """Bytes of the tensors held: ``2 * L * B * Hkv * seq_len * D * itemsize`` after a full forward
-        (seed 003 counts the positions held, not a capacity)."""
+        """Bytes of the tensors held: ``2 * L * B * Hkv * seq_len * D * itemsize`` after a full forward (the positions held, not a capacity)."""
         return sum(k.nbytes + v.nbytes for k, v in zip(self._k, self._v, strict=True))
 
     # -- use -----------------------------------------------------------------------------------

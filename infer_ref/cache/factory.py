@@ -11,11 +11,12 @@ from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.dynamic import DynamicKVCache
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.cache.static import StaticKVCache
+from infer_ref.cache.static_paged import StaticPagedKVCache
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
 
-CacheKind = Literal["contiguous", "static", "dynamic", "paged"]
+CacheKind = Literal["contiguous", "static", "dynamic", "paged", "static-paged"]
 CACHE_KINDS: tuple[str, ...] = get_args(CacheKind)
 DEFAULT_BLOCK_SIZE = 16
 
@@ -33,20 +34,25 @@ def build_cache(
 ) -> Any:
     """An empty cache of type ``kind`` holding at least ``max_seq_len`` positions per row.
 
-    ``paged`` gets a pool of exactly the blocks the rows need; ``scramble_seed`` shuffles its free
-    list, so logically consecutive positions land in scattered physical blocks (tests use it).
-    ``dynamic`` has no capacity.
+    ``paged`` and ``static-paged`` get a pool of exactly the blocks the rows need; ``scramble_seed``
+    shuffles its free list, so logically consecutive positions land in scattered physical blocks
+    (tests use it). ``dynamic`` has no capacity. ``static`` and ``static-paged`` keep the position on
+    the device (the layouts of captured decode steps: ``FastDecoder``).
     """
     if kind not in CACHE_KINDS:
         raise ValueError(f"unknown cache kind {kind!r}; expected one of {', '.join(CACHE_KINDS)}")
     if kind == "dynamic":
         return DynamicKVCache.from_model_config(config, batch_size=batch_size, dtype=dtype, device=device)
-    if kind == "paged":
+    if kind in ("paged", "static-paged"):
         num_blocks = batch_size * -(-max_seq_len // block_size)
         order = None
         if scramble_seed is not None:
             order = list(range(num_blocks))
             random.Random(scramble_seed).shuffle(order)
+        if kind == "static-paged":
+            return StaticPagedKVCache.from_model_config(
+                config, max_seq_len, block_size=block_size, batch_size=batch_size, dtype=dtype, device=device, free_order=order
+            )
         return PagedKVCache.from_model_config(
             config,
             num_blocks,

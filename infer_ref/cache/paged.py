@@ -1,4 +1,4 @@
-"""Paged KV cache: positions live in fixed-size blocks of a shared pool (seed 002).
+"""Paged KV cache: positions live in fixed-size blocks of a shared pool.
 
 Each batch row has a block table, one list of physical block ids shared by every layer; position
 ``p`` of row ``b`` lives at slot ``block_table[b][p // bs] * bs + p % bs`` of each layer's pool

@@ -108,7 +108,7 @@ class BlockPool:
         dtype: torch.dtype = torch.bfloat16,
         device: str | torch.device | None = None,
     ) -> Self:
-        """As many blocks as fit in ``budget_bytes`` (seed 002 sizes its pool from free GPU memory).
+        """As many blocks as fit in ``budget_bytes`` (a serving engine sizes its pool from free GPU memory).
 
         Use ``free_gpu_budget(fraction)`` for that budget on CUDA.
         """
@@ -265,7 +265,7 @@ def block_bytes(config: ModelConfig, block_size: int, dtype: torch.dtype) -> int
 
 
 def free_gpu_budget(fraction: float = 0.9, device: str | torch.device = "cuda") -> int:
-    """``fraction`` of the free memory of a CUDA device, in bytes (seed 002's pool sizing)."""
+    """``fraction`` of the free memory of a CUDA device, in bytes (for sizing a pool)."""
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
     if not torch.cuda.is_available():

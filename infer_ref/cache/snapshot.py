@@ -1,4 +1,4 @@
-"""Frozen copies of a cache's contents (seed 001's ``KvSnapshot`` / ``materialize``).
+"""Frozen copies of a cache's contents.
 
 A :class:`KVSnapshot` holds its own copy of every layer's K and V for positions ``[0, seq_len)``,
 in one type-neutral layout (``[L, B, Hkv, S, D]``), plus the settings its source cache type needs

@@ -1,53 +1,64 @@
-"""Static-shape KV cache: fixed buffers and a device-side position, for captured decode steps.
+"""Static-shape KV caches: fixed buffers and a device-side position, for captured decode steps.
 
-Same storage as :class:`~infer_ref.cache.contiguous.KVCache` (``[L, B, Hkv, S_max, D]``), but
-every shape a forward sees is fixed: ``update`` writes at the device tensor ``pos`` with
-``index_copy_`` and returns the whole ``S_max`` buffer, and the model takes its RoPE positions
-and attention masks from the cache (:meth:`positions`, :meth:`attention_mask`) instead of from
-the host counter. One decode step therefore launches the same kernels with the same arguments at
-every position, which is what CUDA graphs and ``torch.compile`` need.
+Every shape a forward sees is fixed: ``update`` writes at the device tensor ``pos`` and returns
+every slot the cache can hold, and the model takes its RoPE positions and attention masks from
+the cache (:meth:`positions`, :meth:`attention_mask`) instead of from the host counter. One decode
+step therefore launches the same kernels with the same arguments at every position, which is what
+CUDA graphs and ``torch.compile`` need.
 
 The masks hide every slot at or beyond ``pos + T``: buffers are allocated once, so slots past the
-current position hold stale or zero entries that must never be attended.
+current position hold stale or zero entries that must never be attended. A single-token step on
+CUDA does not mask at all: it attends through the length-aware decode kernel
+(:func:`infer_ref.kernels.paged_decode_attention`), which reads the length ``pos + 1`` on the
+device and visits only the valid prefix (a sliding layer only its window), so a step at position
+100 of a 16k-slot cache reads 100 keys, not 16k.
 
 The host counter ``seq_len`` mirrors ``pos`` for bookkeeping (capacity checks, timing). Inside
 :meth:`host_frozen` it is left alone, so one traced or captured step can be replayed many times;
 the replaying code moves it with :meth:`advance_host` after each replay.
+
+Two storages share that behaviour (:class:`DevicePosition`): :class:`StaticKVCache`, one contiguous
+buffer per layer, and :class:`~infer_ref.cache.static_paged.StaticPagedKVCache`, blocks of a pool.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import torch
 from torch import Tensor
+from typing_extensions import Self
 
+from infer_ref.attention import grouped_query_attention
 from infer_ref.cache.contiguous import KVCache, KVCacheOverflowError
+from infer_ref.kernels.paged_attention import contiguous_decode_attention
+
+if TYPE_CHECKING:
+    from infer_ref.config import ModelConfig
 
 
-class StaticKVCache(KVCache):
-    """Pre-allocated KV cache with the write position on the device.
+class DevicePosition:
+    """The write position on the device (``pos``, int64 ``[1]``) and what follows from it.
 
-    Storage, geometry, validation and errors are :class:`KVCache`'s; what differs is where writes
-    land (the device position ``pos``) and what ``update`` returns (the whole buffer).
-
-    Attributes:
-        k: keys, ``[num_layers, batch, num_kv_heads, max_seq_len, head_dim]``.
-        v: values, same shape as ``k``.
-        pos: int64 ``[1]`` on the cache's device, the position of the next write.
+    A subclass sets ``pos``, ``_slots`` (``arange(max_seq_len)`` on the device), ``_frozen`` and
+    ``_seq_len``, and provides ``max_seq_len``, ``_check_count``, ``update`` (store at
+    ``positions(T)``, return every slot) and ``_attend_prefix`` (one query row ``[B, H, D]`` over
+    the first ``lengths[b]`` positions of a layer, through the decode kernel).
+    ``layer_windows`` (each layer's sliding window, None for global) lets a single-token step on
+    CUDA attend through the decode kernel; without it every step uses the masked buffer.
     """
 
     # Tells DecoderLM.forward to take positions and masks from the cache (see cache/protocol.py).
     static_shape = True
+    pos: Tensor
+    _slots: Tensor
+    _frozen: bool
+    _seq_len: int
+    layer_windows: list[int | None] | None
 
-    def __init__(self, k: Tensor, v: Tensor, seq_len: int = 0) -> None:
-        super().__init__(k, v, seq_len)
-        self.pos = torch.full((1,), seq_len, dtype=torch.long, device=k.device)
-        self._slots = torch.arange(k.shape[3], device=k.device)  # [S_max] key positions
-        self._frozen = False
-
-    # -- the static-shape hook used by DecoderLM.forward ------------------------------------------
+    # -- the static-shape hooks used by DecoderLM.forward --------------------------------------
 
     def positions(self, t: int) -> Tensor:
         """Absolute positions ``[T]`` of the ``t`` tokens about to be written (on the device)."""
@@ -65,18 +76,18 @@ class StaticKVCache(KVCache):
             visible = visible & (k_pos > q_pos - window)
         return visible
 
-    # -- use -----------------------------------------------------------------------------------
+    def attend(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
+        """Write ``k``/``v`` and attend ``q`` ``[B, H, T, D]``: a single-token CUDA step through the
+        length-aware decode kernel, anything else over the masked buffer."""
+        if not (q.is_cuda and q.shape[2] == 1 and self.layer_windows is not None):
+            keys, values = self.update(layer_idx, k, v)  # [B, Hkv, S_max, D]
+            return grouped_query_attention(q, keys, values, mask, scale)
+        self.update(layer_idx, k, v)
+        lengths = (self.pos + 1).expand(q.shape[0]).contiguous()  # [B] int64: read on the device
+        out = self._attend_prefix(layer_idx, q[:, :, 0], lengths, scale, self.layer_windows[layer_idx])
+        return out[:, :, None]  # [B, H, 1, D]
 
-    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write ``k``/``v`` ``[B, Hkv, T, D]`` at slots ``pos .. pos+T-1``; return the whole layer buffers."""
-        self._check_layer(layer_idx)
-        t = self._check_entries(k, v)
-        if not self._frozen:
-            self._check_capacity(t)
-        index = self.positions(t)  # [T]
-        self.k[layer_idx].index_copy_(2, index, k)
-        self.v[layer_idx].index_copy_(2, index, v)
-        return self.k[layer_idx], self.v[layer_idx]  # [B, Hkv, S_max, D]
+    # -- the two counters ------------------------------------------------------------------------
 
     def advance(self, n: int) -> None:
         """Move the device position (and, unless frozen, the host counter) forward by ``n``."""
@@ -107,6 +118,90 @@ class StaticKVCache(KVCache):
         self.pos.fill_(n)
         self._seq_len = n
 
+    def _check_capacity(self, n: int) -> None:
+        if self._seq_len + n > self.max_seq_len:
+            raise KVCacheOverflowError(
+                f"KV cache overflow: {n} position(s) at {self._seq_len} need position {self._seq_len + n - 1}, "
+                f"but max_seq_len is {self.max_seq_len}"
+            )
+
+    if TYPE_CHECKING:  # provided by the storage class (declared for the type checker only: no shadowing)
+
+        @property
+        def max_seq_len(self) -> int: ...
+
+        def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
+
+        def _attend_prefix(self, layer_idx: int, q: Tensor, lengths: Tensor, scale: float, window: int | None) -> Tensor: ...
+
+        @staticmethod
+        def _check_count(name: str, n: int, *, allow_zero: bool = False) -> None: ...
+
+
+def check_layer_windows(windows: Sequence[int | None] | None, num_layers: int) -> list[int | None] | None:
+    """``windows`` as a list (one positive int or None per layer), or None; anything else is refused."""
+    if windows is None:
+        return None
+    out = list(windows)
+    if len(out) != num_layers or any(w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0) for w in out):
+        raise ValueError(f"layer_windows must give each of the {num_layers} layers a positive window or None, got {out}")
+    return out
+
+
+class StaticKVCache(DevicePosition, KVCache):
+    """Pre-allocated contiguous KV cache with the write position on the device.
+
+    Storage, geometry, validation and errors are :class:`KVCache`'s; what differs is where writes
+    land (the device position ``pos``) and what ``update`` returns (the whole buffer).
+
+    Attributes:
+        k: keys, ``[num_layers, batch, num_kv_heads, max_seq_len, head_dim]``.
+        v: values, same shape as ``k``.
+        pos: int64 ``[1]`` on the cache's device, the position of the next write.
+        layer_windows: each layer's sliding window (None: global), or None when unknown (then no
+            step uses the decode kernel). ``from_model_config`` sets it from the model.
+    """
+
+    def __init__(self, k: Tensor, v: Tensor, seq_len: int = 0, *, layer_windows: Sequence[int | None] | None = None) -> None:
+        super().__init__(k, v, seq_len)
+        self.layer_windows = check_layer_windows(layer_windows, k.shape[0])
+        self.pos = torch.full((1,), seq_len, dtype=torch.long, device=k.device)
+        self._slots = torch.arange(k.shape[3], device=k.device)  # [S_max] key positions
+        self._frozen = False
+
+    @classmethod
+    def from_model_config(
+        cls,
+        config: ModelConfig,
+        max_seq_len: int,
+        *,
+        batch_size: int = 1,
+        dtype: torch.dtype = torch.bfloat16,
+        device: str | torch.device | None = None,
+    ) -> Self:
+        """A cache sized for ``config``, with the model's sliding windows (decode kernel enabled)."""
+        from infer_ref.cache.paged import model_layer_windows
+
+        cache = super().from_model_config(config, max_seq_len, batch_size=batch_size, dtype=dtype, device=device)
+        cache.layer_windows = check_layer_windows(model_layer_windows(config), cache.num_layers)
+        return cache
+
+    # -- use -----------------------------------------------------------------------------------
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write ``k``/``v`` ``[B, Hkv, T, D]`` at slots ``pos .. pos+T-1``; return the whole layer buffers."""
+        self._check_layer(layer_idx)
+        t = self._check_entries(k, v)
+        if not self._frozen:
+            self._check_capacity(t)
+        index = self.positions(t)  # [T]
+        self.k[layer_idx].index_copy_(2, index, k)
+        self.v[layer_idx].index_copy_(2, index, v)
+        return self.k[layer_idx], self.v[layer_idx]  # [B, Hkv, S_max, D]
+
+    def _attend_prefix(self, layer_idx: int, q: Tensor, lengths: Tensor, scale: float, window: int | None) -> Tensor:
+        return contiguous_decode_attention(q, self.k[layer_idx], self.v[layer_idx], lengths, scale, window)
+
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions; the device position moves too (buffers keep their addresses)."""
         self._check_crop(n)
@@ -121,10 +216,3 @@ class StaticKVCache(KVCache):
         self.k.zero_()
         self.v.zero_()
         self.set_position(0)
-
-    def _check_capacity(self, n: int) -> None:
-        if self._seq_len + n > self.max_seq_len:
-            raise KVCacheOverflowError(
-                f"KV cache overflow: {n} position(s) at {self._seq_len} need position {self._seq_len + n - 1}, "
-                f"but max_seq_len is {self.max_seq_len}"
-            )

@@ -7,9 +7,9 @@ host round trip per token. On CUDA the step is captured in a CUDA graph (optiona
 ``torch.compile`` fuses its small kernels); on other devices the same static-shape step runs
 eagerly, which is how the default test tier checks it.
 
-The model code is the eager code: only the cache differs (positions and masks come from it, see
-``infer_ref/cache/protocol.py``). Results therefore match the eager path up to floating-point
-reduction order (attention runs over ``S_max`` masked slots instead of ``pos + 1``).
+The model code is the eager code: only the cache differs (positions, masks and, for a one-token
+step on CUDA, the attention kernel come from it, see ``infer_ref/cache/protocol.py``). Results
+therefore match the eager path up to floating-point reduction order.
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from infer_ref.cache.factory import DEFAULT_BLOCK_SIZE, build_cache
 from infer_ref.cache.static import StaticKVCache
+from infer_ref.cache.static_paged import StaticPagedKVCache
 from infer_ref.config import ModelConfig
 from infer_ref.devices import resolve as resolve_device
 from infer_ref.engine.result import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
@@ -42,6 +44,9 @@ COMPILE_OPTIONS: dict[str, Any] = {"coordinate_descent_tuning": True}
 # per slice in parallel, then one over the slice maxima (a single-row argmax under torch.compile
 # is one thread block: 22 us for Llama's 128k vocabulary on an H100).
 ARGMAX_SLICES = 256
+# The cache layouts a captured step can use, by FastDecoder's name for them: one buffer per layer,
+# or blocks of a pool read through a block table (what a paged serving engine captures).
+FAST_CACHE_LAYOUTS = {"static": "static", "paged": "static-paged"}
 
 
 class FastDecoder:
@@ -55,6 +60,10 @@ class FastDecoder:
         compile: ``torch.compile`` the step before capturing it (fuses elementwise kernels; CUDA
             only, tens of seconds to warm up).
         compile_options: Inductor options for ``compile`` (default :data:`COMPILE_OPTIONS`).
+        cache: ``"static"`` (one buffer per layer, :class:`StaticKVCache`) or ``"paged"`` (blocks of a
+            pool through a device block table, :class:`StaticPagedKVCache`). On CUDA both attend
+            through the length-aware decode kernel, which reads only the valid prefix.
+        block_size: positions per block of the paged layout.
 
     Use: ``reset()``, ``prefill(ids)`` (logits ``[B, 1, V]``), then ``step()`` per token. ``step``
     feeds ``input_ids`` (set it with ``set_input`` or leave the argmax the last step wrote) and
@@ -71,14 +80,18 @@ class FastDecoder:
         cuda_graph: bool | None = None,
         compile: bool = False,
         compile_options: Mapping[str, Any] | None = None,
+        cache: str = "static",
+        block_size: int = DEFAULT_BLOCK_SIZE,
     ) -> None:
+        if cache not in FAST_CACHE_LAYOUTS:
+            raise ValueError(f"cache must be one of {', '.join(FAST_CACHE_LAYOUTS)}, got {cache!r}")
         self.model = model
         self.device = resolve_device(device)
         self.config: ModelConfig = model.config  # type: ignore[assignment]
         dtype = next(model.parameters()).dtype
         slots = -(-max_seq_len // SLOT_ALIGN) * SLOT_ALIGN
-        self.cache = StaticKVCache.from_model_config(
-            self.config, slots, batch_size=batch_size, dtype=dtype, device=self.device
+        self.cache: StaticKVCache | StaticPagedKVCache = build_cache(
+            FAST_CACHE_LAYOUTS[cache], self.config, slots, batch_size=batch_size, dtype=dtype, device=self.device, block_size=block_size
         )
         self.input_ids = torch.zeros((batch_size, 1), dtype=torch.long, device=self.device)  # [B, 1]
         self.next_token = torch.zeros((batch_size, 1), dtype=torch.long, device=self.device)  # [B, 1]

@@ -1,4 +1,4 @@
-"""The generation loop: prefill once, then decode one token at a time (seed 000 §5).
+"""The generation loop: prefill once, then decode one token at a time.
 
 With ``use_kv_cache=False`` every step re-runs the full sequence (O(n^2)); the two paths must give
 the same tokens, which is what the suite checks.

@@ -5,8 +5,11 @@
 dispatches to its Triton kernel on CUDA (when Triton is importable) and to the torch reference
 everywhere else; the ``*_reference`` functions are the definitions the kernels are tested against.
 ``contiguous_layer_as_paged`` lets the paged kernel read a contiguous cache layer in place.
+``linear`` and ``gated_mlp`` are the decode projections' matrix-vector products; they take their
+kernels only while ``decode_kernels()`` is on (the captured decode path), see ``switch.py``.
 """
 
+from infer_ref.kernels.gemv import gated_mlp, gated_mlp_reference, linear, linear_reference
 from infer_ref.kernels.paged_attention import (
     contiguous_layer_as_paged,
     gather_paged_kv,
@@ -14,10 +17,17 @@ from infer_ref.kernels.paged_attention import (
     paged_decode_attention_reference,
 )
 from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
+from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
 
 __all__ = [
     "contiguous_layer_as_paged",
+    "decode_kernels",
+    "decode_kernels_enabled",
+    "gated_mlp",
+    "gated_mlp_reference",
     "gather_paged_kv",
+    "linear",
+    "linear_reference",
     "paged_decode_attention",
     "paged_decode_attention_reference",
     "store_kvcache",

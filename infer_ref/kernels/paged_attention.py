@@ -182,9 +182,21 @@ def contiguous_layer_as_paged(layer: Tensor, block_size: int) -> tuple[Tensor, T
     blocks_per_batch_row = hkv * per_row
     num_blocks = (b - 1) * blocks_per_batch_row + per_row
     pool = layer.as_strided((num_blocks, block_size, hkv, d), (block_size * d, d, s * d, 1))
-    rows = torch.arange(b, device=layer.device, dtype=torch.int32)[:, None]
-    tables = rows * blocks_per_batch_row + torch.arange(per_row, device=layer.device, dtype=torch.int32)[None, :]
-    return pool, tables
+    return pool, _identity_tables(b, blocks_per_batch_row, per_row, layer.device)
+
+
+# Identity tables depend on shapes only; built once each (the first call comes before a CUDA graph
+# capture, so a captured decode step never allocates or launches for them).
+_IDENTITY_TABLES: dict[tuple[int, int, int, torch.device], Tensor] = {}
+
+
+def _identity_tables(batch: int, blocks_per_batch_row: int, per_row: int, device: torch.device) -> Tensor:
+    """``[B, per_row]`` int32: ``tables[b, c] = b * blocks_per_batch_row + c`` (never written to)."""
+    key = (batch, blocks_per_batch_row, per_row, device)
+    if key not in _IDENTITY_TABLES:
+        rows = torch.arange(batch, device=device, dtype=torch.int32)[:, None]
+        _IDENTITY_TABLES[key] = rows * blocks_per_batch_row + torch.arange(per_row, device=device, dtype=torch.int32)[None, :]
+    return _IDENTITY_TABLES[key]
 
 
 if HAVE_TRITON:
@@ -375,17 +387,79 @@ def paged_decode_attention(
 ) -> Tensor:
     """:func:`paged_decode_attention_reference`'s contract (the dispatching entry point).
 
-    On CUDA with Triton: the split-K kernel (capturable; lengths stay on the device). Elsewhere:
-    the reference.
+    On CUDA with Triton: the split-K kernel (capturable; lengths stay on the device), called
+    through the custom op ``infer_ref::paged_decode_attention`` so ``torch.compile`` keeps it as
+    one opaque node instead of tracing the launch. Elsewhere: the reference.
     """
-    if HAVE_TRITON and q.is_cuda:
-        return paged_decode_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
     check_decode_args(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
+    if HAVE_TRITON and q.is_cuda:
+        return torch.ops.infer_ref.paged_decode_attention(
+            q, k_cache, v_cache, block_tables, seq_lens, float(scale), 0 if window is None else window
+        )
     return paged_decode_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
+
+
+def contiguous_decode_attention(
+    q: Tensor, k_layer: Tensor, v_layer: Tensor, seq_lens: Tensor, scale: float, window: int | None = None
+) -> Tensor:
+    """One query row per sequence over a contiguous layer ``[B, Hkv, S, D]``, the first
+    ``seq_lens[b]`` positions of row ``b`` (lengths on the device): ``[B, H, D]``.
+
+    The same kernel as :func:`paged_decode_attention`, reading the layer in place through identity
+    block tables (:func:`contiguous_layer_as_paged`). The op takes the layer itself, not the
+    overlapping strided view, so a compiler never sees (or copies) that view.
+    """
+    if k_layer.shape != v_layer.shape or k_layer.dim() != 4:
+        raise ValueError(f"k_layer and v_layer must both be [batch, num_kv_heads, max_seq_len, head_dim], got {tuple(k_layer.shape)} and {tuple(v_layer.shape)}")
+    if HAVE_TRITON and q.is_cuda:
+        return torch.ops.infer_ref.contiguous_decode_attention(
+            q, k_layer, v_layer, seq_lens, float(scale), 0 if window is None else window
+        )
+    return _contiguous_decode(q, k_layer, v_layer, seq_lens, scale, window)
+
+
+def _identity_block_size(max_seq_len: int) -> int:
+    # Any divisor of S serves; 64 keeps the table reads few (FastDecoder rounds S up to 64).
+    return 64 if max_seq_len % 64 == 0 else max_seq_len
+
+
+def _contiguous_decode(q: Tensor, k_layer: Tensor, v_layer: Tensor, seq_lens: Tensor, scale: float, window: int | None) -> Tensor:
+    block = _identity_block_size(k_layer.shape[2])
+    k_pool, tables = contiguous_layer_as_paged(k_layer, block)
+    v_pool, _ = contiguous_layer_as_paged(v_layer, block)
+    return paged_decode_attention(q, k_pool, v_pool, tables, seq_lens, scale, window)
+
+
+# -- custom ops (torch.compile sees each kernel as one node; CUDA graphs capture the launches) ------
+
+
+@torch.library.custom_op("infer_ref::paged_decode_attention", mutates_args=())
+def _paged_decode_op(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor, scale: float, window: int
+) -> Tensor:
+    return paged_decode_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, scale, window or None)
+
+
+@_paged_decode_op.register_fake
+def _paged_decode_fake(
+    q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor, scale: float, window: int
+) -> Tensor:
+    return torch.empty_like(q)
+
+
+@torch.library.custom_op("infer_ref::contiguous_decode_attention", mutates_args=())
+def _contiguous_decode_op(q: Tensor, k_layer: Tensor, v_layer: Tensor, seq_lens: Tensor, scale: float, window: int) -> Tensor:
+    return _contiguous_decode(q, k_layer, v_layer, seq_lens, scale, window or None)
+
+
+@_contiguous_decode_op.register_fake
+def _contiguous_decode_fake(q: Tensor, k_layer: Tensor, v_layer: Tensor, seq_lens: Tensor, scale: float, window: int) -> Tensor:
+    return torch.empty_like(q)
 
 
 __all__ = [
     "check_decode_args",
+    "contiguous_decode_attention",
     "contiguous_layer_as_paged",
     "gather_paged_kv",
     "gather_slots",

@@ -51,7 +51,7 @@ The callables, their shapes, and why each exists:
     ``seq_lens`` ``[B]`` int32; sliding ``window`` or None. Returns ``[B, H, D]``.
 ``snapshot(cache) -> snap``, ``restore(cache, snap) -> None``, ``materialize(snap) -> cache``
     A frozen copy of a cache's contents, loading one into a cache in place, and building a new
-    cache from one (seed 001's ``KvSnapshot``).
+    cache from one.
 ``declared_unsupported: dict[str, str]``
     Capabilities the implementation does not offer although its callables exist, with the reason
     (a cache whose ``memory_bytes`` counts positions held, not a capacity, say).

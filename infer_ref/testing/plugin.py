@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import os
 import platform
+import re
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -78,14 +80,55 @@ def impl_spec(config: pytest.Config) -> str:
     return config.getoption("--ir-impl") or os.environ.get(IMPL_ENV_VAR) or DEFAULT_IMPL
 
 
-def read_xfails(path: str | Path) -> list[str]:
-    """Test-id prefixes from an xfail file: blank lines and ``#`` comments ignored."""
+def read_xfails(path: str | Path, device: str = "cpu") -> list[str]:
+    """Test-id prefixes from an xfail file: blank lines and ``#`` comments ignored.
+
+    An entry may end with conditions in brackets, all of which must hold for it to apply:
+    ``[transformers<5.23]`` (an installed package's version: ``<``, ``<=``, ``==``, ``>=``, ``>``)
+    and ``[cuda]`` / ``[cpu]`` (the device under test). A behaviour a library fixed in a later
+    release, or one that only shows on a GPU, is then listed once and is never stale where it
+    does not apply.
+    """
     entries = []
-    for raw in Path(path).read_text().splitlines():
+    for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
         line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        # Conditions are bracket groups after whitespace at the end; a test id's own parameters
+        # ("test_x[write past capacity]") follow the name directly.
+        tail = re.search(r"(?:\s+\[[^\[\]]*\])+\s*$", line)
+        if tail is not None:
+            conditions = re.findall(r"\[([^\[\]]*)\]", tail.group(0))
+            line = line[: tail.start()].strip()
+            if not all(_condition_holds(c, device, f"{path}:{number}") for c in conditions):
+                continue
         if line:
             entries.append(line)
     return entries
+
+
+_VERSION_CONDITION = re.compile(r"^([A-Za-z0-9_.-]+)\s*(<=|>=|==|<|>)\s*([0-9][0-9A-Za-z.+-]*)$")
+
+
+def _condition_holds(text: str, device: str, where: str) -> bool:
+    """One bracketed xfail condition (see :func:`read_xfails`); a malformed one is a usage error."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from packaging.version import Version
+
+    text = text.strip()
+    if text in ("cuda", "cpu"):
+        return device.split(":", 1)[0] == text
+    found = _VERSION_CONDITION.match(text)
+    if found is None:
+        raise pytest.UsageError(f"{where}: condition [{text}] is neither [cuda], [cpu] nor [package<op>version]")
+    package, op, wanted = found.groups()
+    try:
+        installed = Version(version(package))
+    except PackageNotFoundError:
+        return False
+    compare = {"<": installed.__lt__, "<=": installed.__le__, "==": installed.__eq__, ">=": installed.__ge__, ">": installed.__gt__}
+    return bool(compare[op](Version(wanted)))
 
 
 def matches(nodeid: str, prefix: str) -> bool:
@@ -120,7 +163,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if not Path(xfail_file).is_file():
             raise pytest.UsageError(f"--ir-xfails {xfail_file}: no such file")
     if xfail_files:
-        _STATE["xfails"] = [entry for f in xfail_files for entry in read_xfails(f)]
+        _STATE["xfails"] = [entry for f in xfail_files for entry in read_xfails(f, device)]
     set_run_context(impl=spec, device=config.getoption("--ir-device"), dtype=config.getoption("--ir-dtype"))
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) writes the report
         xfails = _STATE.get("xfails")
@@ -228,6 +271,29 @@ def pytest_runtest_call(item: pytest.Item) -> object:
             item.user_properties.append(("ir_notes", sorted(set(NOTES[noted:]))))
         if len(UNSUPPORTED_SEEN) > seen and not any(k == "ir_unsupported" for k, _ in item.user_properties):
             item.user_properties.append(("ir_unsupported", [len(UNSUPPORTED_SEEN) - seen, UNSUPPORTED_SEEN[seen]]))
+
+
+# A CUDA device-side assert (an out-of-range index inside a kernel, say) cannot be caught and
+# recovered from: every later CUDA call of the process fails. The first test that hits one is the
+# finding; the failures after it in the same process are its consequence and are labelled so.
+_CUDA_CONTEXT_LOST = "device-side assert triggered"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report: pytest.TestReport = yield
+    if not report.failed or call.excinfo is None:
+        return report
+    first = _STATE.get("cuda_lost_in")
+    if first is not None:
+        report.user_properties.append(("ir_after_cuda_loss", first))
+        report.sections.append(
+            ("infer_ref", f"the CUDA context of this process was lost in {first} (device-side assert): this failure may be its consequence; rerun this test alone")
+        )
+    elif _CUDA_CONTEXT_LOST in str(call.excinfo.value):
+        _STATE["cuda_lost_in"] = item.nodeid
+        report.user_properties.append(("ir_cuda_lost", item.nodeid))
+    return report
 
 
 @pytest.fixture(scope="session")

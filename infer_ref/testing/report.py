@@ -132,6 +132,7 @@ class Collector:
         self.config = config
         self.xfails = list(xfails or [])
         self.used_xfails: set[str] = set()
+        self.after_loss = 0  # failures in a process whose CUDA context an earlier test lost
         self.report = Report(
             impl=impl,
             adapter=adapter.name,
@@ -152,9 +153,12 @@ class Collector:
             return
         repro = repro_of(report, self.report.impl) if outcome == "failed" else None
         unsupported = int(props.get("ir_unsupported", [0])[0])
+        if outcome == "failed" and "ir_cuda_lost" in props:
+            self._note(f"{report.nodeid} hit a CUDA device-side assert: the process's CUDA context is lost after it")
+        if outcome == "failed" and "ir_after_cuda_loss" in props:
+            self.after_loss += 1
         for text in props.get("ir_notes", []):
-            if text not in self.report.notes and len(self.report.notes) < 50:
-                self.report.notes.append(text)
+            self._note(text)
         self.report.totals.add(outcome, repro, unsupported)
         for cap in props["ir_capabilities"] or ["(no capability)"]:
             self.report.by_capability.setdefault(cap, Tally()).add(outcome, repro, unsupported)
@@ -163,9 +167,15 @@ class Collector:
         for bug in props.get("ir_bug_classes", []):
             self.report.by_bug_class.setdefault(bug, Tally()).add(outcome, repro, unsupported)
 
+    def _note(self, text: str) -> None:
+        if text not in self.report.notes and len(self.report.notes) < 50:
+            self.report.notes.append(text)
+
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         if self.report.totals == Tally():
             return
+        if self.after_loss:
+            self._note(f"{self.after_loss} failure(s) came after a CUDA device-side assert in the same process: rerun them alone before reading them as findings")
         self.report.stale_xfails = [e for e in self.xfails if e not in self.used_xfails]
         if self.report.stale_xfails and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

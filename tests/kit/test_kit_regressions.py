@@ -100,3 +100,68 @@ def test_golden_verify_takes_any_adapter(capsys: object) -> None:
 def test_a_failure_names_the_adapter_instead_of_printing_it() -> None:
     """Old: Hypothesis' falsifying example printed every field of the Adapter dataclass."""
     assert pretty(INFER_REF) == "Adapter('infer_ref')"
+
+
+def test_xfail_conditions_select_entries_by_package_version_and_device(tmp_path: Path) -> None:
+    """A behaviour fixed in a later release (or only seen on a GPU) is listed once, with conditions:
+    where they do not hold the entry does not apply, so it is never reported stale there."""
+    import pytest as _pytest
+
+    from infer_ref.testing.plugin import read_xfails
+
+    f = tmp_path / "xfails.txt"
+    f.write_text(
+        "test_cache.py::test_a[write past capacity]  # a parameter id with spaces, no condition\n"
+        "test_cache.py::test_b [pytest<1.0]  # pytest is newer than 1.0: does not apply\n"
+        "test_cache.py::test_c [pytest>=1.0]  # applies\n"
+        "test_cache.py::test_d [cuda]  # only on a GPU\n"
+        "test_cache.py::test_e [cpu] [pytest>=1.0]  # both hold on the CPU\n"
+        "test_cache.py::test_f [no-such-package-xyz>=1]  # not installed: does not apply\n"
+    )
+    assert read_xfails(f, "cpu") == [
+        "test_cache.py::test_a[write past capacity]",
+        "test_cache.py::test_c",
+        "test_cache.py::test_e",
+    ]
+    assert read_xfails(f, "cuda:1") == [
+        "test_cache.py::test_a[write past capacity]",
+        "test_cache.py::test_c",
+        "test_cache.py::test_d",
+    ]
+    bad = tmp_path / "bad.txt"
+    bad.write_text("test_cache.py::test_a [transformers~5]\n")
+    with _pytest.raises(_pytest.UsageError, match=r"bad.txt:1: condition \[transformers~5\]"):
+        read_xfails(bad)
+
+
+def test_failures_after_a_cuda_device_side_assert_are_labelled_as_its_consequence(tmp_path: Path) -> None:
+    """After a device-side assert every CUDA call of the process fails: the kit names the test that
+    lost the context and labels the later failures, instead of reporting each as its own finding."""
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "test_lost.py").write_text(
+        "import pytest\n"
+        "@pytest.mark.ir_requires('cache')\n"
+        "def test_1_asserts():\n"
+        "    raise RuntimeError('CUDA error: device-side assert triggered')\n"
+        "@pytest.mark.ir_requires('cache')\n"
+        "def test_2_after():\n"
+        "    raise RuntimeError('CUDA error: device-side assert triggered (reported late)')\n"
+        "@pytest.mark.ir_requires('cache')\n"
+        "def test_3_passes():\n"
+        "    pass\n"
+    )
+    report = tmp_path / "report.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", "-q", "test_lost.py", f"--ir-report={report}"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    data = json.loads(report.read_text())
+    assert data["totals"]["counts"]["failed"] == 2 and data["totals"]["counts"]["passed"] == 1
+    notes = "\n".join(data["notes"])
+    assert "test_lost.py::test_1_asserts hit a CUDA device-side assert" in notes
+    assert "1 failure(s) came after a CUDA device-side assert" in notes
+    assert "the CUDA context of this process was lost in test_lost.py::test_1_asserts" in proc.stdout

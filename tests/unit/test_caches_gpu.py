@@ -48,10 +48,10 @@ def _decode_logits(model, cache, device: str) -> torch.Tensor:
 @pytest.mark.parametrize("block_size", [1, 16])
 @torch.inference_mode()
 def test_every_cache_type_on_cuda_matches_the_cpu_contiguous_cache(models, kind: str, block_size: int) -> None:
-    """On CUDA the contiguous cache writes through the Triton store and the paged cache decodes
-    through the paged kernel: each must give the CPU contiguous cache's logits."""
-    if kind != "paged" and block_size != 1:
-        pytest.skip("block size only matters to the paged cache")
+    """On CUDA the paged caches write through the Triton store, and the paged and static caches
+    decode through the length-aware kernel: each must give the CPU contiguous cache's logits."""
+    if kind not in ("paged", "static-paged") and block_size != 1:
+        pytest.skip("block size only matters to the paged caches")
     cpu, gpu = models
     n = len(PROMPT) + STEPS
     want = _decode_logits(cpu, build_cache("contiguous", cpu.config, n, dtype=torch.float32, device="cpu"), "cpu")
@@ -60,12 +60,13 @@ def test_every_cache_type_on_cuda_matches_the_cpu_contiguous_cache(models, kind:
     torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
 
 
+@pytest.mark.parametrize("layout", ["static", "paged"])
 @torch.inference_mode()
-def test_restoring_a_snapshot_into_a_captured_decoder_replays_correctly(models) -> None:
+def test_restoring_a_snapshot_into_a_captured_decoder_replays_correctly(models, layout: str) -> None:
     """Restore copies into the static buffers in place, so the CUDA graph captured over them replays
     from the restored state: continuing from a snapshot equals continuing without interruption."""
     _, gpu = models
-    decoder = FastDecoder(gpu, 64, device="cuda")  # captures its step over decoder.cache
+    decoder = FastDecoder(gpu, 64, device="cuda", cache=layout, block_size=16)  # captures its step over decoder.cache
     assert decoder._graph is not None
     ids = torch.tensor([PROMPT], device="cuda")
     decoder.prefill(ids)

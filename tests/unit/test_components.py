@@ -1,4 +1,4 @@
-"""Attention with a KV cache (seed 000's plan), masks, RoPE, norms: against full recompute and float64 math."""
+"""Attention with a KV cache, masks, RoPE, norms: against full recompute and float64 math."""
 
 from __future__ import annotations
 

@@ -122,12 +122,14 @@ def test_fast_seeded_sampling_equals_eager(model) -> None:
     assert fast.token_ids == eager.token_ids
 
 
-def test_fast_teacher_forced_logits_match_full_recompute(model) -> None:
-    """Feed a fixed sequence step by step; every step's logits equal the uncached forward's row."""
+@pytest.mark.parametrize("layout", ["static", "paged"])
+def test_fast_teacher_forced_logits_match_full_recompute(model, layout: str) -> None:
+    """Feed a fixed sequence step by step; every step's logits equal the uncached forward's row
+    (the paged layout with 3-position blocks: positions cross many block boundaries)."""
     seq = torch.tensor([PROMPT + [(7 * i + 3) % 128 for i in range(STEPS)]])
     full = model(seq)  # [1, T, V]
     tol = 1e-10 if full.dtype == torch.float64 else 2e-4
-    dec = FastDecoder(model, seq.shape[1], device="cpu")
+    dec = FastDecoder(model, seq.shape[1], device="cpu", cache=layout, block_size=3)
     logits = dec.prefill(seq[:, : len(PROMPT)])
     torch.testing.assert_close(logits[0, -1], full[0, len(PROMPT) - 1], rtol=tol, atol=tol)
     for i in range(len(PROMPT), seq.shape[1]):
@@ -165,6 +167,11 @@ def test_fast_stops_at_eos_like_eager(tmp_path_factory) -> None:
     fast = generate(model, Decoder(), PROMPT, params, device="cpu", decode="fast")
     assert fast.finish_reason == eager.finish_reason == "eos"
     assert fast.token_ids == eager.token_ids
+
+
+def test_fast_decoder_refuses_an_unknown_cache_layout(model) -> None:
+    with pytest.raises(ValueError, match="cache must be one of static, paged, got 'contiguous'"):
+        FastDecoder(model, 16, device="cpu", cache="contiguous")
 
 
 def test_fast_needs_the_kv_cache(model) -> None:

@@ -1,4 +1,4 @@
-"""generate() and sampling with mock models (seed 000 §5's plan, plus every rejected input)."""
+"""generate() and sampling with mock models (plus every rejected input)."""
 
 from __future__ import annotations
 

@@ -19,6 +19,7 @@ import torch
 
 from infer_ref.kernels import paged_attention, store
 from infer_ref.kernels.paged_attention import (
+    contiguous_decode_attention,
     contiguous_layer_as_paged,
     paged_decode_attention,
     paged_decode_attention_reference,
@@ -283,6 +284,34 @@ def test_decode_kernel_reads_a_contiguous_layer_through_an_identity_table(family
             visible_keys(1, n - 1, None), d**-0.5,
         )[0, :, 0]  # fmt: skip
         _assert_close(got[row], want, TOLERANCE[torch.bfloat16], f"{family} bs={bs} row {row} (length {n})")
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+@pytest.mark.parametrize("window", [None, 100])
+def test_contiguous_decode_op_reads_only_the_prefix_eager_and_compiled(compiled: bool, window: int | None) -> None:
+    """The static cache's decode path (``contiguous_decode_attention``, a custom op), called as is
+    and from inside ``torch.compile``: NaN in every unwritten slot, float64 attention as the oracle."""
+    h, hkv, d = FAMILY_SHAPES["llama"]
+    b, s = 2, 1024
+    g = _gen(17 + (window or 0))
+    lengths = [300, 1024]
+    layer_k = torch.randn(b, hkv, s, d, generator=g).to(torch.bfloat16)
+    layer_v = torch.randn(b, hkv, s, d, generator=g).to(torch.bfloat16)
+    for row, n in enumerate(lengths):
+        layer_k[row, :, n:] = float("nan")
+        layer_v[row, :, n:] = float("nan")
+    q = torch.randn(b, h, d, generator=g).to(torch.bfloat16)
+    fn = contiguous_decode_attention
+    if compiled:
+        fn = torch.compile(contiguous_decode_attention, fullgraph=True)  # the op is one node: no graph break
+    seq_lens = torch.tensor(lengths, dtype=torch.int64, device=CUDA)
+    got = fn(q.to(CUDA), layer_k.to(CUDA), layer_v.to(CUDA), seq_lens, d**-0.5, window).cpu()
+    for row, n in enumerate(lengths):
+        want = naive_attention(
+            q[row][None, :, None], layer_k[row : row + 1, :, :n], layer_v[row : row + 1, :, :n],
+            visible_keys(1, n - 1, window), d**-0.5,
+        )[0, :, 0]  # fmt: skip
+        _assert_close(got[row], want, TOLERANCE[torch.bfloat16], f"compiled={compiled} window={window} row {row}")
 
 
 def test_decode_kernel_replays_in_a_cuda_graph_after_seq_lens_change() -> None:

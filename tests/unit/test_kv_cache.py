@@ -1,4 +1,4 @@
-"""KVCache unit tests (seed 000's plan, seed 004's capacity API, every error case)."""
+"""KVCache unit tests (writes, reads, the capacity API, every error case)."""
 
 from __future__ import annotations
 

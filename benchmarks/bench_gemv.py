@@ -1,0 +1,299 @@
+"""Decode projections: the Triton matrix-vector kernels against cuBLAS, and a sweep of launch configs.
+
+For every projection of the three real shapes (Llama-3.2-1B, Qwen3-1.7B, Gemma-3-1b: qkv, o,
+gate_up, down, LM head; shapes shared between models are measured once) and for 1 and 4 rows:
+
+- ``cublas``: the reference (``F.linear``; for gate_up the eager gated MLP: ``F.linear``, the
+  activation and the product, three kernels — what the gated kernel replaces);
+- every candidate :class:`GemvConfig` of the sweep, each first checked against a float64 oracle
+  (``infer_ref.testing.gemv_oracle``: the exact product rounded where the kernel rounds, within
+  the float32-accumulation bound); a config that fails is reported and never timed.
+
+Timing: ~50 calls captured in one CUDA graph and replayed, CUDA-event medians per call, so launch
+overhead is excluded as in the captured decode step. Successive calls read different copies of the
+weight, enough copies that one round reads four L2 caches' worth (an H100 has 50 MB of L2: a 12 MB
+qkv weight read over and over would come from L2 and report L2 bandwidth). Rotating copies rather
+than flushing L2 between calls keeps the graph free of flush kernels whose time would have to be
+subtracted, and matches a real step, where sixteen layers' distinct weights evict each other.
+``GB/s`` counts weight + input + output bytes once; ``%copy`` compares with a measured
+device-to-device copy (bytes read plus written).
+
+Prints a table per case, the best config per weight shape (batch-1 rows) as a dict literal to paste
+into ``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/kernels/gemv.py``, and writes JSON with ``--json``.
+
+``PYTHONPATH=. python benchmarks/bench_gemv.py --json OUT/gemv.json``  (an H100: about 2-4 minutes)
+Dry run on a CPU (tiny shapes, 2 configs, the reference standing in for the kernel unless
+``TRITON_INTERPRET=1``): ``python benchmarks/bench_gemv.py --device cpu --dry-run``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_kernels import copies_for, graph_of, time_call
+from benchmarks.bench_utils import DTYPES, d2d_copy_bandwidth, environment, pick_device
+from infer_ref.config import ModelConfig
+from infer_ref.kernels import gemv
+from infer_ref.kernels.gemv import GemvConfig, default_config, split_plan
+from infer_ref.testing.gemv_oracle import gated_oracle, linear_oracle, violations
+from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, TINY_CONFIGS
+
+CALLS_PER_GRAPH = 50
+
+# (block_n, block_k, num_warps, num_stages, path): tile shapes tried, each with several split_k.
+TILES = [
+    (16, 256, 4, 4, "dot"),
+    (32, 128, 4, 4, "dot"),
+    (32, 256, 4, 3, "dot"),
+    (64, 128, 4, 4, "dot"),
+    (64, 256, 8, 3, "dot"),
+    (64, 128, 4, 4, "dot_t"),
+    (64, 256, 4, 3, "dot_t"),
+    (128, 128, 8, 3, "dot_t"),
+    (8, 256, 4, 2, "fma"),
+    (16, 256, 4, 2, "fma"),
+    (32, 128, 4, 2, "fma"),
+]
+# The multiply-and-add path keeps a [rows, BLOCK_N, BLOCK_K] float32 accumulator: batch 1 only.
+FMA_MAX_ROWS = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One projection: ``weight [n, k]``; gated: ``n = 2I`` (gate rows, then up rows)."""
+
+    name: str  # e.g. "llama-3.2-1b/qkv"
+    n: int
+    k: int
+    gated: bool
+    act: str
+
+
+def cases_of(models: dict[str, dict[str, Any]]) -> list[Case]:
+    """The projections of each model, one case per distinct (weight shape, gated)."""
+    seen: dict[tuple[int, int, bool], Case] = {}
+    for model, hf in models.items():
+        c = ModelConfig.from_hf_dict(hf)
+        shapes = gemv.decode_projections(c)
+        for proj, (n, k, gated) in shapes.items():
+            if (n, k, gated) not in seen:
+                seen[(n, k, gated)] = Case(f"{model}/{proj}", n, k, gated, c.hidden_act)
+    return list(seen.values())
+
+
+def candidates(case: Case, rows: int) -> list[GemvConfig]:
+    """Tiles x split_k in {1, half, the heuristic's, double} (distinct launched splits only), plus the default."""
+    n_out = case.n // 2 if case.gated else case.n
+    found = [default_config(n_out, case.k, rows)]
+    tiles = [t for t in TILES if t[4] != "fma" or rows <= FMA_MAX_ROWS]
+    for block_n, block_k, warps, stages, path in tiles:
+        blocks = math.ceil(n_out / block_n)
+        wanted = max(1, math.ceil(gemv.TARGET_PROGRAMS / blocks))
+        launched: set[int] = set()
+        for split in sorted({1, max(1, wanted // 2), wanted, 2 * wanted}):
+            splits = split_plan(case.k, block_k, split)[1]
+            if splits in launched or (splits > 1 and case.k // splits < block_k):
+                continue
+            launched.add(splits)
+            found.append(GemvConfig(block_n, block_k, split, warps, stages, path))
+    return list(dict.fromkeys(found))
+
+
+def reference_of(case: Case) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """What the kernel replaces: ``F.linear``, or the eager gated MLP (linear, activation, product)."""
+
+    def gated(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return gemv.gated_mlp_reference(x, w, case.act)
+
+    return gated if case.gated else gemv.linear_reference
+
+
+def kernel_of(case: Case, config: GemvConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The Triton kernel of ``case`` launched with ``config``."""
+
+    def gated(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return gemv.gated_mlp_triton(x, w, case.act, config=config)
+
+    def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return gemv.linear_triton(x, w, config=config)
+
+    return gated if case.gated else linear
+
+
+def bytes_moved(case: Case, rows: int, itemsize: int) -> int:
+    n_out = case.n // 2 if case.gated else case.n
+    return (case.n * case.k + rows * case.k + rows * n_out) * itemsize
+
+
+def run_case(
+    case: Case,
+    rows: int,
+    configs: list[GemvConfig],
+    args: argparse.Namespace,
+    device: torch.device,
+    dtype: torch.dtype,
+) -> dict[str, Any]:
+    gen = torch.Generator(device=device).manual_seed(hash((case.n, case.k, rows)) % 2**31)
+    weight_bytes = case.n * case.k * dtype.itemsize
+    copies = copies_for(weight_bytes, device)
+    # Weights N(0, 1/K), inputs N(0, 1): outputs of order 1, as in a model.
+    ws = [
+        torch.randn(case.n, case.k, generator=gen, device=device, dtype=dtype) * case.k**-0.5
+        for _ in range(copies)
+    ]
+    xs = [torch.randn(rows, case.k, generator=gen, device=device, dtype=dtype) for _ in range(copies)]
+    want, bound = gated_oracle(xs[0], ws[0], case.act) if case.gated else linear_oracle(xs[0], ws[0])
+    moved = bytes_moved(case, rows, dtype.itemsize)
+    on_gpu = device.type == "cuda" and gemv.HAVE_TRITON
+    interpreted = device.type == "cpu" and gemv.HAVE_TRITON and os.environ.get("TRITON_INTERPRET") == "1"
+
+    def timed(fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> float:
+        def one_round() -> None:
+            for i in range(CALLS_PER_GRAPH):
+                fn(xs[i % copies], ws[i % copies])
+
+        if device.type == "cuda":
+            replay = graph_of(one_round, device)
+            return time_call(replay, device, iters=1, repeats=args.repeats) / CALLS_PER_GRAPH
+        return time_call(lambda: fn(xs[0], ws[0]), device, iters=1, repeats=args.repeats)
+
+    def entry(seconds: float) -> dict[str, Any]:
+        gbps = moved / seconds / 1e9
+        return {"us": seconds * 1e6, "GBps": gbps, "pct_copy": 100 * gbps / args.copy_gbps}
+
+    reference = reference_of(case)
+    result: dict[str, Any] = {"case": case.name, "n": case.n, "k": case.k, "rows": rows, "gated": case.gated,
+                              "copies": copies, "bytes": moved, "cublas": entry(timed(reference)), "configs": []}  # fmt: skip
+    for config in configs:
+        # A CPU dry run without the interpreter: the loop, checks and report, the reference standing in.
+        kernel = kernel_of(case, config) if on_gpu or interpreted else reference
+        row: dict[str, Any] = {
+            "config": dataclasses.asdict(config),
+            "splits": split_plan(case.k, config.block_k, config.split_k)[1],
+        }
+        try:
+            problem = violations(kernel(xs[0], ws[0]), want, bound)
+        except Exception as exc:  # a config the compiler or the device refuses (e.g. out of shared memory)
+            problem = f"{type(exc).__name__}: {exc}"
+        if problem is None:
+            row.update(entry(timed(kernel)))
+        else:
+            row["error"] = problem[:300]
+        result["configs"].append(row)
+    timed_rows = [r for r in result["configs"] if "us" in r]
+    result["best"] = min(timed_rows, key=lambda r: r["us"]) if timed_rows else None
+    return result
+
+
+def print_case(r: dict[str, Any]) -> None:
+    cb = r["cublas"]
+    print(f"\n{r['case']} weight [{r['n']}, {r['k']}] rows {r['rows']} ({r['copies']} copies): "
+          f"cublas {cb['us']:.2f} us {cb['GBps']:.0f} GB/s {cb['pct_copy']:.0f}%")  # fmt: skip
+    for c in sorted(r["configs"], key=lambda c: c.get("us", math.inf)):
+        cfg = c["config"]
+        knobs = f"bn {cfg['block_n']:3d} bk {cfg['block_k']:3d} splits {c['splits']:2d} w {cfg['num_warps']} s {cfg['num_stages']} {cfg['path']:5s}"
+        if "us" in c:
+            print(
+                f"  {knobs}: {c['us']:8.2f} us {c['GBps']:6.0f} GB/s {c['pct_copy']:4.0f}%  x{cb['us'] / c['us']:.2f}"
+            )
+        else:
+            print(f"  {knobs}: FAILED {c['error']}")
+
+
+def table_literal(results: list[dict[str, Any]]) -> str:
+    """The best batch-1 config per weight shape, as Python source for the two tables of gemv.py."""
+    lines = []
+    for gated, table in ((False, "LINEAR_CONFIGS"), (True, "GATED_CONFIGS")):
+        lines.append(f"{table}: dict[tuple[int, int], GemvConfig] = {{")
+        for r in results:
+            if r["rows"] != 1 or r["best"] is None or r["gated"] != gated:
+                continue
+            cfg = GemvConfig(**r["best"]["config"])
+            lines.append(
+                f"    ({r['n']}, {r['k']}): {cfg!r},  # {r['case']}: {r['best']['pct_copy']:.0f}% of copy, "
+                f"cuBLAS {r['cublas']['pct_copy']:.0f}%"
+            )
+        lines.append("}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--device", default=None, help="cuda (default when present) or cpu")
+    p.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default="bfloat16")
+    p.add_argument("--rows", type=int, nargs="+", default=[1, 4])
+    p.add_argument("--repeats", type=int, default=5, help="timed graph replays per config (median)")
+    p.add_argument(
+        "--dry-run", action="store_true", help="tiny shapes, 2 configs per case (checks the script runs)"
+    )
+    p.add_argument(
+        "--budget-s",
+        type=float,
+        default=210.0,
+        help="past this many seconds, the remaining cases time only the picked and the heuristic config",
+    )
+    p.add_argument("--json", type=Path, default=None, help="write the JSON report here")
+    args = p.parse_args(argv)
+    device = pick_device(args.device)
+    dtype = DTYPES[args.dtype]
+    for rows in args.rows:
+        if not 1 <= rows <= gemv.MAX_ROWS:
+            p.error(f"--rows: each must be in 1..{gemv.MAX_ROWS}, got {rows}")
+    if device.type == "cuda" and not gemv.HAVE_TRITON:
+        p.error("Triton is not importable: the kernels cannot run (install triton)")
+    torch.set_num_threads(1 if device.type == "cpu" else torch.get_num_threads())
+    started = time.perf_counter()
+    copy = d2d_copy_bandwidth(device, mib=8 if args.dry_run else 1024)
+    args.copy_gbps = copy["best_GBps"]
+    print(f"device-to-device copy: {args.copy_gbps:.0f} GB/s (best), {copy['median_GBps']:.0f} GB/s (median)")
+    models = {f"tiny-{k}": v for k, v in TINY_CONFIGS.items()} if args.dry_run else dict(REAL_SHAPE_CONFIGS)
+    results = []
+    with torch.inference_mode():
+        for rows in args.rows:  # batch 1 first: it picks the table entries
+            for case in cases_of(models):
+                configs = candidates(case, rows)[: 2 if args.dry_run else None]
+                if time.perf_counter() - started > args.budget_s:  # out of time: what dispatch picks only
+                    configs = list(
+                        dict.fromkeys([gemv.gemv_config(case.n, case.k, rows, gated=case.gated), configs[0]])
+                    )
+                r = run_case(case, rows, configs, args, device, dtype)
+                print_case(r)
+                results.append(r)
+    literal = table_literal(results)
+    print("\n# best batch-1 config per weight shape (paste into infer_ref/kernels/gemv.py):\n" + literal)
+    elapsed = time.perf_counter() - started
+    print(f"\n{len(results)} cases in {elapsed:.0f} s")
+    report = {
+        "benchmark": "gemv",
+        "dtype": args.dtype,
+        "kernel": "triton" if device.type == "cuda" else ("interpreter" if os.environ.get("TRITON_INTERPRET") == "1" and gemv.HAVE_TRITON else "reference"),
+        "timing": {"calls_per_graph": CALLS_PER_GRAPH, "repeats": args.repeats, "budget_s": args.budget_s, "clock": "cuda events, graph replay" if device.type == "cuda" else "perf_counter"},
+        "copy": copy,
+        "environment": environment(device),
+        "elapsed_s": elapsed,
+        "table": literal,
+        "results": results,
+    }  # fmt: skip
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
