@@ -7,7 +7,6 @@ agreement with the float32 reference at that context (:mod:`benchmarks.teacher_f
 
 from __future__ import annotations
 
-import inspect
 import sys
 from pathlib import Path
 from typing import Any
@@ -29,16 +28,9 @@ def build_fast_decoder(
     model: nn.Module, max_seq_len: int, cache: str, *, block_size: int, device: torch.device, compile: bool
 ) -> FastDecoder:
     """A ``FastDecoder`` over a ``cache`` ("static" or "paged") cache of ``max_seq_len`` positions."""
-    if cache not in CACHES:
-        raise ValueError(f"cache must be one of {CACHES}, got {cache!r}")
     if compile:
         torch._dynamo.reset()  # a fresh compile per decoder, not recompilations of one cached frame
-    if cache == "static":
-        return FastDecoder(model, max_seq_len, device=device, compile=compile)
-    if "cache" not in inspect.signature(FastDecoder.__init__).parameters:
-        raise NotImplementedError("this FastDecoder has no cache= option (paged fast decode is not available)")
-    return FastDecoder(model, max_seq_len, device=device, compile=compile,  # type: ignore[call-arg]
-                       cache=cache, block_size=block_size)
+    return FastDecoder(model, max_seq_len, device=device, compile=compile, cache=cache, block_size=block_size)
 
 
 def step_kind(decoder: FastDecoder) -> str:

@@ -1,4 +1,4 @@
-"""Pieces of the context sweep: KV bytes attended, paged-vs-static ratios, verdicts, and the paged plumbing."""
+"""Pieces of the context sweep: KV bytes attended, paged-vs-static ratios, verdicts, the cache options passed on."""
 
 from __future__ import annotations
 
@@ -50,25 +50,25 @@ def test_a_point_counts_only_against_a_baseline() -> None:
 
 
 def test_an_unknown_cache_type_is_an_error() -> None:
-    with pytest.raises(ValueError, match=r"cache must be one of \('static', 'paged'\), got 'ring'"):
+    with pytest.raises(ValueError, match=r"cache must be one of static, paged, got 'ring'"):
         context_sweep.build_fast_decoder(torch.nn.Linear(1, 1), 64, "ring", block_size=16,
                                          device=torch.device("cpu"), compile=False)
 
 
-class RecordingPagedDecoder(FastDecoder):
-    """A FastDecoder that accepts the paged options (and records them) but keeps its static cache."""
+class RecordingDecoder(FastDecoder):
+    """A FastDecoder that records the cache options it was built with."""
 
     seen: ClassVar[list[dict[str, Any]]] = []
 
     def __init__(self, model: Any, max_seq_len: int, *, cache: str = "static", block_size: int = 16, **kw: Any) -> None:
-        RecordingPagedDecoder.seen.append({"cache": cache, "block_size": block_size, "max_seq_len": max_seq_len})
-        super().__init__(model, max_seq_len, **kw)
+        RecordingDecoder.seen.append({"cache": cache, "block_size": block_size, "max_seq_len": max_seq_len})
+        super().__init__(model, max_seq_len, cache=cache, block_size=block_size, **kw)
 
 
 def test_paged_rows_are_built_with_the_cache_options_and_reported(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(context_sweep, "FastDecoder", RecordingPagedDecoder)
+    monkeypatch.setattr(context_sweep, "FastDecoder", RecordingDecoder)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -79,7 +79,7 @@ def test_paged_rows_are_built_with_the_cache_options_and_reported(
         ])
     finally:
         torch.set_num_threads(threads)
-    assert {"cache": "paged", "block_size": 8, "max_seq_len": 24} in RecordingPagedDecoder.seen
+    assert {"cache": "paged", "block_size": 8, "max_seq_len": 24} in RecordingDecoder.seen
     row = json.loads((tmp_path / "c.json").read_text())["rows"][0]
     paged = [p for p in row["sweep"] if p["cache"] == "paged"]
     assert [p["context"] for p in paged] == [12, 20] and row["errors"] == []

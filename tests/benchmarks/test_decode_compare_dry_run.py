@@ -8,7 +8,6 @@ counts.
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 from collections.abc import Iterator
@@ -20,11 +19,9 @@ import torch
 
 from benchmarks import decode_compare
 from benchmarks.accuracy import REFERENCE_RESOLUTION
-from infer_ref.engine.fast_decode import FastDecoder
 
 CONTEXTS = (16, 40)
 NEW_TOKENS = 6
-PAGED_AVAILABLE = "cache" in inspect.signature(FastDecoder.__init__).parameters
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +57,7 @@ def test_every_tiny_model_has_a_row(report: dict[str, Any]) -> None:
     data = report["json"]
     assert "errors" not in data, data.get("errors")
     assert [r["model"] for r in data["rows"]] == list(decode_compare.TINY)
-    for row in data["rows"]:  # the only failure allowed: no paged FastDecoder in this checkout
-        assert all(not PAGED_AVAILABLE and "no cache= option" in e for e in row["errors"]), row["errors"]
+    assert all(r["errors"] == [] for r in data["rows"]), [r["errors"] for r in data["rows"]]
     assert data["contexts"] == list(CONTEXTS) and data["accuracy_margin"] == 1.25 and data["skipped"] == []
 
 
@@ -74,26 +70,23 @@ def test_each_timed_path_reports_tokens_per_s_and_agreement_within_float32_resol
             assert path["counts"] is True, (row["model"], name, path)
 
 
-def test_the_sweep_has_every_context_for_the_static_cache(report: dict[str, Any]) -> None:
+@pytest.mark.parametrize("cache", ["static", "paged"])
+def test_the_sweep_has_every_context_for_each_cache(report: dict[str, Any], cache: str) -> None:
     for row in report["json"]["rows"]:
-        static = [p for p in row["sweep"] if p["cache"] == "static"]
-        assert [p["context"] for p in static] == list(CONTEXTS)
-        for p in static:
+        points = [p for p in row["sweep"] if p["cache"] == cache]
+        assert [p["context"] for p in points] == list(CONTEXTS)
+        for p in points:
             assert p["step"] == "uncaptured" and p["max_seq_len"] >= max(CONTEXTS) + NEW_TOKENS
             assert _finite(p["tokens_per_s"], p["bandwidth_GBps"], p["pct_copy_bw"], p["kv_bytes_per_token_mean"])
             assert _within_resolution(p["accuracy"]) and _within_resolution(p["hf_accuracy"])
             assert p["counts"] is True
 
 
-def test_paged_points_are_measured_or_reported_as_unavailable(report: dict[str, Any]) -> None:
+def test_paged_points_carry_their_ratio_to_static(report: dict[str, Any]) -> None:
     for row in report["json"]["rows"]:
-        paged = [p for p in row["sweep"] if p["cache"] == "paged"]
-        assert [p["context"] for p in paged] == list(CONTEXTS)
-        for p in paged:
-            if PAGED_AVAILABLE:
-                assert _finite(p["tokens_per_s"], p["vs_static"]) and _within_resolution(p["accuracy"]), p
-            else:
-                assert "no cache= option" in p["skipped"], p
+        static = {p["context"]: p["tokens_per_s"] for p in row["sweep"] if p["cache"] == "static"}
+        for p in (p for p in row["sweep"] if p["cache"] == "paged"):
+            assert p["vs_static"] == pytest.approx(p["tokens_per_s"] / static[p["context"]])
 
 
 def test_the_markdown_has_the_accuracy_and_sweep_tables(report: dict[str, Any]) -> None:
