@@ -48,11 +48,12 @@ agreement above, and the transformers loop's agreement at contexts <= ``--hf-acc
 (default 4096: a 16k-token transformers run is the slow part and only sets the bar). The eager
 and transformers throughput rounds run at the first context only. One decoder per (model, cache
 type), sized for the largest context plus the new tokens, serves every context (reset between):
-one compile per model and cache type instead of one per context. The static cache's attention
-then runs over all ``S_max`` slots with the unused ones masked, so its short-context points pay
-the long context's attention and understate the static step there; a length-aware attention
-kernel reads only the live positions, and the slot count no longer matters. The prompts are
-prefixes of one seeded draw. ``--budget-s`` skips (and lists as skipped) any unit of work (a
+one compile per model and cache type instead of one per context. A static cache then holds
+``S_max`` slots at every context. Attention over it with a mask would read all ``S_max`` slots, so
+a short context would pay the longest context's attention; on CUDA the one-token step attends
+through the length-aware decode kernel, which reads only the ``pos + 1`` live positions, so the
+slot count does not enter the timings (on a CPU, where the step is the masked one, it does: the
+dry run's tokens/s are not a measurement). The prompts are prefixes of one seeded draw. ``--budget-s`` skips (and lists as skipped) any unit of work (a
 reference, a decoder's compile, a point) whose estimate, from the units measured so far, would
 end past the budget (``benchmarks/budget.py``).
 
@@ -387,7 +388,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['new_tokens']} new tokens; {env['device_name']}, torch {env['torch']}, transformers {env['transformers']}.",
         f"Device-to-device copy: {bw:.0f} GB/s (best of {d2d['iters']}, read + write counted).",
         *([f"The fast decoders hold {max(result['contexts']) + result['new_tokens']} positions (rounded up to "
-           "the slot alignment), the sweep's longest context: a static cache attends over all of them."]
+           "the slot alignment), the sweep's longest context; on CUDA the step reads only the live ones."]
           if len(result["contexts"]) > 1 else []),
         "",
         "| model | " + " | ".join(f"{c} tok/s" for c in present)
