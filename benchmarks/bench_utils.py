@@ -147,6 +147,20 @@ def kv_bytes_per_token(config: ModelConfig, context: float, itemsize: int) -> fl
     return 2 * config.num_hidden_layers * config.num_key_value_heads * config.computed_head_dim * context * itemsize
 
 
+def kv_bytes_attended(config: ModelConfig, prompt_len: int, steps: int, itemsize: int) -> float:
+    """Mean K and V bytes a decode step reads over ``steps`` steps after a ``prompt_len``-token prompt.
+
+    Step ``i`` feeds position ``prompt_len + i`` and attends ``prompt_len + i + 1`` keys, a sliding
+    layer at most its window; each key costs ``2 * Hkv * D * itemsize`` bytes per layer.
+    """
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    per_key = 2 * config.num_key_value_heads * config.computed_head_dim * itemsize
+    windows = [config.window_for_layer(layer) for layer in range(config.num_hidden_layers)]
+    keys = sum(min(prompt_len + i + 1, w or prompt_len + i + 1) for i in range(steps) for w in windows)
+    return per_key * keys / steps
+
+
 # -- device, memory, environment -----------------------------------------------------------------
 
 
