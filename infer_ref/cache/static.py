@@ -168,7 +168,8 @@ class StaticKVCache(DevicePosition, KVCache):
         self.layer_windows = check_layer_windows(layer_windows, k.shape[0])
         self.pos = torch.full((1,), seq_len, dtype=torch.long, device=k.device)
         self._slots = torch.arange(k.shape[3], device=k.device)  # [S_max] key positions
-        self._row_starts = torch.arange(k.shape[1], device=k.device)[:, None] * k.shape[3]  # [B, 1]: slot of (row, 0)
+        rows_heads = k.shape[1] * k.shape[2]
+        self._head_starts = torch.arange(rows_heads, device=k.device)[:, None] * k.shape[3]  # [B*Hkv, 1]: slot of position 0
         self._frozen = False
 
     @classmethod
@@ -197,18 +198,18 @@ class StaticKVCache(DevicePosition, KVCache):
         if not self._frozen:
             self._check_capacity(t)
         positions = self.positions(t)  # [T]
-        if k.is_cuda:
-            # The Triton store writes in place, also inside torch.compile (a traced index_copy_ into
-            # the buffer is functionalized into a copy of the whole layer every step).
-            b, hkv, _, d = k.shape
-            slots = (self._row_starts + positions[None, :]).reshape(-1)  # [B*T]: row b, position p -> b*S + p
-            store_kvcache(
-                k.transpose(1, 2).reshape(b * t, hkv, d), v.transpose(1, 2).reshape(b * t, hkv, d),
-                self.k[layer_idx].permute(0, 2, 1, 3), self.v[layer_idx].permute(0, 2, 1, 3), slots,
-            )  # fmt: skip
-        else:
-            self.k[layer_idx].index_copy_(2, positions, k)
-            self.v[layer_idx].index_copy_(2, positions, v)
+        # Through store_kvcache (the Triton store on CUDA): it writes in place, also inside
+        # torch.compile, where a traced index_copy_ into the buffer is functionalized into a copy of
+        # the whole layer every step. The layer goes in as a contiguous view, [B*Hkv, S, 1, D], one
+        # row per (row, head, position): torch.compile may re-lay out a permuted view it hands a
+        # Triton kernel, and the kernel would then write through the wrong strides.
+        b, hkv, _, d = k.shape
+        s_max = self.max_seq_len
+        slots = (self._head_starts + positions[None, :]).reshape(-1)  # [B*Hkv*T]: (b, h, p) -> (b*Hkv + h)*S + p
+        store_kvcache(
+            k.reshape(b * hkv * t, 1, d), v.reshape(b * hkv * t, 1, d),
+            self.k[layer_idx].view(b * hkv, s_max, 1, d), self.v[layer_idx].view(b * hkv, s_max, 1, d), slots,
+        )  # fmt: skip
         return self.k[layer_idx], self.v[layer_idx]  # [B, Hkv, S_max, D]
 
     def _attend_prefix(self, layer_idx: int, q: Tensor, lengths: Tensor, scale: float, window: int | None) -> Tensor:
