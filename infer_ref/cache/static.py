@@ -7,10 +7,9 @@ step therefore launches the same kernels with the same arguments at every positi
 CUDA graphs and ``torch.compile`` need.
 
 The masks hide every slot at or beyond ``pos + T``: buffers are allocated once, so slots past the
-current position hold stale or zero entries that must never be attended. A single-token step on
-CUDA does not mask at all: it attends through the length-aware decode kernel
-(:func:`infer_ref.kernels.paged_decode_attention`), which reads the length ``pos + 1`` on the
-device and visits only the valid prefix (a sliding layer only its window), so a step at position
+current position hold stale or zero entries that must never be attended. A single-token step does
+not mask at all: it writes and attends in one decode step (:mod:`infer_ref.kernels.decode_step`),
+whose kernel reads the length ``pos + 1`` on the device and visits only the valid prefix (a sliding layer only its window), so a step at position
 100 of a 16k-slot cache reads 100 keys, not 16k.
 
 The host counter ``seq_len`` mirrors ``pos`` for bookkeeping (capacity checks, timing). Inside
@@ -33,7 +32,7 @@ from typing_extensions import Self
 
 from infer_ref.attention import grouped_query_attention
 from infer_ref.cache.contiguous import KVCache, KVCacheOverflowError
-from infer_ref.kernels.paged_attention import contiguous_decode_attention
+from infer_ref.kernels.decode_step import contiguous_decode_step
 from infer_ref.kernels.store import store_kvcache
 
 if TYPE_CHECKING:
@@ -45,10 +44,10 @@ class DevicePosition:
 
     A subclass sets ``pos``, ``_slots`` (``arange(max_seq_len)`` on the device), ``_frozen`` and
     ``_seq_len``, and provides ``max_seq_len``, ``_check_count``, ``update`` (store at
-    ``positions(T)``, return every slot) and ``_attend_prefix`` (one query row ``[B, H, D]`` over
-    the first ``lengths[b]`` positions of a layer, through the decode kernel).
-    ``layer_windows`` (each layer's sliding window, None for global) lets a single-token step on
-    CUDA attend through the decode kernel; without it every step uses the masked buffer.
+    ``positions(T)``, return every slot) and ``_decode_step`` (write one token's K/V ``[B, Hkv, D]`` at
+    ``pos`` and attend its query ``[B, H, D]`` over ``[0, pos]``: :mod:`infer_ref.kernels.decode_step`).
+    ``layer_windows`` (each layer's sliding window, None for global) lets a single-token step
+    attend through the decode step; without it every step uses the masked buffer.
     """
 
     # Tells DecoderLM.forward to take positions and masks from the cache (see cache/protocol.py).
@@ -78,14 +77,17 @@ class DevicePosition:
         return visible
 
     def attend(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
-        """Write ``k``/``v`` and attend ``q`` ``[B, H, T, D]``: a single-token CUDA step through the
-        length-aware decode kernel, anything else over the masked buffer."""
-        if not (q.is_cuda and q.shape[2] == 1 and self.layer_windows is not None):
+        """Write ``k``/``v`` and attend ``q`` ``[B, H, T, D]``: a single-token step through the
+        length-aware decode step (the Triton kernels on CUDA, their references elsewhere), anything
+        else over the masked buffer."""
+        if not (q.shape[2] == 1 and self.layer_windows is not None):
             keys, values = self.update(layer_idx, k, v)  # [B, Hkv, S_max, D]
             return grouped_query_attention(q, keys, values, mask, scale)
-        self.update(layer_idx, k, v)
-        lengths = (self.pos + 1).expand(q.shape[0]).contiguous()  # [B] int64: read on the device
-        out = self._attend_prefix(layer_idx, q[:, :, 0], lengths, scale, self.layer_windows[layer_idx])
+        self._check_layer(layer_idx)
+        self._check_entries(k, v)
+        if not self._frozen:
+            self._check_capacity(1)
+        out = self._decode_step(layer_idx, q[:, :, 0], k[:, :, 0], v[:, :, 0], scale, self.layer_windows[layer_idx])
         return out[:, :, None]  # [B, H, 1, D]
 
     # -- the two counters ------------------------------------------------------------------------
@@ -133,7 +135,11 @@ class DevicePosition:
 
         def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
 
-        def _attend_prefix(self, layer_idx: int, q: Tensor, lengths: Tensor, scale: float, window: int | None) -> Tensor: ...
+        def _decode_step(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None) -> Tensor: ...
+
+        def _check_layer(self, layer_idx: int) -> None: ...
+
+        def _check_entries(self, k: Tensor, v: Tensor) -> int: ...
 
         @staticmethod
         def _check_count(name: str, n: int, *, allow_zero: bool = False) -> None: ...
@@ -212,8 +218,8 @@ class StaticKVCache(DevicePosition, KVCache):
         )  # fmt: skip
         return self.k[layer_idx], self.v[layer_idx]  # [B, Hkv, S_max, D]
 
-    def _attend_prefix(self, layer_idx: int, q: Tensor, lengths: Tensor, scale: float, window: int | None) -> Tensor:
-        return contiguous_decode_attention(q, self.k[layer_idx], self.v[layer_idx], lengths, scale, window)
+    def _decode_step(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None) -> Tensor:
+        return contiguous_decode_step(q, k, v, self.k, self.v, layer_idx, self.pos, scale, window)
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions; the device position moves too (buffers keep their addresses)."""

@@ -27,7 +27,8 @@ from infer_ref.cache.base import CacheBase
 from infer_ref.cache.pool import BlockPool
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.static import DevicePosition, check_layer_windows
-from infer_ref.kernels.paged_attention import gather_slots, paged_decode_attention, slots_through_tables
+from infer_ref.kernels.decode_step import paged_decode_step
+from infer_ref.kernels.paged_attention import gather_slots, slots_through_tables
 from infer_ref.kernels.store import store_kvcache
 
 if TYPE_CHECKING:
@@ -175,9 +176,8 @@ class StaticPagedKVCache(DevicePosition, CacheBase):
         )
         return gather_slots(k_pool, self._all_slots), gather_slots(v_pool, self._all_slots)
 
-    def _attend_prefix(self, layer_idx: int, q: Tensor, lengths: Tensor, scale: float, window: int | None) -> Tensor:
-        k_pool, v_pool = self.pool.layer(layer_idx)
-        return paged_decode_attention(q, k_pool, v_pool, self.block_table, lengths, scale, window)
+    def _decode_step(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None) -> Tensor:
+        return paged_decode_step(q, k, v, self.pool.k, self.pool.v, layer_idx, self.block_table, self.pos, scale, window)
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
         """Layer ``layer_idx``'s K and V for positions ``[0, seq_len)``, gathered: ``[B, Hkv, seq_len, D]``."""
