@@ -317,9 +317,10 @@ if HAVE_TRITON:
             u = acc_up.to(OUT_DTYPE).to(tl.float32)
             if ACT == 0:  # silu, as ATen writes it: x / (1 + exp(-x))
                 a = g / (1.0 + tl.exp(-g))
-            else:  # gelu tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), tanh(y) = 2 sigmoid(2y) - 1
+            else:  # gelu tanh: 0.5 x (1 + tanh(y)), y = sqrt(2/pi) (x + 0.044715 x^3)
+                # 0.5 (1 + tanh(y)) is sigmoid(2y): no cancellation where tanh(y) nears -1.
                 inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-                a = 0.5 * g * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * inner)) - 1.0))
+                a = g / (1.0 + tl.exp(-2.0 * inner))
             a = a.to(OUT_DTYPE).to(tl.float32)
             y = (a * u).to(OUT_DTYPE)
         else:
