@@ -106,7 +106,7 @@ def candidates(case: Case, rows: int) -> list[GemvConfig]:
         launched: set[int] = set()
         for split in sorted({1, max(1, wanted // 2), wanted, 2 * wanted}):
             splits = split_plan(case.k, block_k, split)[1]
-            if splits in launched or (splits > 1 and case.k // splits < block_k):
+            if splits in launched:
                 continue
             launched.add(splits)
             found.append(GemvConfig(block_n, block_k, split, warps, stages, path))
@@ -214,6 +214,33 @@ def print_case(r: dict[str, Any]) -> None:
             print(f"  {knobs}: FAILED {c['error']}")
 
 
+def step_summary(
+    models: dict[str, dict[str, Any]], results: list[dict[str, Any]], rows: int
+) -> list[dict[str, Any]]:
+    """Per model: the projections of one decode step (every layer's qkv, o, gate_up, down, then the
+    LM head), their summed time with cuBLAS and with each shape's best config, and the bandwidth
+    that makes. The rest of the step (attention, norms, RoPE) is not counted."""
+    by_shape = {(r["n"], r["k"], r["gated"]): r for r in results if r["rows"] == rows}
+    summary = []
+    for model, hf in models.items():
+        config = ModelConfig.from_hf_dict(hf)
+        moved = cublas_s = best_s = 0.0
+        complete = True
+        for proj, (n, k, gated) in gemv.decode_projections(config).items():
+            r = by_shape.get((n, k, gated))
+            if r is None or r["best"] is None:
+                complete = False
+                continue
+            times = 1 if proj == "lm_head" else config.num_hidden_layers
+            moved += times * r["bytes"]
+            cublas_s += times * r["cublas"]["us"] * 1e-6
+            best_s += times * r["best"]["us"] * 1e-6
+        if complete:
+            summary.append({"model": model, "rows": rows, "bytes": moved, "cublas_us": cublas_s * 1e6, "best_us": best_s * 1e6,
+                            "cublas_GBps": moved / cublas_s / 1e9, "best_GBps": moved / best_s / 1e9})  # fmt: skip
+    return summary
+
+
 def table_literal(results: list[dict[str, Any]]) -> str:
     """The best batch-1 config per weight shape, as Python source for the two tables of gemv.py."""
     lines = []
@@ -273,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_case(case, rows, configs, args, device, dtype)
                 print_case(r)
                 results.append(r)
+    summary = [row for rows in args.rows for row in step_summary(models, results, rows)]
+    print("\n# projections of one decode step (all layers + LM head), graph-replayed times summed:")
+    for row in summary:
+        print(f"{row['model']} rows {row['rows']}: cuBLAS {row['cublas_us']:.0f} us ({row['cublas_GBps']:.0f} GB/s, "
+              f"{100 * row['cublas_GBps'] / args.copy_gbps:.0f}% of copy), best configs {row['best_us']:.0f} us "
+              f"({row['best_GBps']:.0f} GB/s, {100 * row['best_GBps'] / args.copy_gbps:.0f}% of copy)")  # fmt: skip
     literal = table_literal(results)
     print("\n# best batch-1 config per weight shape (paste into infer_ref/kernels/gemv.py):\n" + literal)
     elapsed = time.perf_counter() - started
@@ -286,6 +319,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(device),
         "elapsed_s": elapsed,
         "table": literal,
+        "step_summary": summary,
         "results": results,
     }  # fmt: skip
     if args.json is not None:
