@@ -462,7 +462,8 @@ def _launch(
     rows_pad = triton.next_power_of_2(rows) if config.path == "fma" else max(16, triton.next_power_of_2(rows))
     # Partials hold gate and up columns side by side ([S, M, 2I]) for the gated kernel.
     part = torch.empty((splits, rows, n), dtype=torch.float32, device=x.device) if splits > 1 else out2
-    bias_arg = bias if bias is not None else out2  # never read without HAS_BIAS
+    # The kernel reads the bias with unit stride: a strided view is copied (by shape: capturable).
+    bias_arg = bias.contiguous() if bias is not None else out2  # out2 is never read without HAS_BIAS
     common: dict[str, Any] = {"GATED": gated, "ACT": _ACT_CODES[act], "HAS_BIAS": bias is not None}
     _gemv_kernel[(triton.cdiv(n_out, config.block_n), splits)](
         x2, weight, bias_arg, out2, part,

@@ -432,9 +432,11 @@ def test_kernels_under_interpreter(config: GemvConfig, dtype: torch.dtype) -> No
 @interpret
 @needs_interpreter
 def test_kernel_reads_strided_leading_dims_under_interpreter() -> None:
-    """x ``[2, 3, K]`` whose rows are not contiguous (every other row of a bigger tensor), default config."""
-    big, w, b = _case((2, 6), 40, 48, torch.float32, 77)
+    """x ``[2, 3, K]`` whose rows are not contiguous (every other row of a bigger tensor) and a strided
+    bias, default config."""
+    big, w, wide_b = _case((2, 6), 80, 48, torch.float32, 77)
     x = big[:, ::2]  # [2, 3, 48], row stride 96
+    w, b = w[:40], wide_b[::2]  # bias [40], stride 2
     got = linear_triton(x, w, b)
     assert got.shape == (2, 3, 40)
     problem = violations(got, *linear_oracle(x, w, b))

@@ -243,10 +243,12 @@ def test_exact_sums_round_like_eager_torch(config: GemvConfig, dtype: torch.dtyp
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_leading_dims_and_a_strided_x(dtype: torch.dtype) -> None:
-    """x ``[2, 3, K]`` taken as every other row of a bigger tensor (row stride 2K), default configs."""
-    big, w, b = _inputs((2, 6), 2048, 2048, dtype, 5)
-    x = big[:, ::2]
-    _check_linear(x, w, b, None, f"strided x {dtype}")
+    """x ``[2, 3, K]`` taken as every other row of a bigger tensor (row stride 2K) and a bias taken as
+    every other element of a bigger one, default configs."""
+    big, w, _ = _inputs((2, 6), 2048, 2048, dtype, 5)
+    _, _, wide_b = _inputs((1,), 4096, 16, dtype, 6)
+    x, b = big[:, ::2], wide_b[::2]
+    _check_linear(x, w, b, None, f"strided x and bias {dtype}")
     _check_gated(x, w, "silu", None, f"strided x gated {dtype}")
 
 
