@@ -371,7 +371,10 @@ if HAVE_TRITON:
         elif PATH == 1:  # dot_t: the transpose, [BLOCK_N, ROWS_PAD]
             acc = tl.zeros([BLOCK_N, ROWS_PAD], tl.float32)
             acc_up = tl.zeros([BLOCK_N, ROWS_PAD], tl.float32)
-        else:  # fma: products accumulate per (row, column, k lane), reduced once at the end
+        elif ROWS_PAD == 1:  # fma, one row: products accumulate per (column, k lane), reduced at the end
+            acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+            acc2_up = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        else:  # fma: the same per (row, column, k lane)
             acc3 = tl.zeros([ROWS_PAD, BLOCK_N, BLOCK_K], tl.float32)
             acc3_up = tl.zeros([ROWS_PAD, BLOCK_N, BLOCK_K], tl.float32)
         for tile in range(0, tiles_per_split):
@@ -391,12 +394,20 @@ if HAVE_TRITON:
                 acc = tl.dot(wt, tl.trans(xt), acc, input_precision=DOT_PRECISION)
                 if GATED:
                     acc_up = tl.dot(wu, tl.trans(xt), acc_up, input_precision=DOT_PRECISION)
+            elif ROWS_PAD == 1:
+                x1 = xt.to(tl.float32)  # [1, BLOCK_K], broadcast over the columns
+                acc2 += wt.to(tl.float32) * x1
+                if GATED:
+                    acc2_up += wu.to(tl.float32) * x1
             else:
                 x3 = xt.to(tl.float32)[:, None, :]  # [ROWS_PAD, 1, BLOCK_K]
                 acc3 += x3 * wt.to(tl.float32)[None, :, :]
                 if GATED:
                     acc3_up += x3 * wu.to(tl.float32)[None, :, :]
-        if PATH == 2:
+        if PATH == 2 and ROWS_PAD == 1:
+            acc = tl.sum(acc2, axis=1)[None, :]  # [1, BLOCK_N]
+            acc_up = tl.sum(acc2_up, axis=1)[None, :]
+        elif PATH == 2:
             acc = tl.sum(acc3, axis=2)  # [ROWS_PAD, BLOCK_N]
             acc_up = tl.sum(acc3_up, axis=2)
         elif PATH == 1:
