@@ -18,8 +18,12 @@ subtracted, and matches a real step, where sixteen layers' distinct weights evic
 ``GB/s`` counts weight + input + output bytes once; ``%copy`` compares with a measured
 device-to-device copy (bytes read plus written).
 
-Prints a table per case, the best config per weight shape (batch-1 rows) as a dict literal to paste
-into ``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/kernels/gemv.py``, and writes JSON with ``--json``.
+Prints a table per case; per model, the projections of one whole decode step (every layer's qkv, o,
+gate_up and down, then the LM head) summed with cuBLAS and with the best configs, as GB/s and % of
+copy; the best config per weight shape (batch-1 rows) as a dict literal to paste into
+``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/kernels/gemv.py``; and writes JSON with ``--json``.
+Batch 1 runs first; past ``--budget-s`` seconds the remaining cases time only the configuration the
+dispatch picks and the heuristic's, so the run stays under five minutes.
 
 ``PYTHONPATH=. python benchmarks/bench_gemv.py --json OUT/gemv.json``  (an H100: about 2-4 minutes)
 Dry run on a CPU (tiny shapes, 2 configs, the reference standing in for the kernel unless
