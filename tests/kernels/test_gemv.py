@@ -10,8 +10,9 @@ skip unless ``TRITON_INTERPRET=1`` is set and Triton is importable:
 
     TRITON_INTERPRET=1 pytest -p no:cacheprovider -q tests/kernels/test_gemv.py -m interpret
 
-One more ``interpret`` test compiles every launch configuration the dispatch or the sweep may use for
-an H100 (sm_90) without a GPU, and checks that it fits one block's shared memory.
+One more ``interpret`` test, run when Triton is importable and ``TRITON_INTERPRET`` is not set,
+compiles every launch configuration the dispatch or the sweep may use for an H100 (sm_90) without a
+GPU, and checks that it fits one block's shared memory.
 
 The interpreter runs float16 and float32 only: it converts float32 to bfloat16 by truncation (not
 round-to-nearest-even as the GPU does) and misreads bfloat16 operands of ``tl.dot``, so bf16 is
@@ -417,21 +418,24 @@ def _config_id(c: GemvConfig) -> str:
 @pytest.mark.parametrize("config", INTERPRET_CONFIGS, ids=_config_id)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_kernels_under_interpreter(config: GemvConfig, dtype: torch.dtype) -> None:
-    """Odd N and K (not multiples of the blocks), bias, both activations, poisoned outputs, rows 1..8."""
-    for rows in (1, 2, 5, MAX_ROWS):
-        seed = 1000 * rows + config.block_n + config.split_k
-        x, w, b = _case((rows,), 70, 100, dtype, seed)
-        out = torch.full((rows, 70), float("nan"), dtype=dtype)
-        assert linear_triton(x, w, b, out=out, config=config) is out
-        problem = violations(out, *linear_oracle(x, w, b))
-        assert problem is None, f"linear rows {rows}: {problem}"
-        problem = violations(linear_triton(x, w, config=config), *linear_oracle(x, w))
-        assert problem is None, f"linear without bias, rows {rows}: {problem}"
-        for act in ACTS:
-            out = torch.full((rows, 35), float("nan"), dtype=dtype)
-            gated_mlp_triton(x, w, act, out=out, config=config)
-            problem = violations(out, *gated_oracle(x, w, act))
-            assert problem is None, f"gated {act}, rows {rows}: {problem}"
+    """Odd N and K (partial blocks and tiles, masked loads) and N, K that divide into whole blocks and
+    tiles of every slice (unmasked loads); bias, both activations, poisoned outputs, rows 1..8."""
+    for n, k in ((70, 100), (128, 256)):
+        for rows in (1, 2, 5, MAX_ROWS):
+            seed = 1000 * rows + config.block_n + config.split_k + n
+            x, w, b = _case((rows,), n, k, dtype, seed)
+            what = f"[{n}, {k}] rows {rows}"
+            out = torch.full((rows, n), float("nan"), dtype=dtype)
+            assert linear_triton(x, w, b, out=out, config=config) is out
+            problem = violations(out, *linear_oracle(x, w, b))
+            assert problem is None, f"linear {what}: {problem}"
+            problem = violations(linear_triton(x, w, config=config), *linear_oracle(x, w))
+            assert problem is None, f"linear without bias {what}: {problem}"
+            for act in ACTS:
+                out = torch.full((rows, n // 2), float("nan"), dtype=dtype)
+                gated_mlp_triton(x, w, act, out=out, config=config)
+                problem = violations(out, *gated_oracle(x, w, act))
+                assert problem is None, f"gated {act} {what}: {problem}"
 
 
 @interpret
@@ -519,6 +523,9 @@ def _sm90_cases() -> list[tuple[str, GemvConfig, int, int, int, bool]]:
 
 @interpret
 @pytest.mark.skipif(not gemv.HAVE_TRITON, reason="compiles the Triton kernels: needs Triton installed")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter"
+)
 def test_kernels_compile_for_h100_within_shared_memory() -> None:
     """Every configuration the dispatch or the sweep may launch compiles for sm_90 (no GPU needed)
     and fits the shared memory of one H100 block."""
