@@ -90,7 +90,11 @@ def gated_mlp_reference(x: Tensor, weight: Tensor, act: str) -> Tensor:
     ``weight`` is ``[2I, K]``: gate rows ``0..I-1`` then up rows ``I..2I-1``; the result is ``[..., I]``.
     """
     check_gated_args(x, weight, act)
-    g, u = F.linear(x, weight).split(weight.shape[0] // 2, dim=-1)
+    return _gated_product(x, weight, act)
+
+
+def _gated_product(x: Tensor, weight: Tensor, act: str) -> Tensor:
+    g, u = F.linear(x, weight).split(weight.shape[0] // 2, dim=-1)  # [..., I] each
     return ACTIVATIONS[act](g) * u
 
 
@@ -538,7 +542,7 @@ def gated_mlp(x: Tensor, weight: Tensor, act: str, *, out: Tensor | None = None)
     check_gated_args(x, weight, act, out)
     if _kernel_eligible(x, weight):
         return gated_mlp_triton(x, weight, act, out=out)
-    y = gated_mlp_reference(x, weight, act)
+    y = _gated_product(x, weight, act)  # the reference, already checked
     return y if out is None else out.copy_(y)
 
 
