@@ -182,6 +182,8 @@ def run_case(
     reference = reference_of(case)
     result: dict[str, Any] = {"case": case.name, "n": case.n, "k": case.k, "rows": rows, "gated": case.gated,
                               "copies": copies, "bytes": moved, "cublas": entry(timed(reference)), "configs": []}  # fmt: skip
+    if case.gated:  # the GEMV alone, for the bandwidth cuBLAS reaches on this shape
+        result["cublas_linear_only"] = entry(timed(gemv.linear_reference))
     for config in configs:
         # A CPU dry run without the interpreter: the loop, checks and report, the reference standing in.
         kernel = kernel_of(case, config) if on_gpu or interpreted else reference
@@ -207,6 +209,10 @@ def print_case(r: dict[str, Any]) -> None:
     cb = r["cublas"]
     print(f"\n{r['case']} weight [{r['n']}, {r['k']}] rows {r['rows']} ({r['copies']} copies): "
           f"cublas {cb['us']:.2f} us {cb['GBps']:.0f} GB/s {cb['pct_copy']:.0f}%")  # fmt: skip
+    if "cublas_linear_only" in r:
+        lo = r["cublas_linear_only"]
+        print(f"  (cublas above: the eager gated MLP, F.linear + activation + product; "
+              f"F.linear alone {lo['us']:.2f} us {lo['GBps']:.0f} GB/s {lo['pct_copy']:.0f}%)")  # fmt: skip
     for c in sorted(r["configs"], key=lambda c: c.get("us", math.inf)):
         cfg = c["config"]
         knobs = f"bn {cfg['block_n']:3d} bk {cfg['block_k']:3d} splits {c['splits']:2d} w {cfg['num_warps']} s {cfg['num_stages']} {cfg['path']:5s}"
