@@ -18,8 +18,12 @@ subtracted, and matches a real step, where sixteen layers' distinct weights evic
 ``GB/s`` counts weight + input + output bytes once; ``%copy`` compares with a measured
 device-to-device copy (bytes read plus written).
 
-Prints a table per case, the best config per weight shape (batch-1 rows) as a dict literal to paste
-into ``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/kernels/gemv.py``, and writes JSON with ``--json``.
+Prints a table per case; per model, the projections of one whole decode step (every layer's qkv, o,
+gate_up and down, then the LM head) summed with cuBLAS and with the best configs, as GB/s and % of
+copy; the best config per weight shape (batch-1 rows) as a dict literal to paste into
+``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/kernels/gemv.py``; and writes JSON with ``--json``.
+Batch 1 runs first; past ``--budget-s`` seconds the remaining cases time only the configuration the
+dispatch picks and the heuristic's, so the run stays under five minutes.
 
 ``PYTHONPATH=. python benchmarks/bench_gemv.py --json OUT/gemv.json``  (an H100: about 2-4 minutes)
 Dry run on a CPU (tiny shapes, 2 configs, the reference standing in for the kernel unless
@@ -106,7 +110,7 @@ def candidates(case: Case, rows: int) -> list[GemvConfig]:
         launched: set[int] = set()
         for split in sorted({1, max(1, wanted // 2), wanted, 2 * wanted}):
             splits = split_plan(case.k, block_k, split)[1]
-            if splits in launched or (splits > 1 and case.k // splits < block_k):
+            if splits in launched:
                 continue
             launched.add(splits)
             found.append(GemvConfig(block_n, block_k, split, warps, stages, path))
@@ -178,6 +182,8 @@ def run_case(
     reference = reference_of(case)
     result: dict[str, Any] = {"case": case.name, "n": case.n, "k": case.k, "rows": rows, "gated": case.gated,
                               "copies": copies, "bytes": moved, "cublas": entry(timed(reference)), "configs": []}  # fmt: skip
+    if case.gated:  # the GEMV alone, for the bandwidth cuBLAS reaches on this shape
+        result["cublas_linear_only"] = entry(timed(gemv.linear_reference))
     for config in configs:
         # A CPU dry run without the interpreter: the loop, checks and report, the reference standing in.
         kernel = kernel_of(case, config) if on_gpu or interpreted else reference
@@ -203,6 +209,10 @@ def print_case(r: dict[str, Any]) -> None:
     cb = r["cublas"]
     print(f"\n{r['case']} weight [{r['n']}, {r['k']}] rows {r['rows']} ({r['copies']} copies): "
           f"cublas {cb['us']:.2f} us {cb['GBps']:.0f} GB/s {cb['pct_copy']:.0f}%")  # fmt: skip
+    if "cublas_linear_only" in r:
+        lo = r["cublas_linear_only"]
+        print(f"  (cublas above: the eager gated MLP, F.linear + activation + product; "
+              f"F.linear alone {lo['us']:.2f} us {lo['GBps']:.0f} GB/s {lo['pct_copy']:.0f}%)")  # fmt: skip
     for c in sorted(r["configs"], key=lambda c: c.get("us", math.inf)):
         cfg = c["config"]
         knobs = f"bn {cfg['block_n']:3d} bk {cfg['block_k']:3d} splits {c['splits']:2d} w {cfg['num_warps']} s {cfg['num_stages']} {cfg['path']:5s}"
@@ -212,6 +222,33 @@ def print_case(r: dict[str, Any]) -> None:
             )
         else:
             print(f"  {knobs}: FAILED {c['error']}")
+
+
+def step_summary(
+    models: dict[str, dict[str, Any]], results: list[dict[str, Any]], rows: int
+) -> list[dict[str, Any]]:
+    """Per model: the projections of one decode step (every layer's qkv, o, gate_up, down, then the
+    LM head), their summed time with cuBLAS and with each shape's best config, and the bandwidth
+    that makes. The rest of the step (attention, norms, RoPE) is not counted."""
+    by_shape = {(r["n"], r["k"], r["gated"]): r for r in results if r["rows"] == rows}
+    summary = []
+    for model, hf in models.items():
+        config = ModelConfig.from_hf_dict(hf)
+        moved = cublas_s = best_s = 0.0
+        complete = True
+        for proj, (n, k, gated) in gemv.decode_projections(config).items():
+            r = by_shape.get((n, k, gated))
+            if r is None or r["best"] is None:
+                complete = False
+                continue
+            times = 1 if proj == "lm_head" else config.num_hidden_layers
+            moved += times * r["bytes"]
+            cublas_s += times * r["cublas"]["us"] * 1e-6
+            best_s += times * r["best"]["us"] * 1e-6
+        if complete:
+            summary.append({"model": model, "rows": rows, "bytes": moved, "cublas_us": cublas_s * 1e6, "best_us": best_s * 1e6,
+                            "cublas_GBps": moved / cublas_s / 1e9, "best_GBps": moved / best_s / 1e9})  # fmt: skip
+    return summary
 
 
 def table_literal(results: list[dict[str, Any]]) -> str:
@@ -273,6 +310,12 @@ def main(argv: list[str] | None = None) -> int:
                 r = run_case(case, rows, configs, args, device, dtype)
                 print_case(r)
                 results.append(r)
+    summary = [row for rows in args.rows for row in step_summary(models, results, rows)]
+    print("\n# projections of one decode step (all layers + LM head), graph-replayed times summed:")
+    for row in summary:
+        print(f"{row['model']} rows {row['rows']}: cuBLAS {row['cublas_us']:.0f} us ({row['cublas_GBps']:.0f} GB/s, "
+              f"{100 * row['cublas_GBps'] / args.copy_gbps:.0f}% of copy), best configs {row['best_us']:.0f} us "
+              f"({row['best_GBps']:.0f} GB/s, {100 * row['best_GBps'] / args.copy_gbps:.0f}% of copy)")  # fmt: skip
     literal = table_literal(results)
     print("\n# best batch-1 config per weight shape (paste into infer_ref/kernels/gemv.py):\n" + literal)
     elapsed = time.perf_counter() - started
@@ -286,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment(device),
         "elapsed_s": elapsed,
         "table": literal,
+        "step_summary": summary,
         "results": results,
     }  # fmt: skip
     if args.json is not None:

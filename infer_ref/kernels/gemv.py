@@ -90,7 +90,11 @@ def gated_mlp_reference(x: Tensor, weight: Tensor, act: str) -> Tensor:
     ``weight`` is ``[2I, K]``: gate rows ``0..I-1`` then up rows ``I..2I-1``; the result is ``[..., I]``.
     """
     check_gated_args(x, weight, act)
-    g, u = F.linear(x, weight).split(weight.shape[0] // 2, dim=-1)
+    return _gated_product(x, weight, act)
+
+
+def _gated_product(x: Tensor, weight: Tensor, act: str) -> Tensor:
+    g, u = F.linear(x, weight).split(weight.shape[0] // 2, dim=-1)  # [..., I] each
     return ACTIVATIONS[act](g) * u
 
 
@@ -317,9 +321,10 @@ if HAVE_TRITON:
             u = acc_up.to(OUT_DTYPE).to(tl.float32)
             if ACT == 0:  # silu, as ATen writes it: x / (1 + exp(-x))
                 a = g / (1.0 + tl.exp(-g))
-            else:  # gelu tanh: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), tanh(y) = 2 sigmoid(2y) - 1
+            else:  # gelu tanh: 0.5 x (1 + tanh(y)), y = sqrt(2/pi) (x + 0.044715 x^3)
+                # 0.5 (1 + tanh(y)) is sigmoid(2y): no cancellation where tanh(y) nears -1.
                 inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
-                a = 0.5 * g * (1.0 + (2.0 / (1.0 + tl.exp(-2.0 * inner)) - 1.0))
+                a = g / (1.0 + tl.exp(-2.0 * inner))
             a = a.to(OUT_DTYPE).to(tl.float32)
             y = (a * u).to(OUT_DTYPE)
         else:
@@ -370,7 +375,10 @@ if HAVE_TRITON:
         elif PATH == 1:  # dot_t: the transpose, [BLOCK_N, ROWS_PAD]
             acc = tl.zeros([BLOCK_N, ROWS_PAD], tl.float32)
             acc_up = tl.zeros([BLOCK_N, ROWS_PAD], tl.float32)
-        else:  # fma: products accumulate per (row, column, k lane), reduced once at the end
+        elif ROWS_PAD == 1:  # fma, one row: products accumulate per (column, k lane), reduced at the end
+            acc2 = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+            acc2_up = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        else:  # fma: the same per (row, column, k lane)
             acc3 = tl.zeros([ROWS_PAD, BLOCK_N, BLOCK_K], tl.float32)
             acc3_up = tl.zeros([ROWS_PAD, BLOCK_N, BLOCK_K], tl.float32)
         for tile in range(0, tiles_per_split):
@@ -390,12 +398,20 @@ if HAVE_TRITON:
                 acc = tl.dot(wt, tl.trans(xt), acc, input_precision=DOT_PRECISION)
                 if GATED:
                     acc_up = tl.dot(wu, tl.trans(xt), acc_up, input_precision=DOT_PRECISION)
+            elif ROWS_PAD == 1:
+                x1 = xt.to(tl.float32)  # [1, BLOCK_K], broadcast over the columns
+                acc2 += wt.to(tl.float32) * x1
+                if GATED:
+                    acc2_up += wu.to(tl.float32) * x1
             else:
                 x3 = xt.to(tl.float32)[:, None, :]  # [ROWS_PAD, 1, BLOCK_K]
                 acc3 += x3 * wt.to(tl.float32)[None, :, :]
                 if GATED:
                     acc3_up += x3 * wu.to(tl.float32)[None, :, :]
-        if PATH == 2:
+        if PATH == 2 and ROWS_PAD == 1:
+            acc = tl.sum(acc2, axis=1)[None, :]  # [1, BLOCK_N]
+            acc_up = tl.sum(acc2_up, axis=1)[None, :]
+        elif PATH == 2:
             acc = tl.sum(acc3, axis=2)  # [ROWS_PAD, BLOCK_N]
             acc_up = tl.sum(acc3_up, axis=2)
         elif PATH == 1:
@@ -461,7 +477,8 @@ def _launch(
     rows_pad = triton.next_power_of_2(rows) if config.path == "fma" else max(16, triton.next_power_of_2(rows))
     # Partials hold gate and up columns side by side ([S, M, 2I]) for the gated kernel.
     part = torch.empty((splits, rows, n), dtype=torch.float32, device=x.device) if splits > 1 else out2
-    bias_arg = bias if bias is not None else out2  # never read without HAS_BIAS
+    # The kernel reads the bias with unit stride: a strided view is copied (by shape: capturable).
+    bias_arg = bias.contiguous() if bias is not None else out2  # out2 is never read without HAS_BIAS
     common: dict[str, Any] = {"GATED": gated, "ACT": _ACT_CODES[act], "HAS_BIAS": bias is not None}
     _gemv_kernel[(triton.cdiv(n_out, config.block_n), splits)](
         x2, weight, bias_arg, out2, part,
@@ -525,7 +542,7 @@ def gated_mlp(x: Tensor, weight: Tensor, act: str, *, out: Tensor | None = None)
     check_gated_args(x, weight, act, out)
     if _kernel_eligible(x, weight):
         return gated_mlp_triton(x, weight, act, out=out)
-    y = gated_mlp_reference(x, weight, act)
+    y = _gated_product(x, weight, act)  # the reference, already checked
     return y if out is None else out.copy_(y)
 
 

@@ -10,6 +10,10 @@ skip unless ``TRITON_INTERPRET=1`` is set and Triton is importable:
 
     TRITON_INTERPRET=1 pytest -p no:cacheprovider -q tests/kernels/test_gemv.py -m interpret
 
+One more ``interpret`` test, run when Triton is importable and ``TRITON_INTERPRET`` is not set,
+compiles every launch configuration the dispatch or the sweep may use for an H100 (sm_90) without a
+GPU, and checks that it fits one block's shared memory.
+
 The interpreter runs float16 and float32 only: it converts float32 to bfloat16 by truncation (not
 round-to-nearest-even as the GPU does) and misreads bfloat16 operands of ``tl.dot``, so bf16 is
 checked on the GPU (``tests/kernels/test_gemv_gpu.py``).
@@ -26,11 +30,13 @@ from typing import Any
 import pytest
 import torch
 
+from benchmarks.bench_gemv import FMA_MAX_ROWS, TILES
 from infer_ref.config import ModelConfig
 from infer_ref.kernels import gemv, switch
 from infer_ref.kernels.gemv import (
     MAX_ROWS,
     GemvConfig,
+    decode_projections,
     default_config,
     gated_mlp,
     gated_mlp_reference,
@@ -44,7 +50,7 @@ from infer_ref.kernels.gemv import (
 from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
 from infer_ref.models.common import MLP
 from infer_ref.testing.gemv_oracle import gated_oracle, linear_oracle, violations
-from infer_ref.testing.synthetic import TINY_CONFIGS
+from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 
 ACTS = ["silu", "gelu_pytorch_tanh"]
 
@@ -412,29 +418,34 @@ def _config_id(c: GemvConfig) -> str:
 @pytest.mark.parametrize("config", INTERPRET_CONFIGS, ids=_config_id)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.float32])
 def test_kernels_under_interpreter(config: GemvConfig, dtype: torch.dtype) -> None:
-    """Odd N and K (not multiples of the blocks), bias, both activations, poisoned outputs, rows 1..8."""
-    for rows in (1, 2, 5, MAX_ROWS):
-        seed = 1000 * rows + config.block_n + config.split_k
-        x, w, b = _case((rows,), 70, 100, dtype, seed)
-        out = torch.full((rows, 70), float("nan"), dtype=dtype)
-        assert linear_triton(x, w, b, out=out, config=config) is out
-        problem = violations(out, *linear_oracle(x, w, b))
-        assert problem is None, f"linear rows {rows}: {problem}"
-        problem = violations(linear_triton(x, w, config=config), *linear_oracle(x, w))
-        assert problem is None, f"linear without bias, rows {rows}: {problem}"
-        for act in ACTS:
-            out = torch.full((rows, 35), float("nan"), dtype=dtype)
-            gated_mlp_triton(x, w, act, out=out, config=config)
-            problem = violations(out, *gated_oracle(x, w, act))
-            assert problem is None, f"gated {act}, rows {rows}: {problem}"
+    """Odd N and K (partial blocks and tiles, masked loads) and N, K that divide into whole blocks and
+    tiles of every slice (unmasked loads); bias, both activations, poisoned outputs, rows 1..8."""
+    for n, k in ((70, 100), (128, 256)):
+        for rows in (1, 2, 5, MAX_ROWS):
+            seed = 1000 * rows + config.block_n + config.split_k + n
+            x, w, b = _case((rows,), n, k, dtype, seed)
+            what = f"[{n}, {k}] rows {rows}"
+            out = torch.full((rows, n), float("nan"), dtype=dtype)
+            assert linear_triton(x, w, b, out=out, config=config) is out
+            problem = violations(out, *linear_oracle(x, w, b))
+            assert problem is None, f"linear {what}: {problem}"
+            problem = violations(linear_triton(x, w, config=config), *linear_oracle(x, w))
+            assert problem is None, f"linear without bias {what}: {problem}"
+            for act in ACTS:
+                out = torch.full((rows, n // 2), float("nan"), dtype=dtype)
+                gated_mlp_triton(x, w, act, out=out, config=config)
+                problem = violations(out, *gated_oracle(x, w, act))
+                assert problem is None, f"gated {act} {what}: {problem}"
 
 
 @interpret
 @needs_interpreter
 def test_kernel_reads_strided_leading_dims_under_interpreter() -> None:
-    """x ``[2, 3, K]`` whose rows are not contiguous (every other row of a bigger tensor), default config."""
-    big, w, b = _case((2, 6), 40, 48, torch.float32, 77)
+    """x ``[2, 3, K]`` whose rows are not contiguous (every other row of a bigger tensor) and a strided
+    bias, default config."""
+    big, w, wide_b = _case((2, 6), 80, 48, torch.float32, 77)
     x = big[:, ::2]  # [2, 3, 48], row stride 96
+    w, b = w[:40], wide_b[::2]  # bias [40], stride 2
     got = linear_triton(x, w, b)
     assert got.shape == (2, 3, 40)
     problem = violations(got, *linear_oracle(x, w, b))
@@ -443,3 +454,82 @@ def test_kernel_reads_strided_leading_dims_under_interpreter() -> None:
     assert got.shape == (2, 3, 20)
     problem = violations(got, *gated_oracle(x, w, "silu"))
     assert problem is None, problem
+
+
+# -- the kernels compiled ahead of time for an H100 (sm_90), no GPU needed ----------------------------
+
+H100_SHARED_MEMORY = 227 * 1024  # the most dynamic shared memory one block may opt into on sm_90
+
+
+def _compile_for_sm90(config: GemvConfig, n: int, k: int, rows: int, gated: bool) -> Any:
+    """Compile the GEMV kernel as a bf16 launch of this shape would (same constexprs, and the
+    specialisations Triton's launcher makes: pointers 16-byte aligned, ints that are multiples of 16
+    marked so, ints equal to 1 made constants) for sm_90."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    n_out = n // 2 if gated else n
+    per, splits = split_plan(k, config.block_k, config.split_k)
+    rows_pad = 1 << (rows - 1).bit_length()
+    runtime = {
+        "rows": rows, "n_out": n_out, "k": k, "tiles_per_split": per // config.block_k, "up_offset": n_out if gated else 0,
+        "stride_xm": k, "stride_xk": 1, "stride_om": n_out, "stride_ps": rows * n if splits > 1 else 0,
+        "stride_pm": n if splits > 1 else n_out,
+    }  # fmt: skip
+    constexprs = {
+        "ROWS_PAD": rows_pad if config.path == "fma" else max(16, rows_pad), "BLOCK_N": config.block_n,
+        "BLOCK_K": config.block_k, "PATH": gemv.PATHS.index(config.path), "EVEN_N": n_out % config.block_n == 0,
+        "EVEN_K": splits * per == k, "DOT_PRECISION": "tf32", "GATED": gated, "ACT": 0, "HAS_BIAS": not gated,
+        "WRITE_PARTIALS": splits > 1,
+    }  # fmt: skip
+    names = gemv._gemv_kernel.arg_names
+    signature: dict[str, str] = {}
+    consts: dict[tuple[int, ...], Any] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    for i, name in enumerate(names):
+        if name.endswith("_ptr"):
+            signature[name] = "*fp32" if name == "part_ptr" else "*bf16"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif name in runtime and runtime[name] != 1:
+            signature[name] = "i32"
+            if runtime[name] % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "constexpr"
+            consts[(i,)] = runtime[name] if name in runtime else constexprs[name]
+    source = ASTSource(fn=gemv._gemv_kernel, signature=signature, constexprs=consts, attrs=attrs)
+    options = {"num_warps": config.num_warps, "num_stages": config.num_stages}
+    return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def _sm90_cases() -> list[tuple[str, GemvConfig, int, int, int, bool]]:
+    """What the dispatch may launch on the real shapes (its pick and the heuristic, rows 1 and 8),
+    and every tile of the sweep on the gated gate_up shape, the one with the most shared memory."""
+    cases = []
+    for model, hf in REAL_SHAPE_CONFIGS.items():
+        for proj, (n, k, gated) in decode_projections(ModelConfig.from_hf_dict(hf)).items():
+            for rows in (1, MAX_ROWS):
+                picked = gemv_config(n, k, rows, gated=gated)
+                heuristic = default_config(n // 2 if gated else n, k, rows)
+                for label, config in dict.fromkeys([("picked", picked), ("heuristic", heuristic)]):
+                    cases.append((f"{model}/{proj} {label} rows {rows}", config, n, k, rows, gated))
+    for block_n, block_k, warps, stages, path in TILES:
+        config = GemvConfig(block_n, block_k, 4, warps, stages, path)
+        rows = FMA_MAX_ROWS if path == "fma" else 4
+        cases.append((f"sweep tile {config}", config, 16384, 2048, rows, True))
+    return cases
+
+
+@interpret
+@pytest.mark.skipif(not gemv.HAVE_TRITON, reason="compiles the Triton kernels: needs Triton installed")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter"
+)
+def test_kernels_compile_for_h100_within_shared_memory() -> None:
+    """Every configuration the dispatch or the sweep may launch compiles for sm_90 (no GPU needed)
+    and fits the shared memory of one H100 block."""
+    for what, config, n, k, rows, gated in _sm90_cases():
+        compiled = _compile_for_sm90(config, n, k, rows, gated)
+        shared = compiled.metadata.shared
+        assert shared <= H100_SHARED_MEMORY, f"{what}: {shared} bytes of shared memory > {H100_SHARED_MEMORY}"

@@ -41,7 +41,7 @@ from infer_ref.kernels.gemv import (
     split_plan,
 )
 from infer_ref.kernels.switch import decode_kernels
-from infer_ref.testing.gemv_oracle import gated_oracle, linear_oracle, violations
+from infer_ref.testing.gemv_oracle import gated_epilogue_oracle, gated_oracle, linear_oracle, violations
 from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS
 
 pytestmark = [
@@ -173,12 +173,82 @@ def test_odd_shapes_every_row_count(config: GemvConfig, dtype: torch.dtype) -> N
             _check_gated(xg, wg, act, config, f"gated {act} {dtype} rows {rows}")
 
 
+def _exact_inputs(
+    rows: int, n: int, k: int, dtype: torch.dtype, seed: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inputs whose products and sums are exact in float32: x in {-1, 0, 1}; weights and bias
+    ``j / 1024`` with ``|j| <= 512`` rounded to the dtype (still multiples of 2**-10 in [-1/2, 1/2]).
+    Every partial sum is a multiple of 2**-10 below ``K / 2 + 1/2`` in magnitude: 21 bits for
+    K = 2048, exact in float32, so any summation order gives the exact value and only the
+    roundings to the dtype remain (typical sums, of order 10, need about 14 bits: more than bf16's
+    8 or fp16's 11, so those roundings do happen)."""
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+    x = torch.randint(-1, 2, (rows, k), generator=g, device=CUDA).to(dtype)
+    w = (torch.randint(-512, 513, (n, k), generator=g, device=CUDA) / 1024).to(dtype)
+    b = (torch.randint(-512, 513, (n,), generator=g, device=CUDA) / 1024).to(dtype)
+    return x, w, b
+
+
+EXACT_CONFIGS = [
+    GemvConfig(32, 128, 1, 4, 4, "dot"),
+    GemvConfig(32, 128, 4, 4, 4, "dot"),
+    GemvConfig(64, 128, 2, 4, 3, "dot_t"),
+    GemvConfig(16, 256, 1, 4, 2, "fma"),
+]
+
+
+@pytest.mark.parametrize("config", EXACT_CONFIGS, ids=_config_id)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_exact_sums_round_like_eager_torch(config: GemvConfig, dtype: torch.dtype) -> None:
+    """With exact sums the linear kernel must equal the exact result rounded once, bit for bit, and
+    the gated kernel the eager ops on the rounded gate and up values, ``act(g) * u`` in the dtype.
+    (Not F.linear itself: cuBLAS may reduce split-K partials in the 16-bit dtype.)
+
+    The gated allowance: both compute the activation in float32 but with different ``exp``/``tanh``
+    implementations, a few float32 ulps apart, so where the activation lands within that distance of
+    a rounding midpoint of the dtype the two may round it one ulp apart: a fraction of about 2**-14
+    of the elements, so at most 1% may differ. Every element must also meet the float64 oracle's bound
+    (sums exact: only the rounding terms remain). Eager gelu-tanh computes ``1 + tanh(y)``, which
+    cancels where ``tanh(y)`` nears -1 (the kernel uses the equal ``2 sigmoid(2y)``); where
+    ``1 + tanh(y) < 1/64`` eager has lost six or more bits, so there only the oracle's bound applies.
+    An epilogue that skips one of the roundings differs from eager in a large fraction of the elements.
+    """
+    n, k, rows = 2 * 1536, 2048, 4
+    for seed in range(2):
+        x, w, b = _exact_inputs(rows, n, k, dtype, 60 + seed)
+        exact = x.double() @ w.double().T  # [rows, n], exact: float64 holds every partial sum
+        out = _poisoned((rows, n), dtype)
+        linear_triton(x, w, b, out=out, config=config)
+        want = (exact + b.double()).to(dtype)  # exact in float32 too, so this is one rounding
+        assert torch.equal(out, want), f"linear seed {seed}: {int((out != want).sum())} elements differ"
+        g64, u64 = exact[:, : n // 2], exact[:, n // 2 :]
+        g, u = g64.to(dtype), u64.to(dtype)
+        for act in ACTS:
+            got = gated_mlp_triton(x, w, act, config=config)
+            problem = violations(
+                got,
+                *gated_epilogue_oracle(g64, u64, act, dtype, torch.zeros_like(g64), torch.zeros_like(u64)),
+            )
+            assert problem is None, f"gated {act} seed {seed}: {problem}"
+            eager = gemv.ACTIVATIONS[act](g) * u  # the eager ops, rounding after each
+            compared = torch.ones_like(got, dtype=torch.bool)
+            if act == "gelu_pytorch_tanh":
+                gd = g.double()
+                compared = 1.0 + torch.tanh(math.sqrt(2 / math.pi) * (gd + 0.044715 * gd**3)) >= 1 / 64
+            differ = (got != eager) & compared
+            assert differ.float().sum().item() <= 0.01 * compared.sum().item(), (
+                f"gated {act} seed {seed}: {int(differ.sum())} of {int(compared.sum())} elements differ from the eager ops"
+            )
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_leading_dims_and_a_strided_x(dtype: torch.dtype) -> None:
-    """x ``[2, 3, K]`` taken as every other row of a bigger tensor (row stride 2K), default configs."""
-    big, w, b = _inputs((2, 6), 2048, 2048, dtype, 5)
-    x = big[:, ::2]
-    _check_linear(x, w, b, None, f"strided x {dtype}")
+    """x ``[2, 3, K]`` taken as every other row of a bigger tensor (row stride 2K) and a bias taken as
+    every other element of a bigger one, default configs."""
+    big, w, _ = _inputs((2, 6), 2048, 2048, dtype, 5)
+    _, _, wide_b = _inputs((1,), 4096, 16, dtype, 6)
+    x, b = big[:, ::2], wide_b[::2]
+    _check_linear(x, w, b, None, f"strided x and bias {dtype}")
     _check_gated(x, w, "silu", None, f"strided x gated {dtype}")
 
 
