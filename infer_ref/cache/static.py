@@ -219,7 +219,9 @@ class StaticKVCache(DevicePosition, KVCache):
         return self.k[layer_idx], self.v[layer_idx]  # [B, Hkv, S_max, D]
 
     def _decode_step(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None) -> Tensor:
-        return contiguous_decode_step(q, k, v, self.k, self.v, layer_idx, self.pos, scale, window)
+        slots = (self._head_starts + self.pos).reshape(-1)  # [B*Hkv]; the same every layer (CSE'd when compiled)
+        lengths = (self.pos + 1).expand(self.batch_size).contiguous()  # [B] positions after the write
+        return contiguous_decode_step(q, k, v, self.k, self.v, layer_idx, slots, lengths, scale, window)
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions; the device position moves too (buffers keep their addresses)."""

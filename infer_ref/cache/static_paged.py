@@ -177,7 +177,10 @@ class StaticPagedKVCache(DevicePosition, CacheBase):
         return gather_slots(k_pool, self._all_slots), gather_slots(v_pool, self._all_slots)
 
     def _decode_step(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None) -> Tensor:
-        return paged_decode_step(q, k, v, self.pool.k, self.pool.v, layer_idx, self.block_table, self.pos, scale, window)
+        b = self.batch_size
+        slots = slots_through_tables(self.block_table, self.pos.expand(b)[:, None], self.block_size).reshape(-1)  # [B]
+        lengths = (self.pos + 1).expand(b).contiguous()  # [B] positions after the write
+        return paged_decode_step(q, k, v, self.pool.k, self.pool.v, layer_idx, self.block_table, slots, lengths, scale, window)
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
         """Layer ``layer_idx``'s K and V for positions ``[0, seq_len)``, gathered: ``[B, Hkv, seq_len, D]``."""

@@ -22,24 +22,35 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.paged_attention import (
-    HAVE_TRITON,
-    contiguous_decode_attention,
-    paged_decode_attention,
-    slots_through_tables,
-)
+from infer_ref.kernels.paged_attention import HAVE_TRITON, contiguous_decode_attention, paged_decode_attention
 from infer_ref.kernels.store import store_kvcache
 
 
 def contiguous_decode_step(
-    q: Tensor, k: Tensor, v: Tensor, k_all: Tensor, v_all: Tensor, layer: int, pos: Tensor, scale: float, window: int | None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    k_all: Tensor,
+    v_all: Tensor,
+    layer: int,
+    slots: Tensor,
+    lengths: Tensor,
+    scale: float,
+    window: int | None,
 ) -> Tensor:
-    """Write ``k``/``v`` ``[B, Hkv, D]`` at position ``pos`` of layer ``layer`` of a contiguous cache
-    ``k_all``/``v_all`` ``[L, B, Hkv, S, D]`` (in place), then attend ``q`` ``[B, H, D]`` over
-    positions ``[0, pos]``: ``[B, H, D]``. ``pos`` is an int64 ``[1]`` device tensor."""
+    """Write ``k``/``v`` ``[B, Hkv, D]`` into layer ``layer`` of a contiguous cache ``k_all``/``v_all``
+    ``[L, B, Hkv, S, D]`` (in place) at ``slots`` ``[B*Hkv]`` of the layer seen as ``[B*Hkv, S]``
+    rows (row ``b``, head ``h``, position ``p``: slot ``(b*Hkv + h)*S + p``), then attend ``q``
+    ``[B, H, D]`` over the first ``lengths[b]`` positions of each row: ``[B, H, D]``.
+
+    Slots and lengths come from the caller (computed once per step from the device position, not
+    once per layer).
+    """
     if HAVE_TRITON and q.is_cuda:
-        return torch.ops.infer_ref.contiguous_decode_step(q, k, v, k_all, v_all, layer, pos, float(scale), window or 0)
-    return _contiguous_step(q, k, v, k_all, v_all, layer, pos, scale, window)
+        return torch.ops.infer_ref.contiguous_decode_step(
+            q, k, v, k_all, v_all, layer, slots, lengths, float(scale), window or 0
+        )
+    return _contiguous_step(q, k, v, k_all, v_all, layer, slots, lengths, scale, window)
 
 
 def paged_decode_step(
@@ -50,31 +61,37 @@ def paged_decode_step(
     v_pools: Tensor,
     layer: int,
     block_tables: Tensor,
-    pos: Tensor,
+    slots: Tensor,
+    lengths: Tensor,
     scale: float,
     window: int | None,
 ) -> Tensor:
     """As :func:`contiguous_decode_step` for a paged cache: ``k_pools``/``v_pools``
-    ``[L, num_blocks, block_size, Hkv, D]`` read and written through ``block_tables`` ``[B, M]``."""
+    ``[L, num_blocks, block_size, Hkv, D]``, ``slots`` ``[B]`` pool slots of the new token,
+    attention read through ``block_tables`` ``[B, M]``."""
     if HAVE_TRITON and q.is_cuda:
         return torch.ops.infer_ref.paged_decode_step(
-            q, k, v, k_pools, v_pools, layer, block_tables, pos, float(scale), window or 0
+            q, k, v, k_pools, v_pools, layer, block_tables, slots, lengths, float(scale), window or 0
         )
-    return _paged_step(q, k, v, k_pools, v_pools, layer, block_tables, pos, scale, window)
-
-
-def _lengths(pos: Tensor, batch: int) -> Tensor:
-    return (pos + 1).expand(batch).contiguous()  # [B]: positions held after the write, on the device
+    return _paged_step(q, k, v, k_pools, v_pools, layer, block_tables, slots, lengths, scale, window)
 
 
 def _contiguous_step(
-    q: Tensor, k: Tensor, v: Tensor, k_all: Tensor, v_all: Tensor, layer: int, pos: Tensor, scale: float, window: int | None
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    k_all: Tensor,
+    v_all: Tensor,
+    layer: int,
+    slots: Tensor,
+    lengths: Tensor,
+    scale: float,
+    window: int | None,
 ) -> Tensor:
     _, b, hkv, s, d = k_all.shape
-    # The layer as [B*Hkv, S, 1, D]: one store row per (row, head), slot (b*Hkv + h)*S + pos.
-    slots = torch.arange(b * hkv, device=pos.device) * s + pos  # [B*Hkv]
-    store_kvcache(k.reshape(b * hkv, 1, d), v.reshape(b * hkv, 1, d), k_all[layer].view(b * hkv, s, 1, d), v_all[layer].view(b * hkv, s, 1, d), slots)
-    return contiguous_decode_attention(q, k_all[layer], v_all[layer], _lengths(pos, b), scale, window)
+    rows = k_all[layer].view(b * hkv, s, 1, d), v_all[layer].view(b * hkv, s, 1, d)  # one store row per (row, head, position)
+    store_kvcache(k.reshape(b * hkv, 1, d), v.reshape(b * hkv, 1, d), *rows, slots)
+    return contiguous_decode_attention(q, k_all[layer], v_all[layer], lengths, scale, window)
 
 
 def _paged_step(
@@ -85,27 +102,43 @@ def _paged_step(
     v_pools: Tensor,
     layer: int,
     block_tables: Tensor,
-    pos: Tensor,
+    slots: Tensor,
+    lengths: Tensor,
     scale: float,
     window: int | None,
 ) -> Tensor:
-    b = q.shape[0]
-    block_size = k_pools.shape[2]
-    slots = slots_through_tables(block_tables, pos.expand(b)[:, None], block_size).reshape(-1)  # [B]
     store_kvcache(k, v, k_pools[layer], v_pools[layer], slots)
-    return paged_decode_attention(q, k_pools[layer], v_pools[layer], block_tables, _lengths(pos, b), scale, window)
+    return paged_decode_attention(q, k_pools[layer], v_pools[layer], block_tables, lengths, scale, window)
 
 
 @torch.library.custom_op("infer_ref::contiguous_decode_step", mutates_args=("k_all", "v_all"))
 def _contiguous_step_op(
-    q: Tensor, k: Tensor, v: Tensor, k_all: Tensor, v_all: Tensor, layer: int, pos: Tensor, scale: float, window: int
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    k_all: Tensor,
+    v_all: Tensor,
+    layer: int,
+    slots: Tensor,
+    lengths: Tensor,
+    scale: float,
+    window: int,
 ) -> Tensor:
-    return _contiguous_step(q, k, v, k_all, v_all, layer, pos, scale, window or None)
+    return _contiguous_step(q, k, v, k_all, v_all, layer, slots, lengths, scale, window or None)
 
 
 @_contiguous_step_op.register_fake
 def _contiguous_step_fake(
-    q: Tensor, k: Tensor, v: Tensor, k_all: Tensor, v_all: Tensor, layer: int, pos: Tensor, scale: float, window: int
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    k_all: Tensor,
+    v_all: Tensor,
+    layer: int,
+    slots: Tensor,
+    lengths: Tensor,
+    scale: float,
+    window: int,
 ) -> Tensor:
     return torch.empty_like(q)
 
@@ -119,11 +152,12 @@ def _paged_step_op(
     v_pools: Tensor,
     layer: int,
     block_tables: Tensor,
-    pos: Tensor,
+    slots: Tensor,
+    lengths: Tensor,
     scale: float,
     window: int,
 ) -> Tensor:
-    return _paged_step(q, k, v, k_pools, v_pools, layer, block_tables, pos, scale, window or None)
+    return _paged_step(q, k, v, k_pools, v_pools, layer, block_tables, slots, lengths, scale, window or None)
 
 
 @_paged_step_op.register_fake
@@ -135,7 +169,8 @@ def _paged_step_fake(
     v_pools: Tensor,
     layer: int,
     block_tables: Tensor,
-    pos: Tensor,
+    slots: Tensor,
+    lengths: Tensor,
     scale: float,
     window: int,
 ) -> Tensor:

@@ -142,8 +142,27 @@ class GemvConfig:
 # Tuned per weight shape (N, K) on an H100 by benchmarks/bench_gemv.py (batch-1 decode, bf16); the
 # gated kernel's table is keyed by the stacked weight's [2I, K]. Empty until the sweep has been run
 # there: every shape takes default_config.
-LINEAR_CONFIGS: dict[tuple[int, int], GemvConfig] = {}
-GATED_CONFIGS: dict[tuple[int, int], GemvConfig] = {}
+# Launch configs per weight shape (N, K), batch-1 winners of benchmarks/bench_gemv.py's sweep over
+# the three real shapes' projections (run on an H200: the same 132 SMs as an H100; the figures in the
+# comments are % of that GPU's copy bandwidth, kernel vs cuBLAS; benchmarks/log/h200_gemv.json).
+LINEAR_CONFIGS: dict[tuple[int, int], GemvConfig] = {
+    (2048, 8192): GemvConfig(block_n=32, block_k=128, split_k=4, num_warps=4, num_stages=4, path="dot"),  # llama down: 66 vs 57
+    (128256, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # llama lm_head: 104 vs 98
+    (2048, 6144): GemvConfig(block_n=64, block_k=128, split_k=8, num_warps=4, num_stages=4, path="dot_t"),  # qwen3 down: 60 vs 51
+    (151936, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # qwen3 lm_head: 105 vs 98
+    (1536, 1152): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # gemma qkv: 18 vs 15
+    (1152, 1024): GemvConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=4, path="dot"),  # gemma o: 13 vs 12
+    (1152, 6912): GemvConfig(block_n=64, block_k=128, split_k=15, num_warps=4, num_stages=4, path="dot_t"),  # gemma down: 45 vs 40
+    (262144, 1152): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # gemma lm_head: 105 vs 99
+}
+GATED_CONFIGS: dict[tuple[int, int], GemvConfig] = {
+    (16384, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # llama gate_up: 89 vs 72
+    (12288, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # qwen3 gate_up: 83 vs 64
+    (13824, 1152): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # gemma gate_up: 75 vs 53
+}
+# Shapes where no config beat cuBLAS in that sweep (llama qkv 42 vs 46, llama/qwen3 o 32 vs 32,
+# qwen3 qkv 52 vs 53): linear() keeps F.linear for them even with the decode kernels on.
+CUBLAS_SHAPES: frozenset[tuple[int, int]] = frozenset({(3072, 2048), (2048, 2048), (4096, 2048)})
 
 
 def decode_projections(config: ModelConfig) -> dict[str, tuple[int, int, bool]]:
@@ -531,7 +550,7 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, out: Tensor
     ``out``: write the result there (shape ``[..., N]``, x's dtype and device, contiguous).
     """
     check_linear_args(x, weight, bias, out)
-    if _kernel_eligible(x, weight):
+    if _kernel_eligible(x, weight) and tuple(weight.shape) not in CUBLAS_SHAPES:
         return linear_triton(x, weight, bias, out=out)
     y = linear_reference(x, weight, bias)
     return y if out is None else out.copy_(y)
@@ -548,6 +567,7 @@ def gated_mlp(x: Tensor, weight: Tensor, act: str, *, out: Tensor | None = None)
 
 __all__ = [
     "ACTIVATIONS",
+    "CUBLAS_SHAPES",
     "GATED_CONFIGS",
     "LINEAR_CONFIGS",
     "MAX_ROWS",

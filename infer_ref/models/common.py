@@ -21,6 +21,7 @@ from infer_ref.cache.contiguous import KVCacheOverflowError
 from infer_ref.cache.protocol import KVCacheProtocol, cached_attention, key_mask, write_positions
 from infer_ref.config import ModelConfig, RopeConfig
 from infer_ref.kernels import gemv
+from infer_ref.kernels.switch import decode_kernels_enabled
 from infer_ref.validation import check_token_ids
 
 # -- norms ---------------------------------------------------------------------------------------
@@ -135,6 +136,8 @@ class DecodeLinear(nn.Linear):
     the matrix-vector kernel (``infer_ref/kernels/switch.py`` says why only there)."""
 
     def forward(self, x: Tensor) -> Tensor:
+        if not decode_kernels_enabled():  # the eager path: F.linear without the kernel's argument checks
+            return F.linear(x, self.weight, self.bias)
         return gemv.linear(x, self.weight, self.bias)
 
 
@@ -209,7 +212,7 @@ class MLP(nn.Module):
         self.act = gemv.ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: Tensor) -> Tensor:
-        if self.gate_up_proj.bias is None:
+        if self.gate_up_proj.bias is None and decode_kernels_enabled():
             # act(gate) * up in one call: the gated matrix-vector kernel in a captured decode step.
             return self.down_proj(gemv.gated_mlp(x, self.gate_up_proj.weight, self.act_name))  # [B, T, E]
         gate, up = self.gate_up_proj.split(self.gate_up_proj(x))  # [B, T, I] each
@@ -248,16 +251,26 @@ class DecoderLM(nn.Module):
         return self.embed_tokens(input_ids)  # [B, T, E]
 
     def forward(
-        self, input_ids: Tensor, kv_cache: KVCacheProtocol | None = None, *, all_logits: bool = False
+        self,
+        input_ids: Tensor,
+        kv_cache: KVCacheProtocol | None = None,
+        *,
+        all_logits: bool = False,
+        check_ids: bool = True,
     ) -> Tensor:
         """Logits for ``input_ids`` ``[B, T]``.
+
+        Every id is checked to lie in ``[0, vocab_size)`` first; on a GPU that check reads a
+        reduction back (a host sync). ``check_ids=False`` skips it for ids the caller produced on
+        the device from this model's own logits (an argmax is in range by construction), so a
+        decode loop can enqueue the next step while the GPU still runs this one.
 
         Without a cache: ``[B, T, V]`` for positions ``0..T-1``. With a cache: the tokens sit at
         the positions the cache gives (``seq_len .. seq_len+T-1`` by default), K/V are written there, ``advance(T)`` is called once
         after every layer, and only the last position is projected (``[B, 1, V]``) unless
         ``all_logits`` asks for all T (multi-token verify steps).
         """
-        t = self._check_inputs(input_ids, kv_cache)
+        t = self._check_inputs(input_ids, kv_cache, check_ids)
         device = input_ids.device
         # The cache decides where the tokens sit and which keys they see (cache/protocol.py): one
         # path for contiguous, static (device-side position), paged and batches of ragged rows.
@@ -298,13 +311,16 @@ class DecoderLM(nn.Module):
     def _window(self, layer_type: str) -> int | None:
         return self.config.sliding_window if layer_type == "sliding_attention" else None
 
-    def _check_inputs(self, input_ids: Tensor, kv_cache: KVCacheProtocol | None) -> int:
+    def _check_inputs(self, input_ids: Tensor, kv_cache: KVCacheProtocol | None, check_ids: bool = True) -> int:
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] == 0:
             shape = tuple(input_ids.shape) if isinstance(input_ids, Tensor) else type(input_ids).__name__
             raise ValueError(f"input_ids must be a [batch, seq_len>=1] tensor, got {shape}")
         if input_ids.dtype not in (torch.int64, torch.int32):
             raise TypeError(f"input_ids must be int64 or int32 token ids, got {input_ids.dtype}")
-        check_token_ids(input_ids, self.config.vocab_size)  # before any work: no "index out of range"
+        if not isinstance(check_ids, bool):
+            raise TypeError(f"check_ids must be a bool, got {check_ids!r}")
+        if check_ids:
+            check_token_ids(input_ids, self.config.vocab_size)  # before any work: no "index out of range"
         t = input_ids.shape[1]
         if kv_cache is None:
             return t

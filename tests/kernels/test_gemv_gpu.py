@@ -25,6 +25,7 @@ import torch
 from infer_ref.config import ModelConfig
 from infer_ref.kernels import gemv
 from infer_ref.kernels.gemv import (
+    CUBLAS_SHAPES,
     GATED_CONFIGS,
     LINEAR_CONFIGS,
     MAX_ROWS,
@@ -253,9 +254,12 @@ def test_leading_dims_and_a_strided_x(dtype: torch.dtype) -> None:
 
 
 def test_dispatch_on_cuda() -> None:
-    """Switched on: the kernel (bitwise what linear_triton gives); off, or too many rows: F.linear."""
-    x, w, b = _inputs((1, 1), 3072, 2048, torch.bfloat16, 11)
+    """Switched on: the kernel (bitwise what linear_triton gives); off, too many rows, or a shape
+    listed in CUBLAS_SHAPES: F.linear."""
+    x, w, b = _inputs((1, 1), 3000, 2048, torch.bfloat16, 11)
+    kept_x, kept_w, kept_b = _inputs((1, 1), *sorted(CUBLAS_SHAPES)[0], torch.bfloat16, 12)
     with decode_kernels():
+        assert torch.equal(linear(kept_x, kept_w, kept_b), linear_reference(kept_x, kept_w, kept_b))
         assert torch.equal(linear(x, w, b), linear_triton(x, w, b))
         assert torch.equal(gated_mlp(x, w, "silu"), gated_mlp_triton(x, w, "silu"))
         many = torch.randn(MAX_ROWS + 1, 2048, device=CUDA, dtype=torch.bfloat16)
@@ -268,7 +272,7 @@ def test_under_torch_compile_the_switch_is_guarded() -> None:
     """A compiled caller sees the switch: off it runs the reference ops (which Inductor may fuse, so
     they are held to the oracle, not bitwise), on (a recompile: the switch is a guarded global) the
     kernels, bit for bit. Without the guard the second call would replay the first graph."""
-    x, w, b = _inputs((1, 1), 2048, 2048, torch.bfloat16, 13)
+    x, w, b = _inputs((1, 1), 2000, 2048, torch.bfloat16, 13)  # not a CUBLAS_SHAPES entry
     _, wg, _ = _inputs((1,), 2 * 4096, 2048, torch.bfloat16, 14)
 
     @torch.compile(fullgraph=False)

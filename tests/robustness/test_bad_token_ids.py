@@ -132,3 +132,21 @@ def test_fast_decoder_input_is_checked_and_the_buffer_kept(
     for word in words:
         assert word in str(info.value)
     assert decoder.input_ids.tolist() == [[5]]
+
+
+def test_check_ids_false_skips_only_the_range_check(llama: tuple[DecoderLM, ModelConfig]) -> None:
+    """``check_ids=False`` is for ids made on the device from the model's own logits: the same
+    logits as a checked call for valid ids; the dtype/shape checks still apply; a non-bool flag is
+    refused with the cache unchanged."""
+    model, config = llama
+    ids = torch.tensor([[1, 2, 3]])
+    with torch.inference_mode():
+        checked = model(ids)
+        unchecked = model(ids, check_ids=False)
+    assert torch.equal(checked, unchecked)
+    with pytest.raises(TypeError, match="torch.float32"), torch.inference_mode():
+        model(torch.tensor([[1.0]]), check_ids=False)
+    cache = KVCache.from_model_config(config, 16, dtype=torch.float32, device="cpu")
+    with pytest.raises(TypeError, match="check_ids must be a bool, got 'no'"), torch.inference_mode():
+        model(ids, cache, check_ids="no")  # type: ignore[arg-type]
+    assert cache.seq_len == 0 and not cache.k.any()
