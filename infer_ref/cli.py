@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from infer_ref.cache.factory import CACHE_KINDS
 from infer_ref.cli_engine import (
     add_engine_arguments,
     collect_prompts,
@@ -82,7 +83,7 @@ def _parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=None)
     gen.add_argument("--kv-cache", action=argparse.BooleanOptionalAction, default=True,
                      help="use the KV cache (default) or recompute the full sequence every step")
-    gen.add_argument("--cache", default="contiguous", choices=["contiguous", "static", "dynamic", "paged"],
+    gen.add_argument("--cache", default="contiguous", choices=list(CACHE_KINDS),
                      help="KV cache of the eager path: contiguous (default), static (fixed buffers, device-side "
                           "position), dynamic (grows by concatenation) or paged (blocks of --block-size)")
     gen.add_argument("--fast", action="store_true",

@@ -80,3 +80,21 @@ def test_restoring_a_snapshot_into_a_captured_decoder_replays_correctly(models, 
     again = [decoder.step()[0, -1].clone() for _ in range(6)]
     for a, b in zip(first, again, strict=True):
         torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("layout", ["static", "paged"])
+@torch.inference_mode()
+def test_compiled_captured_step_matches_the_cpu_contiguous_cache(models, layout: str) -> None:
+    """The fast path as the benchmarks run it: torch.compile'd, captured in a CUDA graph, decode
+    kernels on (the decode-step op writing the cache in place, the GEMV kernels). Teacher-forced
+    logits must equal the CPU contiguous cache's; a write through wrong strides, a functionalized
+    copy that never lands in the buffer, or a stale length shows up as a different row."""
+    cpu, gpu = models
+    n = len(PROMPT) + STEPS
+    want = _decode_logits(cpu, build_cache("contiguous", cpu.config, n, dtype=torch.float32, device="cpu"), "cpu")
+    decoder = FastDecoder(gpu, n + 1, device="cuda", compile=True, cache=layout, block_size=4)
+    got = [decoder.prefill(torch.tensor([PROMPT], device="cuda"))[0, -1].float().cpu()]
+    for i in range(STEPS):
+        decoder.set_input([(7 * i + 3) % 100])
+        got.append(decoder.step()[0, -1].float().cpu())
+    torch.testing.assert_close(torch.stack(got), want, atol=ATOL, rtol=RTOL)
