@@ -1,5 +1,5 @@
-"""The cache systems on CUDA: the store kernel behind the contiguous cache, the paged decode kernel
-behind the paged cache, and a snapshot restored under a captured CUDA graph.
+"""The cache systems on CUDA: the store kernel and the length-aware decode step behind the paged
+and static caches, the compiled captured fast step, and a snapshot restored under a captured CUDA graph.
 
 Oracles: the same model on the CPU through the contiguous cache (float32, same weights), and the
 torch references of the kernels. Run with ``pytest -m gpu``.
