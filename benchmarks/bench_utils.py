@@ -81,6 +81,33 @@ def synthetic_state(hf_config: Mapping[str, Any], device: torch.device, dtype: t
     return state
 
 
+@torch.inference_mode()
+def calibrate_logit_scale(model: nn.Module, target_std: float, probe_ids: Tensor) -> float:
+    """Scale the final norm's effective weight so the logits of ``probe_ids`` ``[1, T]`` have standard
+    deviation ``target_std``; returns the factor ``c``.
+
+    Synthetic weights tie an N(0, 1) embedding to the LM head, so a normalised hidden state gives
+    logits of standard deviation about ``sqrt(hidden_size)`` (45 for a 2048-wide model): every
+    softmax is then one-hot and no two paths' log-probs can differ, whatever their precision. The
+    logits are linear in the final norm's weight (no soft-capping in these families), so multiplying
+    that weight by ``c`` multiplies every logit by ``c`` and changes nothing else. Gemma stores the
+    weight as an offset from 1: ``(1 + w) -> c (1 + w)``.
+    """
+    if not target_std > 0:
+        raise ValueError(f"target_std must be positive, got {target_std!r}")
+    config = model.config  # type: ignore[attr-defined]
+    if config.final_logit_softcapping is not None:
+        raise ValueError("logits are soft-capped: scaling the final norm would not scale them linearly")
+    std = float(model(probe_ids)[0, -1].double().std())
+    c = target_std / std
+    weight = model.norm.weight  # type: ignore[attr-defined]
+    if config.model_type == "gemma3_text":
+        weight.copy_((1.0 + weight.double()).mul_(c).sub_(1.0).to(weight.dtype))
+    else:
+        weight.copy_((weight.double() * c).to(weight.dtype))  # exact linearity in float64; rounded to bf16 there
+    return c
+
+
 def build_infer_ref(hf_config: Mapping[str, Any], state: Mapping[str, Tensor], device: torch.device) -> nn.Module:
     return load_weights(build_on_meta(ModelConfig.from_hf_dict(hf_config)), state, device=device)
 
