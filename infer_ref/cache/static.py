@@ -56,6 +56,7 @@ class DevicePosition:
     _slots: Tensor
     _frozen: bool
     _seq_len: int
+    _issued_masks: dict[int | None, Tensor]
     layer_windows: list[int | None] | None
 
     # -- the static-shape hooks used by DecoderLM.forward --------------------------------------
@@ -74,13 +75,15 @@ class DevicePosition:
         visible = k_pos <= q_pos
         if window is not None:
             visible = visible & (k_pos > q_pos - window)
+        if not torch.compiler.is_compiling():  # a traced step trusts its masks (no side effect to replay)
+            self._issued_masks[window] = visible  # what the model hands back to attend for this window
         return visible
 
     def attend(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
         """Write ``k``/``v`` and attend ``q`` ``[B, H, T, D]``: a single-token step through the
         length-aware decode step (the Triton kernels on CUDA, their references elsewhere), anything
         else over the masked buffer."""
-        if not (q.shape[2] == 1 and self.layer_windows is not None):
+        if not (q.shape[2] == 1 and self.layer_windows is not None and self._mask_is_the_layers(layer_idx, mask)):
             keys, values = self.update(layer_idx, k, v)  # [B, Hkv, S_max, D]
             return grouped_query_attention(q, keys, values, mask, scale)
         self._check_layer(layer_idx)
@@ -89,6 +92,29 @@ class DevicePosition:
             self._check_capacity(1)
         out = self._decode_step(layer_idx, q[:, :, 0], k[:, :, 0], v[:, :, 0], scale, self.layer_windows[layer_idx])
         return out[:, :, None]  # [B, H, 1, D]
+
+    def _mask_is_the_layers(self, layer_idx: int, mask: Tensor | None) -> bool:
+        """Whether ``mask`` is this layer's causal/window mask, so the decode step (which applies the
+        layer's window, not a mask) computes what the caller asked for.
+
+        The model passes back the mask :meth:`attention_mask` issued (checked by identity, free);
+        another caller's mask (a test's own window, say) is compared by value, and anything else
+        takes the masked path. A traced or captured step is the model's: trusted without a check,
+        which would need a host sync.
+        """
+        assert self.layer_windows is not None
+        if not isinstance(layer_idx, int) or not 0 <= layer_idx < len(self.layer_windows) or mask is None:
+            return False
+        window = self.layer_windows[layer_idx]
+        if torch.compiler.is_compiling() or (mask.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return True
+        if self._issued_masks.get(window) is mask:
+            return True
+        issued = self._issued_masks.get(window)
+        own = self.attention_mask(1, window)
+        if issued is not None:
+            self._issued_masks[window] = issued  # comparing must not replace what the model was given
+        return mask.shape == own.shape and mask.dtype == own.dtype and bool(torch.equal(mask, own))
 
     # -- the two counters ------------------------------------------------------------------------
 
@@ -177,6 +203,7 @@ class StaticKVCache(DevicePosition, KVCache):
         rows_heads = k.shape[1] * k.shape[2]
         self._head_starts = torch.arange(rows_heads, device=k.device)[:, None] * k.shape[3]  # [B*Hkv, 1]: slot of position 0
         self._frozen = False
+        self._issued_masks: dict[int | None, Tensor] = {}
 
     @classmethod
     def from_model_config(

@@ -73,6 +73,7 @@ class StaticPagedKVCache(DevicePosition, CacheBase):
         self.pos = torch.zeros((1,), dtype=torch.long, device=pool.device)
         self._seq_len = 0
         self._frozen = False
+        self._issued_masks: dict[int | None, Tensor] = {}
         self._slots = torch.arange(per_row * pool.block_size, device=pool.device)  # [S] logical key positions
         # Pool slots of every logical position of every row, [B, S]: what update gathers (built once).
         self._all_slots = slots_through_tables(self.block_table, self._slots.expand(batch_size, -1), pool.block_size)
