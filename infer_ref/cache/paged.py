@@ -35,7 +35,7 @@ from typing_extensions import Self
 from infer_ref.attention import attention_mask, grouped_query_attention, visible_keys
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.errors import KVCacheOverflowError
-from infer_ref.cache.pool import BlockPool
+from infer_ref.cache.pool import BlockPool, PoolGeometry
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.kernels.paged_attention import gather_slots, paged_decode_attention, slots_through_tables
 from infer_ref.kernels.store import store_kvcache
@@ -56,7 +56,7 @@ class _StepPlan:
     lengths_after: Tensor  # [B] int32, lengths + t (the decode kernel's context lengths)
 
 
-class PagedKVCache(CacheBase):
+class PagedKVCache(PoolGeometry, CacheBase):
     """KV cache over blocks of a :class:`BlockPool` (see the module docstring).
 
     Args:
@@ -207,32 +207,8 @@ class PagedKVCache(CacheBase):
         return max(0, min(n * bs - length for n, length in zip(per_row_blocks, self._lengths, strict=True)))
 
     @property
-    def num_layers(self) -> int:
-        return self.pool.num_layers
-
-    @property
     def batch_size(self) -> int:
         return self._batch_size
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.pool.num_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.pool.head_dim
-
-    @property
-    def block_size(self) -> int:
-        return self.pool.block_size
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.pool.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.pool.device
 
     @property
     def block_tables(self) -> list[list[int]]:

@@ -279,3 +279,34 @@ def _check_permutation(order: Sequence[int], n: int) -> list[int]:
     if sorted(out) != list(range(n)) or any(isinstance(b, bool) or not isinstance(b, int) for b in out):
         raise ValueError(f"free_order must be a permutation of 0..{n - 1}, got {out[:16]}{'...' if len(out) > 16 else ''}")
     return out
+
+
+class PoolGeometry:
+    """The geometry a cache over blocks of ``self.pool`` takes from the pool (one definition for the
+    paged caches: layers, KV heads, head_dim, block size, dtype, device)."""
+
+    pool: BlockPool
+
+    @property
+    def num_layers(self) -> int:
+        return self.pool.num_layers
+
+    @property
+    def num_kv_heads(self) -> int:
+        return self.pool.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.pool.head_dim
+
+    @property
+    def block_size(self) -> int:
+        return self.pool.block_size
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.pool.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.pool.device

@@ -70,13 +70,17 @@ class DevicePosition:
 
         Slots ``>= pos + T`` are never visible: they have not been written for this sequence.
         """
+        visible = self._visible(t, window)
+        if not torch.compiler.is_compiling():  # a traced step trusts its masks (no side effect to replay)
+            self._issued_masks[window] = visible  # what the model hands back to attend for this window
+        return visible
+
+    def _visible(self, t: int, window: int | None) -> Tensor:
         q_pos = self.positions(t)[:, None]  # [T, 1]
         k_pos = self._slots[None, :]  # [1, S_max]
         visible = k_pos <= q_pos
         if window is not None:
             visible = visible & (k_pos > q_pos - window)
-        if not torch.compiler.is_compiling():  # a traced step trusts its masks (no side effect to replay)
-            self._issued_masks[window] = visible  # what the model hands back to attend for this window
         return visible
 
     def attend(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
@@ -110,10 +114,7 @@ class DevicePosition:
             return True
         if self._issued_masks.get(window) is mask:
             return True
-        issued = self._issued_masks.get(window)
-        own = self.attention_mask(1, window)
-        if issued is not None:
-            self._issued_masks[window] = issued  # comparing must not replace what the model was given
+        own = self._visible(1, window)
         return mask.shape == own.shape and mask.dtype == own.dtype and bool(torch.equal(mask, own))
 
     # -- the two counters ------------------------------------------------------------------------

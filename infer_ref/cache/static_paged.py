@@ -24,7 +24,7 @@ from torch import Tensor
 from typing_extensions import Self
 
 from infer_ref.cache.base import CacheBase
-from infer_ref.cache.pool import BlockPool
+from infer_ref.cache.pool import BlockPool, PoolGeometry
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.static import DevicePosition, check_layer_windows
 from infer_ref.kernels.decode_step import paged_decode_step
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
 
 
-class StaticPagedKVCache(DevicePosition, CacheBase):
+class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
     """Blocks of a pool taken up front for ``max_seq_len`` positions per row; the position on the device.
 
     Args:
@@ -127,32 +127,8 @@ class StaticPagedKVCache(DevicePosition, CacheBase):
         return self._max_seq_len
 
     @property
-    def num_layers(self) -> int:
-        return self.pool.num_layers
-
-    @property
     def batch_size(self) -> int:
         return self._batch_size
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.pool.num_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.pool.head_dim
-
-    @property
-    def block_size(self) -> int:
-        return self.pool.block_size
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.pool.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.pool.device
 
     @property
     def memory_bytes(self) -> int:
