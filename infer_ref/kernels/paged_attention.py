@@ -32,9 +32,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from infer_ref.kernels.pdl import pdl_options
+
 try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
     import triton
     import triton.language as tl
+
+    from infer_ref.kernels.pdl import pdl_prologue
 
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - depends on the install
@@ -212,8 +216,10 @@ if HAVE_TRITON:
         scale, block_size, window,  # window <= 0: none
         NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
         GROUP_PAD: tl.constexpr, DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (row * Hkv + kv head, split): the GROUP query heads of one KV head over one chunk.
+        pdl_prologue(USE_PDL)  # q, the lengths and the newest K/V come from earlier kernels
         row_head = tl.program_id(0)
         split = tl.program_id(1)
         row = (row_head // NUM_KV_HEADS).to(tl.int64)
@@ -277,9 +283,10 @@ if HAVE_TRITON:
         part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr,
         stride_ob, stride_oh, stride_od,  # out [B, H, D]
         NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-        SPLITS_PAD: tl.constexpr, DIM_PAD: tl.constexpr,
+        SPLITS_PAD: tl.constexpr, DIM_PAD: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (row * H + head): rescale each split to the global max and normalise once.
+        pdl_prologue(USE_PDL)
         row_head = tl.program_id(0).to(tl.int64)
         row = row_head // NUM_HEADS
         head = row_head % NUM_HEADS
@@ -307,15 +314,18 @@ def _sm_count(device_index: int) -> int:
 
 def decode_num_splits(batch: int, num_kv_heads: int, max_visible: int, block_n: int, sm_count: int) -> int:
     """Splits per ``(row, kv head)``: enough programs for about four waves of the GPU, but no
-    split shorter than two tiles of the longest possible visible range (shapes only, no lengths).
+    split shorter than one tile of the longest possible visible range (shapes only, no lengths).
 
     Of twelve settings tried on an H200 (2, 4 or 8 waves; 32-key tiles on 2 warps, 64 on 4 or 8,
     128 on 4) over batch 1..64, contexts 1K..16K and the three families' shapes, four waves with
     64-key tiles on 4 warps was the best single one: within 4% of each case's best on geometric
-    mean, 11% at worst (8 warps is better for head_dim 256, so that shape gets 8).
+    mean, 11% at worst (8 warps is better for head_dim 256, so that shape gets 8). One tile per
+    split rather than two: on an H100, batch 1, Llama-3.2-1B's 8 KV heads at 4096 positions, 66
+    splits of one tile took 7.7 us per layer against 8.7 us for 33 of two (``DECODE_LOG.md``); at
+    16384 positions both rules give 66 splits.
     """
     wanted = -(-4 * sm_count // max(1, batch * num_kv_heads))
-    useful = max(1, -(-max_visible // (2 * block_n)))
+    useful = max(1, -(-max_visible // block_n))
     return max(1, min(wanted, useful, 128))
 
 
@@ -362,16 +372,18 @@ def paged_decode_attention_triton(
     args: list[Any] = [q, k_cache, v_cache, block_tables, seq_lens, part_out, part_max, part_sum]
     args += [*q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride()]
     args += [float(scale), block_size, 0 if window is None else window]
+    pdl = pdl_options(q.device)
     _decode_split_kernel[(b * hkv, num_splits)](
         *args,
         NUM_KV_HEADS=hkv, GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits,
         GROUP_PAD=max(16, triton.next_power_of_2(group)), DIM_PAD=dim_pad, BLOCK_N=block_n,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=num_warps, num_stages=num_stages,
+        **pdl,
     )  # fmt: skip
     _decode_combine_kernel[(b * h,)](
         part_out, part_max, part_sum, out, *out.stride(),
         NUM_HEADS=h, HEAD_DIM=d, NUM_SPLITS=num_splits,
-        SPLITS_PAD=triton.next_power_of_2(num_splits), DIM_PAD=dim_pad, num_warps=4,
+        SPLITS_PAD=triton.next_power_of_2(num_splits), DIM_PAD=dim_pad, num_warps=4, **pdl,
     )  # fmt: skip
     return out
 

@@ -25,11 +25,14 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from infer_ref.kernels.pdl import pdl_options
 from infer_ref.memory import overlap
 
 try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
     import triton
     import triton.language as tl
+
+    from infer_ref.kernels.pdl import pdl_prologue
 
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - depends on the install
@@ -99,10 +102,11 @@ if HAVE_TRITON:
         stride_ko, stride_ki, stride_kch, stride_kcd,  # k_cache [outer, inner, Hkv, D]
         stride_vo, stride_vi, stride_vch, stride_vcd,  # v_cache [outer, inner, Hkv, D]
         inner, num_slots, num_kv_heads, head_dim,
-        BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr,
+        BLOCK_H: tl.constexpr, BLOCK_D: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # One program per token: its [Hkv, D] rows of K and V. All address arithmetic is int64:
         # slot * stride overflows int32 for pools past 2**31 elements.
+        pdl_prologue(USE_PDL)  # k, v and the slots come from earlier kernels
         token = tl.program_id(0).to(tl.int64)
         slot = tl.load(slot_ptr + token).to(tl.int64)
         if (slot >= 0) & (slot < num_slots):  # -1 (skip) and out-of-range slots write nothing
@@ -129,8 +133,9 @@ def store_kvcache_triton(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor,
     args += [*k.stride(), *v.stride(), *k_cache.stride(), *v_cache.stride()]
     args += [k_cache.shape[1], k_cache.shape[0] * k_cache.shape[1], hkv, d]
     _store_kvcache_kernel[(n,)](
-        *args, BLOCK_H=triton.next_power_of_2(hkv), BLOCK_D=triton.next_power_of_2(d), num_warps=4
-    )
+        *args, BLOCK_H=triton.next_power_of_2(hkv), BLOCK_D=triton.next_power_of_2(d), num_warps=4,
+        **pdl_options(k.device),
+    )  # fmt: skip
 
 
 def store_kvcache(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:

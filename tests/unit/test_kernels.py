@@ -343,3 +343,30 @@ def test_importing_the_kernels_never_warns() -> None:
     done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() in ("True", "False")
+
+
+def test_decode_splits_give_four_waves_but_never_an_empty_tile() -> None:
+    """decode_num_splits from its arithmetic: ceil(4 * SMs / (B * Hkv)) programs' worth of splits,
+    at most one per 64-key tile of the longest visible range, at least 1, at most 128."""
+    from infer_ref.kernels.paged_attention import decode_num_splits
+
+    assert decode_num_splits(1, 8, 4096, 64, 132) == 64  # min(ceil(528 / 8) = 66, 4096 / 64 = 64)
+    assert decode_num_splits(1, 8, 16384, 64, 132) == 66  # four waves bind: 66 < 256 tiles
+    assert decode_num_splits(1, 8, 100, 64, 132) == 2  # two tiles (the second partial) of 100 keys
+    assert decode_num_splits(64, 8, 16384, 64, 132) == 2  # 512 rows x heads already fill four waves
+    assert decode_num_splits(1, 1, 1 << 20, 64, 132) == 128  # the cap
+
+
+def test_programmatic_dependent_launch_is_never_used_off_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kernels/pdl.py: no PDL on the CPU or under the interpreter (neither has griddepcontrol), and
+    the Triton launch keyword is passed only with it."""
+    from infer_ref.kernels import pdl
+
+    cpu = torch.device("cpu")
+    assert pdl.pdl_launch(cpu) is False
+    assert pdl.pdl_options(cpu) == {"USE_PDL": False}
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert pdl.pdl_launch(torch.device("cuda", 0)) is False  # decided before any CUDA query
+    monkeypatch.delenv("TRITON_INTERPRET")
+    monkeypatch.setenv(pdl.ENV_SWITCH, "0")
+    assert pdl.pdl_launch(torch.device("cuda", 0)) is False
