@@ -71,6 +71,9 @@ TILES = [
     (8, 256, 4, 2, "fma"),
     (16, 256, 4, 2, "fma"),
     (32, 128, 4, 2, "fma"),
+    (4, 1024, 4, 3, "fma"),
+    (8, 512, 4, 3, "fma"),
+    (16, 512, 8, 3, "fma"),
 ]
 # The multiply-and-add path keeps a [rows, BLOCK_N, BLOCK_K] float32 accumulator: batch 1 only.
 FMA_MAX_ROWS = 1

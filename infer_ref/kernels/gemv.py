@@ -46,12 +46,15 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from infer_ref.config import ModelConfig
+from infer_ref.kernels.pdl import pdl_options
 from infer_ref.kernels.switch import decode_kernels_enabled
 from infer_ref.memory import overlap
 
 try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
     import triton
     import triton.language as tl
+
+    from infer_ref.kernels.pdl import pdl_prologue
 
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - depends on the install
@@ -139,30 +142,36 @@ class GemvConfig:
             raise ValueError(f"num_warps must be one of 1, 2, 4, 8, 16, got {self.num_warps!r}")
 
 
-# Tuned per weight shape (N, K) on an H100 by benchmarks/bench_gemv.py (batch-1 decode, bf16); the
-# gated kernel's table is keyed by the stacked weight's [2I, K]. Empty until the sweep has been run
-# there: every shape takes default_config.
-# Launch configs per weight shape (N, K), batch-1 winners of benchmarks/bench_gemv.py's sweep over
-# the three real shapes' projections (run on an H200: the same 132 SMs as an H100; the figures in the
-# comments are % of that GPU's copy bandwidth, kernel vs cuBLAS; benchmarks/log/h200_gemv.json).
+# Launch configs per weight shape (N, K): the batch-1 winners of benchmarks/bench_gemv.py's sweep
+# on an H100 with programmatic dependent launch (benchmarks/log/h100_gemv.json; the comments give %
+# of copy bandwidth, kernel vs cuBLAS). The gated kernel's table is keyed by the stacked [2I, K].
+# Batch 1 only: the multiply-and-add path keeps a [rows, BLOCK_N, BLOCK_K] float32 accumulator, so
+# with more rows gemv_config takes the heuristic's tl.dot config instead (see gemv_config).
 LINEAR_CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    (2048, 8192): GemvConfig(block_n=32, block_k=128, split_k=4, num_warps=4, num_stages=4, path="dot"),  # llama down: 66 vs 57
-    (128256, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # llama lm_head: 104 vs 98
-    (2048, 6144): GemvConfig(block_n=64, block_k=128, split_k=8, num_warps=4, num_stages=4, path="dot_t"),  # qwen3 down: 60 vs 51
-    (151936, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # qwen3 lm_head: 105 vs 98
-    (1536, 1152): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # gemma qkv: 18 vs 15
-    (1152, 1024): GemvConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=4, path="dot"),  # gemma o: 13 vs 12
-    (1152, 6912): GemvConfig(block_n=64, block_k=128, split_k=15, num_warps=4, num_stages=4, path="dot_t"),  # gemma down: 45 vs 40
-    (262144, 1152): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # gemma lm_head: 105 vs 99
+    (3072, 2048): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"),  # llama qkv: 68 vs 57
+    (2048, 2048): GemvConfig(block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma"),  # llama/qwen3 o: 58 vs 44
+    (2048, 8192): GemvConfig(block_n=8, block_k=512, split_k=3, num_warps=4, num_stages=3, path="fma"),  # llama down: 81 vs 69
+    (128256, 2048): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"),  # llama lm_head: 105 vs 94
+    (4096, 2048): GemvConfig(block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma"),  # qwen3 qkv: 75 vs 64
+    (2048, 6144): GemvConfig(block_n=8, block_k=512, split_k=3, num_warps=4, num_stages=3, path="fma"),  # qwen3 down: 77 vs 63
+    (151936, 2048): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"),  # qwen3 lm_head: 105 vs 96
+    (1536, 1152): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"),  # gemma qkv: 34 vs 24
+    (1152, 1024): GemvConfig(block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma"),  # gemma o: 33 vs 18
+    (1152, 6912): GemvConfig(block_n=8, block_k=512, split_k=4, num_warps=4, num_stages=3, path="fma"),  # gemma down: 67 vs 49
+    (262144, 1152): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # gemma lm_head: 105 vs 95
 }
 GATED_CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    (16384, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # llama gate_up: 89 vs 72
-    (12288, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # qwen3 gate_up: 83 vs 64
-    (13824, 1152): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # gemma gate_up: 75 vs 53
+    (16384, 2048): GemvConfig(block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"),  # llama gate_up: 93 vs 78
+    (12288, 2048): GemvConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # qwen3 gate_up: 92 vs 73
+    (13824, 1152): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # gemma gate_up: 86 vs 62
 }
-# Shapes where no config beat cuBLAS in that sweep (llama qkv 42 vs 46, llama/qwen3 o 32 vs 32,
-# qwen3 qkv 52 vs 53): linear() keeps F.linear for them even with the decode kernels on.
-CUBLAS_SHAPES: frozenset[tuple[int, int]] = frozenset({(3072, 2048), (2048, 2048), (4096, 2048)})
+# Shapes that keep F.linear even with the decode kernels on. Under torch.compile, Inductor fuses
+# the input RMSNorm into its own reduction for the qkv product (H100, Llama's: 5.8-6.4 us, norm
+# included), which the kernel alone (6.2 us) does not beat once the norm needs a kernel of its own.
+# Qwen3's qkv has the same structure and stays with it too (not measured on its own).
+CUBLAS_SHAPES: frozenset[tuple[int, int]] = frozenset({(3072, 2048), (4096, 2048)})
+# Rows up to which a table config applies (the sweep's batch-1 winners).
+TABLE_ROWS = 1
 
 
 def decode_projections(config: ModelConfig) -> dict[str, tuple[int, int, bool]]:
@@ -200,12 +209,13 @@ def default_config(n_out: int, k: int, rows: int) -> GemvConfig:
 
 
 def gemv_config(n: int, k: int, rows: int, *, gated: bool = False) -> GemvConfig:
-    """The launch configuration for a weight ``[n, k]`` and ``rows`` rows: the table's, else the heuristic's.
+    """The launch configuration for a weight ``[n, k]`` and ``rows`` rows: the table's (up to
+    ``TABLE_ROWS`` rows), else the heuristic's.
 
     ``gated``: the weight stacks gate and up rows, so a program's columns are ``n // 2`` wide.
     """
     found = (GATED_CONFIGS if gated else LINEAR_CONFIGS).get((n, k))
-    if found is not None:
+    if found is not None and rows <= TABLE_ROWS:
         return found
     return default_config(n // 2 if gated else n, k, rows)
 
@@ -372,9 +382,10 @@ if HAVE_TRITON:
         stride_xm, stride_xk, stride_om, stride_ps, stride_pm,  # x [M, K], out [M, n_out], parts [S, M, *]
         ROWS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PATH: tl.constexpr,
         EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
-        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, WRITE_PARTIALS: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, WRITE_PARTIALS: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (column block, K slice): columns [n0, n0 + BLOCK_N) of every row over one slice of K.
+        pdl_prologue(USE_PDL)  # x is the previous kernel's output
         pid_n = tl.program_id(0)
         split = tl.program_id(1)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
@@ -451,8 +462,10 @@ if HAVE_TRITON:
         part_ptr, bias_ptr, out_ptr,
         splits, n_out, up_offset, stride_ps, stride_pm, stride_om,
         BLOCK: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+        USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (column block, row): sum the split partials in split order 0, 1, ... and finish.
+        pdl_prologue(USE_PDL)
         pid = tl.program_id(0)
         row = tl.program_id(1)
         offs_n = pid * BLOCK + tl.arange(0, BLOCK)
@@ -498,7 +511,9 @@ def _launch(
     part = torch.empty((splits, rows, n), dtype=torch.float32, device=x.device) if splits > 1 else out2
     # The kernel reads the bias with unit stride: a strided view is copied (by shape: capturable).
     bias_arg = bias.contiguous() if bias is not None else out2  # out2 is never read without HAS_BIAS
-    common: dict[str, Any] = {"GATED": gated, "ACT": _ACT_CODES[act], "HAS_BIAS": bias is not None}
+    common: dict[str, Any] = {
+        "GATED": gated, "ACT": _ACT_CODES[act], "HAS_BIAS": bias is not None, **pdl_options(x.device),
+    }  # fmt: skip
     _gemv_kernel[(triton.cdiv(n_out, config.block_n), splits)](
         x2, weight, bias_arg, out2, part,
         rows, n_out, k, k_per_split // config.block_k, up_offset,
@@ -551,6 +566,8 @@ def linear(x: Tensor, weight: Tensor, bias: Tensor | None = None, *, out: Tensor
     """
     check_linear_args(x, weight, bias, out)
     if _kernel_eligible(x, weight) and tuple(weight.shape) not in CUBLAS_SHAPES:
+        if out is None:  # through the custom op: one opaque node under torch.compile
+            return torch.ops.infer_ref.gemv_linear(x, weight, bias)
         return linear_triton(x, weight, bias, out=out)
     y = linear_reference(x, weight, bias)
     return y if out is None else out.copy_(y)
@@ -560,9 +577,37 @@ def gated_mlp(x: Tensor, weight: Tensor, act: str, *, out: Tensor | None = None)
     """:func:`gated_mlp_reference`'s contract, dispatching to the kernel where it applies."""
     check_gated_args(x, weight, act, out)
     if _kernel_eligible(x, weight):
+        if out is None:
+            return torch.ops.infer_ref.gemv_gated_mlp(x, weight, act)
         return gated_mlp_triton(x, weight, act, out=out)
     y = _gated_product(x, weight, act)  # the reference, already checked
     return y if out is None else out.copy_(y)
+
+
+# -- custom ops ------------------------------------------------------------------------------------
+# torch.compile sees each call as one opaque node: Inductor neither re-lays out the kernel's inputs
+# nor launches the kernel itself, so the launch keeps its options (programmatic dependent launch,
+# infer_ref/kernels/pdl.py) and its tuned configuration.
+
+
+@torch.library.custom_op("infer_ref::gemv_linear", mutates_args=())
+def _linear_op(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return linear_triton(x, weight, bias)
+
+
+@_linear_op.register_fake
+def _linear_fake(x: Tensor, weight: Tensor, bias: Tensor | None) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
+@torch.library.custom_op("infer_ref::gemv_gated_mlp", mutates_args=())
+def _gated_op(x: Tensor, weight: Tensor, act: str) -> Tensor:
+    return gated_mlp_triton(x, weight, act)
+
+
+@_gated_op.register_fake
+def _gated_fake(x: Tensor, weight: Tensor, act: str) -> Tensor:
+    return x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
 
 
 __all__ = [

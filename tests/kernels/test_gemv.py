@@ -392,6 +392,17 @@ def test_tables_override_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
     assert gemv_config(3072, 2048, 1, gated=True) != tuned, "the gated kernel reads its own table"
 
 
+def test_table_entries_apply_to_the_rows_they_were_tuned_for() -> None:
+    """The tables hold batch-1 winners (some on the multiply-and-add path, whose accumulator grows
+    with the rows): past TABLE_ROWS rows every shape takes the heuristic's config."""
+    for gated, table in ((False, gemv.LINEAR_CONFIGS), (True, gemv.GATED_CONFIGS)):
+        for (n, k), tuned in table.items():
+            assert gemv_config(n, k, gemv.TABLE_ROWS, gated=gated) == tuned
+            for rows in range(gemv.TABLE_ROWS + 1, MAX_ROWS + 1):
+                expected = default_config(n // 2 if gated else n, k, rows)
+                assert gemv_config(n, k, rows, gated=gated) == expected, (n, k, rows, gated)
+
+
 # -- the kernels under Triton's interpreter ------------------------------------------------------
 
 interpret = pytest.mark.interpret
@@ -482,7 +493,7 @@ def _compile_for_sm90(config: GemvConfig, n: int, k: int, rows: int, gated: bool
         "ROWS_PAD": rows_pad if config.path == "fma" else max(16, rows_pad), "BLOCK_N": config.block_n,
         "BLOCK_K": config.block_k, "PATH": gemv.PATHS.index(config.path), "EVEN_N": n_out % config.block_n == 0,
         "EVEN_K": splits * per == k, "DOT_PRECISION": "tf32", "GATED": gated, "ACT": 0, "HAS_BIAS": not gated,
-        "WRITE_PARTIALS": splits > 1,
+        "WRITE_PARTIALS": splits > 1, "USE_PDL": True,  # as an H100 launch compiles it
     }  # fmt: skip
     names = gemv._gemv_kernel.arg_names
     signature: dict[str, str] = {}
