@@ -36,6 +36,7 @@ if __package__ in (None, ""):
 from benchmarks.bench_utils import DTYPES, build_hf, environment, load_bench_model, pick_device, sync
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.engine.fast_decode import COMPILE_OPTIONS, FastDecoder
+from infer_ref.kernels.switch import decode_kernels
 
 # Inductor options per --compile variant ("tuned" is what FastDecoder(compile=True) uses).
 COMPILE_VARIANTS: dict[str, dict[str, Any]] = {
@@ -45,8 +46,8 @@ COMPILE_VARIANTS: dict[str, dict[str, Any]] = {
 }
 
 
-def kernel_profile(step: Callable[[], Any], steps: int, device: torch.device) -> dict[str, Any]:
-    """Kernels per step, summed kernel microseconds per step, and the ten costliest kernels."""
+def kernel_profile(step: Callable[[], Any], steps: int, device: torch.device, top_n: int = 10) -> dict[str, Any]:
+    """Kernels per step, summed kernel microseconds per step, and the ``top_n`` costliest kernels."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
         for _ in range(steps):
@@ -61,7 +62,7 @@ def kernel_profile(step: Callable[[], Any], steps: int, device: torch.device) ->
             top_level_ops += 1  # an op called from Python (its callees are not counted)
     count = sum(len(v) for v in per_kernel.values())
     total = sum(sum(v) for v in per_kernel.values())
-    top = sorted(per_kernel.items(), key=lambda kv: -sum(kv[1]))[:10]
+    top = sorted(per_kernel.items(), key=lambda kv: -sum(kv[1]))[:top_n]
     return {
         "aten_ops_per_step": top_level_ops / steps,
         "kernels_per_step": count / steps,
@@ -81,6 +82,18 @@ def wall_per_step_ms(step: Callable[[], Any], steps: int, device: torch.device) 
     return (time.perf_counter() - t0) / steps * 1e3
 
 
+def uncaptured(decoder: FastDecoder) -> Callable[[], None]:
+    """The compiled step run outside its graph, as traced: decode kernels on, host position frozen
+    (anything else fails the step's guards and profiles a recompiled, different graph)."""
+
+    def step() -> None:
+        with decode_kernels(), decoder.cache.host_frozen():
+            decoder._step_fn()
+        decoder.cache.advance_host(1)
+
+    return step
+
+
 @torch.inference_mode()
 def profile_model(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     model, info, hf_config = load_bench_model(args.model, device, dtype)
@@ -95,7 +108,7 @@ def profile_model(args: argparse.Namespace, device: torch.device, dtype: torch.d
             step()  # warm-up: cuBLAS handles, autotuning, allocator
         row: dict[str, Any] = {"wall_ms_per_step": wall_per_step_ms(step, args.steps, device)}
         if kernels:
-            row.update(kernel_profile(step, min(args.steps, 8), device))
+            row.update(kernel_profile(step, min(args.steps, 8), device, args.top))
         report["modes"][mode] = row
         print(f"[profile] {mode:9s} {json.dumps({k: v for k, v in row.items() if k != 'top_kernels'})}", file=sys.stderr)
 
@@ -106,21 +119,24 @@ def profile_model(args: argparse.Namespace, device: torch.device, dtype: torch.d
         nonlocal token
         token = model(token, kv_cache=cache)[:, -1:].argmax(-1)
 
-    record("eager", eager_step)
+    if not args.compiled_only:
+        record("eager", eager_step)
     if args.no_static_cudnn:  # experiment: the static step on the dynamic path's SDPA backends
         import infer_ref.models.common as common
 
         common.STATIC_SDPA_BACKENDS = common.SDPA_BACKENDS
 
-    static = FastDecoder(model, capacity, device=device, cuda_graph=False)
-    static.prefill(prompt)
-    record("static", static.step)
-    del static
-    if device.type == "cuda":
+    if not args.compiled_only:
+        static = FastDecoder(model, capacity, device=device, cuda_graph=False)
+        static.prefill(prompt)
+        record("static", static.step)
+        del static
+    if device.type == "cuda" and not args.compiled_only:
         graph = FastDecoder(model, capacity, device=device)
         graph.prefill(prompt)
         record("graph", graph.step, kernels=False)
         del graph
+    if device.type == "cuda":
         for variant in args.compile or []:
             torch._dynamo.reset()
             t0 = time.perf_counter()
@@ -131,7 +147,7 @@ def profile_model(args: argparse.Namespace, device: torch.device, dtype: torch.d
             record(f"compiled_{variant}", compiled.step, kernels=False)
             compiled.reset()
             compiled.prefill(prompt)
-            record(f"compiled_{variant}_uncaptured", compiled._step_fn)
+            record(f"compiled_{variant}_uncaptured", uncaptured(compiled))
             del compiled
 
     if args.hf:
@@ -164,6 +180,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     ap.add_argument("--no-static-cudnn", action="store_true", help="experiment: static step without cuDNN SDPA")
     ap.add_argument("--hf", action="store_true", help="also profile transformers' forward loop")
+    ap.add_argument("--top", type=int, default=10, help="how many of the costliest kernels to list per mode")
+    ap.add_argument("--compiled-only", action="store_true", help="profile only the --compile variants (and --hf)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     device = pick_device(args.device)
