@@ -82,24 +82,49 @@ def synthetic_state(hf_config: Mapping[str, Any], device: torch.device, dtype: t
 
 
 @torch.inference_mode()
-def calibrate_logit_scale(model: nn.Module, target_std: float, probe_ids: Tensor) -> float:
-    """Scale the final norm's effective weight so the logits of ``probe_ids`` ``[1, T]`` have standard
-    deviation ``target_std``; returns the factor ``c``.
+def mean_entropy(logits: Tensor) -> float:
+    """Mean entropy (nats) of the softmax of each row of ``logits`` ``[T, V]``, in float64."""
+    logp = torch.log_softmax(logits.double(), dim=-1)
+    return float(-(logp.exp() * logp).sum(-1).mean())
 
-    Synthetic weights tie an N(0, 1) embedding to the LM head, so a normalised hidden state gives
-    logits of standard deviation about ``sqrt(hidden_size)`` (45 for a 2048-wide model): every
-    softmax is then one-hot and no two paths' log-probs can differ, whatever their precision. The
-    logits are linear in the final norm's weight (no soft-capping in these families), so multiplying
-    that weight by ``c`` multiplies every logit by ``c`` and changes nothing else. Gemma stores the
-    weight as an offset from 1: ``(1 + w) -> c (1 + w)``.
+
+@torch.no_grad()
+def calibrate_logit_scale(model: nn.Module, target_entropy: float, probe_ids: Tensor) -> float:
+    """Scale the final norm's effective weight so the next-token distributions of ``probe_ids``
+    ``[1, T]`` (every position) have mean entropy ``target_entropy`` nats; returns the factor ``c``.
+
+    Why: synthetic weights tie an N(0, 1) embedding to the LM head, and with random layers the last
+    hidden state stays close to the current token's embedding. Its own logit is then about
+    ``hidden_size`` (2048) while the rest spread about ``sqrt(hidden_size)`` (45): every softmax is
+    one-hot on "repeat the token", and no two paths' log-probs can differ, whatever their
+    precision. Matching a spread (a standard deviation) leaves that outlier in place; matching an
+    entropy does not. The logits are linear in the final norm's weight (no soft-capping in these
+    families), so multiplying that weight by ``c`` multiplies every logit by ``c`` and changes
+    nothing else; Gemma stores the weight as an offset from 1: ``(1 + w) -> c (1 + w)``. The mean
+    entropy of ``softmax(c * logits)`` falls monotonically in ``c`` (from ``log V`` at 0), so ``c``
+    is found by bisection on the probe's logits in float64.
     """
-    if not target_std > 0:
-        raise ValueError(f"target_std must be positive, got {target_std!r}")
     config = model.config  # type: ignore[attr-defined]
+    vocab = config.vocab_size
+    if not 0 < target_entropy < math.log(vocab):
+        raise ValueError(f"target_entropy must lie in (0, log(vocab_size) = {math.log(vocab):.3f}) nats, got {target_entropy!r}")
     if config.final_logit_softcapping is not None:
         raise ValueError("logits are soft-capped: scaling the final norm would not scale them linearly")
-    std = float(model(probe_ids)[0, -1].double().std())
-    c = target_std / std
+    logits = model(probe_ids)[0].double()  # [T, V]: without a cache, every position's logits
+    low, high = 0.0, 1.0
+    for _ in range(64):  # grow until the entropy is below the target (softmax sharpens with c)
+        if mean_entropy(high * logits) <= target_entropy:
+            break
+        low, high = high, 2 * high
+    else:
+        raise ValueError(f"no scale brings the probe's mean entropy down to {target_entropy} nats (ties in the logits?)")
+    for _ in range(100):  # bisection: entropy(low) > target >= entropy(high)
+        mid = (low + high) / 2
+        if mean_entropy(mid * logits) > target_entropy:
+            low = mid
+        else:
+            high = mid
+    c = (low + high) / 2
     weight = model.norm.weight  # type: ignore[attr-defined]
     if config.model_type == "gemma3_text":
         weight.copy_((1.0 + weight.double()).mul_(c).sub_(1.0).to(weight.dtype))

@@ -290,9 +290,9 @@ def measure_model(
     model = build_infer_ref(hf_config, synthetic_state(hf_config, device, dtype, seed=args.seed), device)
     config: ModelConfig = dataclasses.replace(model.config, eos_token_ids=())  # type: ignore[type-var,assignment]
     model.config = config  # type: ignore[assignment]
-    if args.logit_std > 0:  # before transformers shares the tensors: both models get the same scale
+    if args.logit_entropy > 0:  # before transformers shares the tensors: both models get the same scale
         probe = torch.randint(4, config.vocab_size, (1, 32), generator=torch.Generator().manual_seed(args.seed + 1))
-        calibrate_logit_scale(model, args.logit_std, probe.to(device))
+        calibrate_logit_scale(model, args.logit_entropy, probe.to(device))
     hf = None if args.fast_only else build_hf(hf_config, model, device, dtype)
     sync(device)
     print(f"[compare] {name}: weights ready in {time.perf_counter() - t_build:.1f}s", file=sys.stderr, flush=True)
@@ -450,9 +450,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--rounds", type=int, default=3, help="interleaved rounds of the eager infer_ref/transformers paths")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--logit-std", type=float, default=4.0,
-        help="scale the final norm so the synthetic model's logits have this std (0: leave them; at ~45 "
-        "every softmax is one-hot and the accuracy columns cannot tell paths apart)",
+        "--logit-entropy", type=float, default=2.0,
+        help="scale the final norm so the synthetic model's next-token distributions have this mean entropy "
+        "in nats (0: leave them; raw, every softmax is one-hot and the accuracy columns cannot tell paths apart)",
     )
     ap.add_argument("--compile", action="store_true", help="also time the torch.compile'd fast step (the sweep's step)")
     ap.add_argument("--fast-only", action="store_true", help="time only the fast path(s): no eager, no transformers")
