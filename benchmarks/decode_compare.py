@@ -261,8 +261,11 @@ def sweep_cache(
     if decoder is None:
         return [{"cache": cache, "context": c, "skipped": f"decoder: {units.last_reason}"} for c in prompts]
     points = []
+    # Compiled and graph-only points are separate kinds: a graph-only step is several times slower,
+    # and a compiled point's estimate scaled from it would skip points that fit (the budget).
+    step = step_kind(decoder)
     for context, prompt in prompts.items():
-        point = units.run(f"{cache} point at context {context}", f"point:{units.model}:{cache}",
+        point = units.run(f"{cache} {step} point at context {context}", f"point:{units.model}:{cache}:{step}",
                           lambda p=prompt, c=context: measure_point(  # type: ignore[misc]
                               model, decoder, cache, p, references.get(c), **point_args), context)
         if point is None:

@@ -39,13 +39,14 @@ if want bench; then
     say "benchmark: rc=${PIPESTATUS[0]}"
 fi
 
-# mutant NAME OLD NEW TESTS: a copy of the package with OLD replaced by NEW in gemv.py; the GPU
-# tests selected by -k TESTS must fail on it (stopping at the first failure).
+# mutant NAME OLD NEW TESTS [FILE]: a copy of the package with OLD replaced by NEW in
+# infer_ref/kernels/FILE (default gemv.py); the GPU tests selected by -k TESTS must fail on it
+# (stopping at the first failure).
 mutant() {
-    local name=$1 old=$2 new=$3 sel=$4 dir
+    local name=$1 old=$2 new=$3 sel=$4 file=${5:-gemv.py} dir
     dir=$(mktemp -d)
     cp -r infer_ref tests conftest.py pyproject.toml "$dir"/
-    $PY - "$dir/infer_ref/kernels/gemv.py" "$old" "$new" <<'PYEOF' || { say "mutant $name: its source line is gone, update this script"; RC=1; return; }
+    $PY - "$dir/infer_ref/kernels/$file" "$old" "$new" <<'PYEOF' || { say "mutant $name: its source line is gone, update this script"; RC=1; return; }
 import sys
 path, old, new = sys.argv[1:]
 text = open(path).read()
@@ -70,6 +71,8 @@ if want mutants; then
     mutant int32_row_addresses "w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * k" "w_rows = w_ptr + offs_n[:, None] * k" "int32"
     mutant gate_not_rounded "g = acc.to(OUT_DTYPE).to(tl.float32)" "g = acc" "exact"
     mutant activation_not_rounded "a = a.to(OUT_DTYPE).to(tl.float32)" "a = a" "exact"
+    # Every kernel lets its successor start but no longer waits for its predecessor (kernels/pdl.py).
+    mutant no_dependency_wait "gdc_wait()" "pass" "chain" pdl.py
 fi
 
 say "done in ${SECONDS}s (rc=$RC)"
