@@ -5,6 +5,7 @@
 #
 #   OUT=/some/dir scripts/gpu_decode.sh                      # from the repository root
 #   OUT=/some/dir STAGES="sweep" CONTEXTS="128 4096" scripts/gpu_decode.sh   # a part
+#   OUT=/some/dir STAGES="profile" scripts/gpu_decode.sh    # the compiled step's kernels (not by default)
 #
 # Needs torch (CUDA), Triton, transformers, pytest, matplotlib; no network. The sweep alone takes
 # about 6 minutes on an H100 for two contexts (torch.compile of each decoder is most of it) and
@@ -34,6 +35,14 @@ if want tests; then
     timeout "$TESTS_TIMEOUT_S" $PY -m pytest -m gpu -n "$WORKERS" -p no:cacheprovider -q -rs \
         --junitxml "$OUT/tests.xml" >"$OUT/tests.log" 2>&1 || RC=1
     tail -5 "$OUT/tests.log" | tee -a "$LOG"
+fi
+if want profile; then
+    # Where a compiled step's time goes, per kernel, with Inductor's generated code (to tell which
+    # of its small kernels are norms, RoPE or copies): profile.json, profile.txt, inductor_code.txt.
+    say "profile: llama-3.2-1b compiled step at 128 positions"
+    TORCH_LOGS=output_code timeout 300 $PY benchmarks/profile_decode.py --model llama-3.2-1b --compile tuned \
+        --compiled-only --top 40 --json "$OUT/profile.json" >"$OUT/profile.txt" 2>"$OUT/inductor_code.txt" || RC=1
+    tail -45 "$OUT/profile.txt" | tee -a "$LOG"
 fi
 if want sweep; then
     say "sweep: contexts $CONTEXTS"
