@@ -117,6 +117,14 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return (x * cos) + (rotate_half(x) * sin)
 
 
+def apply_rope_to_pair(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
+    """``apply_rope`` of q ``[B, H, T, D]`` and k ``[B, Hkv, T, D]`` as one rotation of their heads
+    side by side: the same values (the rotation is per element, the tables shared by every head),
+    with half the elementwise ops, so a compiled decode step rotates both in one kernel."""
+    qk = apply_rope(torch.cat((q, k), dim=1), cos, sin)  # [B, H + Hkv, T, D]
+    return qk[:, : q.shape[1]], qk[:, q.shape[1] :]
+
+
 # -- attention and MLP ---------------------------------------------------------------------------
 
 
@@ -192,7 +200,7 @@ class Attention(nn.Module):
         v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         if self.q_norm is not None and self.k_norm is not None:
             q, k = self.q_norm(q), self.k_norm(k)  # per-head norm, before RoPE
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)  # V is never rotated
+        q, k = apply_rope_to_pair(q, k, cos, sin)  # V is never rotated
         if kv_cache is None:
             out = grouped_query_attention(q, k, v, mask, self.scale)  # [B, H, T, D]
         else:

@@ -15,6 +15,8 @@ from infer_ref.models.common import (
     GemmaRMSNorm,
     RMSNorm,
     RotaryEmbedding,
+    apply_rope,
+    apply_rope_to_pair,
     rope_inv_freq,
 )
 from infer_ref.testing.synthetic import tiny_config
@@ -195,3 +197,18 @@ def test_gemma_rmsnorm_uses_one_plus_weight() -> None:
     x = torch.tensor([[3.0, 4.0]])
     rms = math.sqrt((9 + 16) / 2 + 1e-6)
     torch.testing.assert_close(norm(x), torch.tensor([[3 / rms, 2 * 4 / rms]]))
+
+
+@pytest.mark.parametrize("per_row", [False, True], ids=["shared-table", "per-row-table"])
+def test_rotating_q_and_k_together_equals_rotating_each(per_row: bool) -> None:
+    """apply_rope_to_pair is apply_rope of q and of k, bit for bit (bf16: every rounding the same)."""
+    g = torch.Generator().manual_seed(3)
+    b, h, hkv, t, d = 2, 4, 2, 3, 8
+    q = torch.randn(b, h, t, d, generator=g).to(torch.bfloat16)
+    k = torch.randn(b, hkv, t, d, generator=g).to(torch.bfloat16)
+    shape = (b, t, d) if per_row else (t, d)
+    angles = torch.randn(shape, generator=g)
+    cos, sin = angles.cos().to(torch.bfloat16), angles.sin().to(torch.bfloat16)
+    q_pair, k_pair = apply_rope_to_pair(q, k, cos, sin)
+    assert torch.equal(q_pair, apply_rope(q, cos, sin))
+    assert torch.equal(k_pair, apply_rope(k, cos, sin))
