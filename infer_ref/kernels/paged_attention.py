@@ -10,14 +10,15 @@ offset ``p % bs``. Entries of a table past ``ceil(len_b / bs)`` are never read, 
 attends one query row per sequence over the gathered prefix; the Triton kernel behind
 :func:`paged_decode_attention` reads K/V through the table without gathering and must equal it.
 
-The kernel (flash-decoding): programs ``(row, kv head, split)`` each run an online softmax in
-float32 over one chunk of the row's visible keys (all query heads of the KV head at once, so K/V
-are read once per group), writing a partial output, its running max and its sum; a second kernel
-combines the splits per ``(row, query head)``. The number of splits is fixed on the host from
-shapes alone (the table's capacity, the window, the GPU's SM count); each program reads
-``seq_lens`` on the device and takes its share of the visible range, so the call never reads
-lengths on the host and can be captured in a CUDA graph. A sliding-window layer only visits its
-window ``[len - window, len)``.
+The kernel is the fused decode attention kernel of :mod:`infer_ref.kernels.decode_attention`
+with its prep stages (per-head norms, RoPE, the new token's K/V store) switched off: flash-decoding,
+programs ``(row, kv head, split)`` each running an online softmax in float32 over one chunk of the
+row's visible keys (all query heads of the KV head at once, so K/V are read once per group), the
+splits combined in the same launch by the last one to finish. The number of splits is fixed on the
+host from shapes alone (the table's capacity, the window, the GPU's SM count: :func:`decode_num_splits`);
+each program reads ``seq_lens`` on the device and takes its share of the visible range, so the call
+never reads lengths on the host and can be captured in a CUDA graph. A sliding-window layer only
+visits its window ``[len - window, len)``.
 
 Every stride is a parameter, which lets the same kernel read a contiguous static-cache layer
 ``[B, Hkv, S, D]`` through an identity table: see :func:`contiguous_layer_as_paged`.
@@ -26,23 +27,19 @@ Every stride is a parameter, which lets the same kernel read a contiguous static
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from infer_ref.kernels.pdl import pdl_options
-
 try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
-    import triton
-    import triton.language as tl
-
-    from infer_ref.kernels.pdl import pdl_prologue
+    import triton  # noqa: F401  # only whether it imports: the kernel lives in decode_attention.py
 
     HAVE_TRITON = True
 except ImportError:  # pragma: no cover - depends on the install
     HAVE_TRITON = False
+
+_KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what the kernel takes; others: the reference
 
 
 def slots_through_tables(block_tables: Tensor, positions: Tensor, block_size: int) -> Tensor:
@@ -203,110 +200,6 @@ def _identity_tables(batch: int, blocks_per_batch_row: int, per_row: int, device
     return _IDENTITY_TABLES[key]
 
 
-if HAVE_TRITON:
-
-    @triton.jit
-    def _decode_split_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
-        q_ptr, k_ptr, v_ptr, table_ptr, lens_ptr,
-        part_out_ptr, part_max_ptr, part_sum_ptr,
-        stride_qb, stride_qh, stride_qd,  # q [B, H, D]
-        stride_kb, stride_ko, stride_kh, stride_kd,  # k pool [num_blocks, bs, Hkv, D]
-        stride_vb, stride_vo, stride_vh, stride_vd,  # v pool [num_blocks, bs, Hkv, D]
-        stride_tb, stride_tm,  # block_tables [B, M]
-        scale, block_size, window,  # window <= 0: none
-        NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-        GROUP_PAD: tl.constexpr, DIM_PAD: tl.constexpr, BLOCK_N: tl.constexpr, DOT_PRECISION: tl.constexpr,
-        USE_PDL: tl.constexpr,
-    ):  # fmt: skip
-        # Program (row * Hkv + kv head, split): the GROUP query heads of one KV head over one chunk.
-        pdl_prologue(USE_PDL)  # q, the lengths and the newest K/V come from earlier kernels
-        row_head = tl.program_id(0)
-        split = tl.program_id(1)
-        row = (row_head // NUM_KV_HEADS).to(tl.int64)
-        kvh = (row_head % NUM_KV_HEADS).to(tl.int64)
-
-        g = tl.arange(0, GROUP_PAD)  # query heads of this group (padded to a tl.dot tile)
-        e = tl.arange(0, DIM_PAD).to(tl.int64)  # head dim
-        g_ok = g < GROUP
-        e_ok = e < HEAD_DIM
-        q_heads = (kvh * GROUP + g).to(tl.int64)
-        q = tl.load(
-            q_ptr + row * stride_qb + q_heads[:, None] * stride_qh + e[None, :] * stride_qd,
-            mask=g_ok[:, None] & e_ok[None, :], other=0.0,
-        )  # [GROUP_PAD, DIM_PAD]
-
-        # Visible keys [first, n): the window's keys only, never a masked full scan.
-        n = tl.load(lens_ptr + row).to(tl.int32)
-        first = tl.where(window > 0, tl.maximum(n - window, 0), 0)
-        chunk = tl.cdiv(tl.cdiv(n - first, NUM_SPLITS), BLOCK_N) * BLOCK_N
-        start = first + split * chunk
-        end = tl.minimum(start + chunk, n)
-
-        m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        l_i = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
-        k_head = k_ptr + kvh * stride_kh
-        v_head = v_ptr + kvh * stride_vh
-        table_row = table_ptr + row * stride_tb
-        for tile in range(start, end, BLOCK_N):
-            pos = tile + tl.arange(0, BLOCK_N)  # [BLOCK_N]
-            live = pos < end
-            # Table entries past ceil(n / bs) are never loaded (masked): stale ids cannot matter.
-            block = tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int64)
-            offset = (pos % block_size).to(tl.int64)
-            kv_mask = live[:, None] & e_ok[None, :]
-            k = tl.load(
-                k_head + block[:, None] * stride_kb + offset[:, None] * stride_ko + e[None, :] * stride_kd,
-                mask=kv_mask, other=0.0,
-            )  # [BLOCK_N, DIM_PAD]
-            v = tl.load(
-                v_head + block[:, None] * stride_vb + offset[:, None] * stride_vo + e[None, :] * stride_vd,
-                mask=kv_mask, other=0.0,
-            )
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            s = tl.where(live[None, :], s * scale, float("-inf"))  # [GROUP_PAD, BLOCK_N], fp32
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))  # finite: every tile holds a live key
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m_i = m_new
-
-        # Partials [B, H, NUM_SPLITS, (D)]: an empty split writes max -inf, sum 0, output 0.
-        part = (row * (NUM_KV_HEADS * GROUP) + q_heads) * NUM_SPLITS + split  # [GROUP_PAD]
-        tl.store(part_max_ptr + part, m_i, mask=g_ok)
-        tl.store(part_sum_ptr + part, l_i, mask=g_ok)
-        tl.store(part_out_ptr + part[:, None] * HEAD_DIM + e[None, :], acc, mask=g_ok[:, None] & e_ok[None, :])
-
-    @triton.jit
-    def _decode_combine_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
-        part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr,
-        stride_ob, stride_oh, stride_od,  # out [B, H, D]
-        NUM_HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-        SPLITS_PAD: tl.constexpr, DIM_PAD: tl.constexpr, USE_PDL: tl.constexpr,
-    ):  # fmt: skip
-        # Program (row * H + head): rescale each split to the global max and normalise once.
-        pdl_prologue(USE_PDL)
-        row_head = tl.program_id(0).to(tl.int64)
-        row = row_head // NUM_HEADS
-        head = row_head % NUM_HEADS
-        sp = tl.arange(0, SPLITS_PAD)
-        e = tl.arange(0, DIM_PAD)
-        sp_ok = sp < NUM_SPLITS
-        e_ok = e < HEAD_DIM
-        base = row_head * NUM_SPLITS
-        m = tl.load(part_max_ptr + base + sp, mask=sp_ok, other=float("-inf"))
-        sums = tl.load(part_sum_ptr + base + sp, mask=sp_ok, other=0.0)
-        acc = tl.load(
-            part_out_ptr + (base + sp)[:, None] * HEAD_DIM + e[None, :], mask=sp_ok[:, None] & e_ok[None, :], other=0.0
-        )  # [SPLITS_PAD, DIM_PAD]
-        m_all = tl.max(m, axis=0)
-        w = tl.where(m > float("-inf"), tl.exp(m - m_all), 0.0)  # empty splits weigh 0
-        total = tl.sum(w * sums, axis=0)
-        out = tl.sum(w[:, None] * acc, axis=0) / tl.where(total > 0, total, 1.0)  # length 0: zeros
-        tl.store(out_ptr + row * stride_ob + head * stride_oh + e * stride_od, out.to(out_ptr.dtype.element_ty), mask=e_ok)
-
-
 @functools.cache
 def _sm_count(device_index: int) -> int:
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
@@ -343,49 +236,23 @@ def paged_decode_attention_triton(
     num_warps: int | None = None,
     num_stages: int = 2,
 ) -> Tensor:
-    """The Triton kernel (CUDA tensors). ``num_splits`` overrides the split heuristic (tests use it);
-    ``block_n`` (keys per tile), ``num_warps`` and ``num_stages`` are launch knobs for tuning.
+    """The Triton kernel (CUDA tensors): the fused decode attention kernel with its prep stages off.
+    ``num_splits`` overrides the split heuristic (tests use it); ``block_n`` (keys per tile),
+    ``num_warps`` and ``num_stages`` are launch knobs for tuning.
 
-    Host checks only: no sync, allocations sized by shapes alone, so the call can be captured.
+    Host checks only: no sync, allocations sized by shapes alone, so the call can be captured once
+    a first call of the shape has allocated the arrival counters (``decode_attention.py``).
     ``seq_lens`` must be in ``[1, M * block_size]`` and table entries valid block ids; the kernel
     cannot check values without a sync (the reference does).
     """
+    # Imported here: decode_attention.py imports this module (the references, decode_num_splits).
+    from infer_ref.kernels.decode_attention import launch_decode_attention
+
     check_decode_args(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
-    b, h, d = q.shape
-    _, block_size, hkv, _ = k_cache.shape
-    group = h // hkv
-    dim_pad = triton.next_power_of_2(max(d, 16))
-    if num_warps is None:
-        num_warps = 8 if dim_pad >= 256 else 4
-    capacity = block_tables.shape[1] * block_size
-    max_visible = capacity if window is None else min(capacity, window)
-    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
-        raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
-    if num_splits is None:
-        num_splits = decode_num_splits(b, hkv, max_visible, block_n, _sm_count(q.device.index or 0))
-    out = torch.empty_like(q)
-    if b == 0:
-        return out
-    part_out = torch.empty((b, h, num_splits, d), device=q.device, dtype=torch.float32)
-    part_max = torch.empty((b, h, num_splits), device=q.device, dtype=torch.float32)
-    part_sum = torch.empty((b, h, num_splits), device=q.device, dtype=torch.float32)
-    args: list[Any] = [q, k_cache, v_cache, block_tables, seq_lens, part_out, part_max, part_sum]
-    args += [*q.stride(), *k_cache.stride(), *v_cache.stride(), *block_tables.stride()]
-    args += [float(scale), block_size, 0 if window is None else window]
-    pdl = pdl_options(q.device)
-    _decode_split_kernel[(b * hkv, num_splits)](
-        *args,
-        NUM_KV_HEADS=hkv, GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits,
-        GROUP_PAD=max(16, triton.next_power_of_2(group)), DIM_PAD=dim_pad, BLOCK_N=block_n,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=num_warps, num_stages=num_stages,
-        **pdl,
+    return launch_decode_attention(
+        q, None, None, None, None, k_cache, v_cache, block_tables, seq_lens, scale, window, None, None,
+        num_splits, block_n, num_warps, num_stages,
     )  # fmt: skip
-    _decode_combine_kernel[(b * h,)](
-        part_out, part_max, part_sum, out, *out.stride(),
-        NUM_HEADS=h, HEAD_DIM=d, NUM_SPLITS=num_splits,
-        SPLITS_PAD=triton.next_power_of_2(num_splits), DIM_PAD=dim_pad, num_warps=4, **pdl,
-    )  # fmt: skip
-    return out
 
 
 def paged_decode_attention(
@@ -399,12 +266,12 @@ def paged_decode_attention(
 ) -> Tensor:
     """:func:`paged_decode_attention_reference`'s contract (the dispatching entry point).
 
-    On CUDA with Triton: the split-K kernel (capturable; lengths stay on the device), called
-    through the custom op ``infer_ref::paged_decode_attention`` so ``torch.compile`` keeps it as
-    one opaque node instead of tracing the launch. Elsewhere: the reference.
+    On CUDA with Triton (bf16/fp16/fp32): the split-K kernel (capturable; lengths stay on the
+    device), called through the custom op ``infer_ref::paged_decode_attention`` so ``torch.compile``
+    keeps it as one opaque node instead of tracing the launch. Elsewhere: the reference.
     """
     check_decode_args(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
-    if HAVE_TRITON and q.is_cuda:
+    if HAVE_TRITON and q.is_cuda and q.dtype in _KERNEL_DTYPES:
         return torch.ops.infer_ref.paged_decode_attention(
             q, k_cache, v_cache, block_tables, seq_lens, float(scale), 0 if window is None else window
         )
@@ -423,7 +290,7 @@ def contiguous_decode_attention(
     """
     if k_layer.shape != v_layer.shape or k_layer.dim() != 4:
         raise ValueError(f"k_layer and v_layer must both be [batch, num_kv_heads, max_seq_len, head_dim], got {tuple(k_layer.shape)} and {tuple(v_layer.shape)}")
-    if HAVE_TRITON and q.is_cuda:
+    if HAVE_TRITON and q.is_cuda and q.dtype in _KERNEL_DTYPES:
         return torch.ops.infer_ref.contiguous_decode_attention(
             q, k_layer, v_layer, seq_lens, float(scale), 0 if window is None else window
         )
@@ -456,7 +323,7 @@ def _paged_decode_op(
 def _paged_decode_fake(
     q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor, scale: float, window: int
 ) -> Tensor:
-    return torch.empty_like(q)
+    return q.new_empty(q.shape)  # contiguous, as the kernel's output
 
 
 @torch.library.custom_op("infer_ref::contiguous_decode_attention", mutates_args=())
@@ -466,7 +333,7 @@ def _contiguous_decode_op(q: Tensor, k_layer: Tensor, v_layer: Tensor, seq_lens:
 
 @_contiguous_decode_op.register_fake
 def _contiguous_decode_fake(q: Tensor, k_layer: Tensor, v_layer: Tensor, seq_lens: Tensor, scale: float, window: int) -> Tensor:
-    return torch.empty_like(q)
+    return q.new_empty(q.shape)
 
 
 __all__ = [
