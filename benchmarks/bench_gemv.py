@@ -25,9 +25,30 @@ copy; the best config per weight shape (batch-1 rows) as a dict literal to paste
 Batch 1 runs first; past ``--budget-s`` seconds the remaining cases time only the configuration the
 dispatch picks and the heuristic's, so the run stays under five minutes.
 
+``--mode chain`` times, per family, the projections of one decoder layer as the model runs them in
+a captured decode step: qkv with the input norm folded in (in_norm), o adding its output to the
+residual stream (residual; Gemma: out_norm then residual), gate_up with in_norm, down with residual
+(Gemma: out_norm too), all ``num_hidden_layers`` layers in one CUDA graph with programmatic
+dependent launch, weights rotated over enough copies that they come from HBM. Variants (per layer):
+
+- ``fused``: the kernels with their stages, table configs, ``weight_is_constant=False``;
+- ``fused_constant``: the same with ``weight_is_constant=True`` (first weight tile before the wait);
+- ``unfused``: the same kernels without stages, the norms and adds as eager torch ops between them;
+- ``compiled_before``: ``torch.compile`` of the layer as the models ran before the stages existed
+  (dispatching ``linear``/``gated_mlp`` without stages, so qkv of ``CUBLAS_SHAPES`` takes
+  ``F.linear``, and Inductor fuses the norms and adds into its own kernels);
+- ``compiled_after``: ``torch.compile`` of the fused layer through the dispatching calls
+  (``weight_is_constant=True``, as the models call them).
+
+It also times each projection alone (graph-replayed, rotating copies) plain and with its stages,
+so the cost of the in_norm prologue (and of the residual/out_norm epilogue) per shape shows. Every
+variant's layer output is compared with the eager reference layer (relative error, reported).
+
 ``PYTHONPATH=. python benchmarks/bench_gemv.py --json OUT/gemv.json``  (an H100: about 2-4 minutes)
+``PYTHONPATH=. python benchmarks/bench_gemv.py --mode chain --json OUT/gemv_chain.json``  (about 3-6 minutes)
 Dry run on a CPU (tiny shapes, 2 configs, the reference standing in for the kernel unless
-``TRITON_INTERPRET=1``): ``python benchmarks/bench_gemv.py --device cpu --dry-run``.
+``TRITON_INTERPRET=1``): ``python benchmarks/bench_gemv.py --device cpu --dry-run`` (``--mode chain``
+too; the compiled variants are skipped on a CPU).
 """
 
 from __future__ import annotations
@@ -53,6 +74,8 @@ from benchmarks.bench_utils import DTYPES, d2d_copy_bandwidth, environment, pick
 from infer_ref.config import ModelConfig
 from infer_ref.kernels import gemv
 from infer_ref.kernels.gemv import GemvConfig, default_config, split_plan
+from infer_ref.kernels.norm import NormSpec
+from infer_ref.kernels.switch import decode_kernels
 from infer_ref.testing.gemv_oracle import gated_oracle, linear_oracle, violations
 from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 
@@ -271,6 +294,282 @@ def table_literal(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+# -- the per-layer chain of fused projections ---------------------------------------------------------
+
+CHAIN_VARIANTS = ("fused", "fused_constant", "unfused", "compiled_before", "compiled_after")
+
+
+@dataclasses.dataclass
+class LayerWeights:
+    """One layer's projections and norms (Gemma: the sandwich's four norms; else two)."""
+
+    qkv: torch.Tensor
+    o: torch.Tensor
+    gate_up: torch.Tensor
+    down: torch.Tensor
+    attn_in: NormSpec
+    mlp_in: NormSpec
+    attn_out: NormSpec | None
+    mlp_out: NormSpec | None
+
+
+def make_layers(
+    config: ModelConfig, copies: int, device: torch.device, dtype: torch.dtype
+) -> list[LayerWeights]:
+    """``copies`` layers of random weights (N(0, 1/K)) and norm weights as trained models have them."""
+    shapes = gemv.decode_projections(config)
+    gemma = config.model_type == "gemma3_text"
+    e = config.hidden_size
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def weight(proj: str) -> torch.Tensor:
+        n, k, _ = shapes[proj]
+        return (torch.randn(n, k, generator=gen, device=device, dtype=torch.float32) * k**-0.5).to(dtype)
+
+    def norm() -> NormSpec:
+        w = torch.randn(e, generator=gen, device=device, dtype=torch.float32)
+        w = 0.5 * w if gemma else 1.0 + 0.3 * w
+        return NormSpec(w.to(dtype), config.rms_norm_eps, gemma)
+
+    return [
+        LayerWeights(
+            weight("qkv"),
+            weight("o"),
+            weight("gate_up"),
+            weight("down"),
+            norm(),
+            norm(),
+            norm() if gemma else None,
+            norm() if gemma else None,
+        )
+        for _ in range(copies)
+    ]
+
+
+def layer_fn(
+    variant: str, config: ModelConfig, use_kernels: bool
+) -> Callable[[torch.Tensor, LayerWeights], torch.Tensor]:
+    """One layer's projections ``x [1, 1, E] -> x``: o reads the q columns of qkv's output (where
+    attention would sit). ``use_kernels``: the Triton entry points (else the references, on a CPU)."""
+    q_dim, act = config.num_attention_heads * config.computed_head_dim, config.hidden_act
+    lin = gemv.linear_triton if use_kernels else None
+    gat = gemv.gated_mlp_triton if use_kernels else None
+
+    def fused(x: torch.Tensor, p: LayerWeights, constant: bool) -> torch.Tensor:
+        if lin is None or gat is None:
+            qkv = gemv.linear_reference(x, p.qkv, in_norm=p.attn_in)
+            x = gemv.linear_reference(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out)
+            mid = gemv.gated_mlp_reference(x, p.gate_up, act, in_norm=p.mlp_in)
+            return gemv.linear_reference(mid, p.down, residual=x, out_norm=p.mlp_out)
+        qkv = lin(x, p.qkv, in_norm=p.attn_in, weight_is_constant=constant)
+        x = lin(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out, weight_is_constant=constant)
+        mid = gat(x, p.gate_up, act, in_norm=p.mlp_in, weight_is_constant=constant)
+        return lin(mid, p.down, residual=x, out_norm=p.mlp_out, weight_is_constant=constant)
+
+    def unfused(x: torch.Tensor, p: LayerWeights) -> torch.Tensor:
+        plain = lin if lin is not None else gemv.linear_reference
+        gated = gat if gat is not None else gemv.gated_mlp_reference
+        qkv = plain(p.attn_in(x), p.qkv)
+        y = plain(qkv[..., :q_dim], p.o)
+        x = x + (y if p.attn_out is None else p.attn_out(y))
+        y = plain(gated(p.mlp_in(x), p.gate_up, act), p.down)
+        return x + (y if p.mlp_out is None else p.mlp_out(y))
+
+    def before(x: torch.Tensor, p: LayerWeights) -> torch.Tensor:  # the dispatching calls, no stages
+        qkv = gemv.linear(p.attn_in(x), p.qkv)
+        y = gemv.linear(qkv[..., :q_dim], p.o)
+        x = x + (y if p.attn_out is None else p.attn_out(y))
+        y = gemv.linear(gemv.gated_mlp(p.mlp_in(x), p.gate_up, act), p.down)
+        return x + (y if p.mlp_out is None else p.mlp_out(y))
+
+    def after(x: torch.Tensor, p: LayerWeights) -> torch.Tensor:  # the dispatching calls, with stages
+        qkv = gemv.linear(x, p.qkv, in_norm=p.attn_in, weight_is_constant=True)
+        x = gemv.linear(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out, weight_is_constant=True)
+        mid = gemv.gated_mlp(x, p.gate_up, act, in_norm=p.mlp_in, weight_is_constant=True)
+        return gemv.linear(mid, p.down, residual=x, out_norm=p.mlp_out, weight_is_constant=True)
+
+    variants: dict[str, Callable[[torch.Tensor, LayerWeights], torch.Tensor]] = {
+        "fused": lambda x, p: fused(x, p, False),
+        "fused_constant": lambda x, p: fused(x, p, True),
+        "unfused": unfused,
+    }
+    if variant.startswith("compiled"):  # compiled lazily, on the first call
+        return torch.compile(before if variant == "compiled_before" else after, dynamic=False)
+    return variants[variant]
+
+
+def _reference_layer(x: torch.Tensor, p: LayerWeights, q_dim: int, act: str) -> torch.Tensor:
+    """The layer's definition in eager torch ops (the models' own)."""
+    qkv = gemv.linear_reference(x, p.qkv, in_norm=p.attn_in)
+    x = gemv.linear_reference(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out)
+    mid = gemv.gated_mlp_reference(x, p.gate_up, act, in_norm=p.mlp_in)
+    return gemv.linear_reference(mid, p.down, residual=x, out_norm=p.mlp_out)
+
+
+def run_chain(
+    model: str, hf: dict[str, Any], args: argparse.Namespace, device: torch.device, dtype: torch.dtype
+) -> dict[str, Any]:
+    """Per-layer times of each chain variant for one family, and each projection alone with and
+    without its stages."""
+    config = ModelConfig.from_hf_dict(hf)
+    shapes = gemv.decode_projections(config)
+    layer_bytes = sum(n * k for proj, (n, k, _) in shapes.items() if proj != "lm_head") * dtype.itemsize
+    copies = copies_for(layer_bytes, device)
+    layers = make_layers(config, copies, device, dtype)
+    depth = config.num_hidden_layers
+    on_gpu = device.type == "cuda" and gemv.HAVE_TRITON
+    use_kernels = on_gpu or (gemv.HAVE_TRITON and os.environ.get("TRITON_INTERPRET") == "1")
+    e = config.hidden_size
+    x0 = torch.randn(1, 1, e, generator=torch.Generator(device=device).manual_seed(1), device=device).to(
+        dtype
+    )
+    want = _reference_layer(
+        x0, layers[0], config.num_attention_heads * config.computed_head_dim, config.hidden_act
+    )
+    result: dict[str, Any] = {"model": model, "layers": depth, "copies": copies, "layer_weight_bytes": layer_bytes,
+                              "variants": {}, "projections": {}}  # fmt: skip
+    for variant in args.variants:
+        if variant.startswith("compiled") and not on_gpu:
+            result["variants"][variant] = {"skipped": "torch.compile variants run on a GPU only"}
+            continue
+        try:
+            fn = layer_fn(variant, config, use_kernels)
+            with decode_kernels(variant.startswith("compiled")):
+                got = fn(x0, layers[0])
+                rel = ((got.float() - want.float()).norm() / want.float().norm()).item()
+                x = x0.clone()
+
+                def one_round(
+                    fn: Callable[[torch.Tensor, LayerWeights], torch.Tensor] = fn, x: torch.Tensor = x
+                ) -> None:
+                    h = x
+                    for i in range(depth):
+                        h = fn(h, layers[i % copies])
+
+                if device.type == "cuda":
+                    seconds = time_call(graph_of(one_round, device), device, iters=1, repeats=args.repeats)
+                else:
+                    seconds = time_call(one_round, device, iters=1, repeats=args.repeats)
+            result["variants"][variant] = {"us_per_layer": seconds / depth * 1e6, "us_per_step": seconds * 1e6,
+                                           "GBps": layer_bytes * depth / seconds / 1e9, "rel_err_vs_reference": rel}  # fmt: skip
+        except Exception as exc:  # a variant the compiler or the device refuses: reported, not fatal
+            result["variants"][variant] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    stages = gemv.decode_stages(config)
+    for proj in ("qkv", "o", "gate_up", "down"):
+        result["projections"][proj] = time_projection(
+            config, proj, stages[proj], layers, args, device, dtype, use_kernels
+        )
+    return result
+
+
+def time_projection(
+    config: ModelConfig,
+    proj: str,
+    st: gemv.FusedStages,
+    layers: list[LayerWeights],
+    args: argparse.Namespace,
+    device: torch.device,
+    dtype: torch.dtype,
+    use_kernels: bool,
+) -> dict[str, Any]:
+    """One projection alone (its table config, rotating weight copies, graph-replayed): ``plain``,
+    ``staged`` (the stages its block folds in) and ``staged_constant`` (also weight_is_constant)."""
+    n, k, gated = gemv.decode_projections(config)[proj]
+    copies = len(layers)
+    ws = [getattr(p, proj) for p in layers]
+    gen = torch.Generator(device=device).manual_seed(n + k)
+    xs = [torch.randn(1, k, generator=gen, device=device).to(dtype) for _ in range(copies)]
+    norm_w = torch.randn(max(n, k), generator=gen, device=device).to(dtype)
+    stage_args: dict[str, Any] = {
+        "in_norm": NormSpec(norm_w[:k], config.rms_norm_eps, st.unit_offset) if st.in_norm else None
+    }
+    if not gated:
+        stage_args["residual"] = (
+            torch.randn(1, n, generator=gen, device=device).to(dtype) if st.residual else None
+        )
+        stage_args["out_norm"] = (
+            NormSpec(norm_w[:n], config.rms_norm_eps, st.unit_offset) if st.out_norm else None
+        )
+    row: dict[str, Any] = {"n": n, "k": k, "gated": gated, "stages": dataclasses.asdict(st)}
+    for kind, staged, extra in (
+        ("plain", {}, {}),
+        ("staged", stage_args, {}),
+        ("staged_constant", stage_args, {"weight_is_constant": True}),
+    ):
+        call = _projection_call(config, gated, xs, ws, staged, extra, use_kernels)
+
+        def one_round(call: Callable[[int], torch.Tensor] = call) -> None:
+            for i in range(CALLS_PER_GRAPH):
+                call(i % copies)
+
+        try:
+            if device.type == "cuda":
+                seconds = time_call(graph_of(one_round, device), device, iters=1, repeats=args.repeats)
+            else:
+                seconds = time_call(one_round, device, iters=1, repeats=args.repeats)
+            row[kind] = {"us": seconds / CALLS_PER_GRAPH * 1e6}
+        except Exception as exc:  # reported, not fatal
+            row[kind] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    return row
+
+
+def _projection_call(
+    config: ModelConfig,
+    gated: bool,
+    xs: list[torch.Tensor],
+    ws: list[torch.Tensor],
+    staged: dict[str, Any],
+    extra: dict[str, Any],
+    use_kernels: bool,
+) -> Callable[[int], torch.Tensor]:
+    """Call ``i``: the kernel (or, on a CPU without the interpreter, the reference) on copy ``i``."""
+
+    def call(i: int) -> torch.Tensor:
+        if gated and use_kernels:
+            return gemv.gated_mlp_triton(xs[i], ws[i], config.hidden_act, **staged, **extra)
+        if gated:
+            return gemv.gated_mlp_reference(xs[i], ws[i], config.hidden_act, **staged)
+        if use_kernels:
+            return gemv.linear_triton(xs[i], ws[i], **staged, **extra)
+        return gemv.linear_reference(xs[i], ws[i], **staged)
+
+    return call
+
+
+def print_chain(r: dict[str, Any]) -> None:
+    print(f"\n{r['model']}: {r['layers']} layers, {r['layer_weight_bytes'] / 2**20:.0f} MiB of projection weights "
+          f"per layer ({r['copies']} distinct copies)")  # fmt: skip
+    print(f"  {'variant':16s} {'us/layer':>9s} {'us/step':>9s} {'GB/s':>7s} {'rel.err':>9s}")
+    for variant, v in r["variants"].items():
+        if "us_per_layer" in v:
+            print(
+                f"  {variant:16s} {v['us_per_layer']:9.2f} {v['us_per_step']:9.1f} {v['GBps']:7.0f} {v['rel_err_vs_reference']:9.2e}"
+            )
+        else:
+            print(f"  {variant:16s} {v.get('skipped') or 'FAILED ' + v['error']}")
+    print(
+        f"  {'projection':10s} {'stages':28s} {'plain us':>9s} {'staged us':>9s} {'+const us':>9s} {'stage cost':>10s}"
+    )
+    for proj, row in r["projections"].items():
+        st = row["stages"]
+        names = "+".join(k for k in ("in_norm", "out_norm", "residual") if st[k]) or "-"
+        times = [row[k].get("us", math.nan) for k in ("plain", "staged", "staged_constant")]
+        print(
+            f"  {proj:10s} {names:28s} {times[0]:9.2f} {times[1]:9.2f} {times[2]:9.2f} {times[1] - times[0]:+10.2f}"
+        )
+
+
+def main_chain(args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    models = {f"tiny-{k}": v for k, v in TINY_CONFIGS.items()} if args.dry_run else dict(REAL_SHAPE_CONFIGS)
+    results = []
+    with torch.inference_mode():
+        for model, hf in models.items():
+            r = run_chain(model, hf, args, device, dtype)
+            print_chain(r)
+            results.append(r)
+    return {"mode": "chain", "variants": list(args.variants), "results": results}
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--device", default=None, help="cuda (default when present) or cpu")
@@ -287,6 +586,17 @@ def main(argv: list[str] | None = None) -> int:
         help="past this many seconds, the remaining cases time only the picked and the heuristic config",
     )
     p.add_argument("--json", type=Path, default=None, help="write the JSON report here")
+    p.add_argument(
+        "--mode", choices=["sweep", "chain"], default="sweep",
+        help="sweep: launch configs per projection against cuBLAS; chain: a layer's fused projections",
+    )  # fmt: skip
+    p.add_argument(
+        "--variants",
+        nargs="+",
+        choices=CHAIN_VARIANTS,
+        default=list(CHAIN_VARIANTS),
+        help="chain variants to time",
+    )
     args = p.parse_args(argv)
     device = pick_device(args.device)
     dtype = DTYPES[args.dtype]
@@ -300,6 +610,18 @@ def main(argv: list[str] | None = None) -> int:
     copy = d2d_copy_bandwidth(device, mib=8 if args.dry_run else 1024)
     args.copy_gbps = copy["best_GBps"]
     print(f"device-to-device copy: {args.copy_gbps:.0f} GB/s (best), {copy['median_GBps']:.0f} GB/s (median)")
+    if args.mode == "chain":
+        report = {
+            "benchmark": "gemv_chain", "dtype": args.dtype, "copy": copy, "environment": environment(device),
+            "pdl": os.environ.get("INFER_REF_PDL", "1") != "0",
+            "timing": {"repeats": args.repeats, "clock": "cuda events, graph replay" if device.type == "cuda" else "perf_counter"},
+            **main_chain(args, device, dtype), "elapsed_s": time.perf_counter() - started,
+        }  # fmt: skip
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(report, indent=2) + "\n")
+            print(f"wrote {args.json}")
+        return 0
     models = {f"tiny-{k}": v for k, v in TINY_CONFIGS.items()} if args.dry_run else dict(REAL_SHAPE_CONFIGS)
     results = []
     with torch.inference_mode():

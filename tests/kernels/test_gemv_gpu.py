@@ -12,6 +12,15 @@ and each rounding to the dtype may land one ulp away from the oracle's when the 
 a rounding boundary; the gated epilogue passes errors on through the activation's slope (<= 1.13)
 and the product. In bf16 that is about one bf16 ulp (2**-8 relative) per output, in float32 about
 ``K * 2**-24`` relative: a wrong column, row, split or tile is off by far more.
+
+The fused stages (in_norm, out_norm, residual) are held to the oracle's intervals: with random
+inputs those add the accumulation bound's effect; with sums exact in float32 (integer-grid inputs,
+or a permutation weight through which the output is the normalised input itself) they are one
+value per element except where the norm's rstd may round differently, so every rounding of the
+prologue and epilogue is checked. Each family's projections are checked with the stages its block
+really folds in (``decode_stages``), and a captured chain of whole layers with
+``weight_is_constant`` (the first weight tile read before the dependency wait) must equal the same
+chain run eagerly, bit for bit.
 """
 
 from __future__ import annotations
@@ -23,15 +32,17 @@ import pytest
 import torch
 
 from infer_ref.config import ModelConfig
-from infer_ref.kernels import gemv
+from infer_ref.kernels import gemv, gemv_kernels
 from infer_ref.kernels.gemv import (
     CUBLAS_SHAPES,
     GATED_CONFIGS,
     LINEAR_CONFIGS,
     MAX_ROWS,
     TABLE_ROWS,
+    FusedStages,
     GemvConfig,
     decode_projections,
+    decode_stages,
     default_config,
     gated_mlp,
     gated_mlp_reference,
@@ -42,6 +53,7 @@ from infer_ref.kernels.gemv import (
     linear_triton,
     split_plan,
 )
+from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.pdl import ENV_SWITCH
 from infer_ref.kernels.switch import decode_kernels
 from infer_ref.testing.gemv_oracle import gated_epilogue_oracle, gated_oracle, linear_oracle, violations
@@ -379,7 +391,9 @@ def test_a_captured_chain_reads_each_predecessors_output(monkeypatch: pytest.Mon
     are deterministic), for two different inputs replayed through the same graph."""
     n = 2048  # square, so each output feeds the next product; Llama's o shape (a table entry)
     g = torch.Generator(device=CUDA).manual_seed(21)
-    weights = [(torch.randn(n, n, generator=g, device=CUDA) / math.sqrt(n)).to(torch.bfloat16) for _ in range(8)]
+    weights = [
+        (torch.randn(n, n, generator=g, device=CUDA) / math.sqrt(n)).to(torch.bfloat16) for _ in range(8)
+    ]
     x = torch.empty(1, n, device=CUDA, dtype=torch.bfloat16)
 
     def chain() -> torch.Tensor:
@@ -403,4 +417,420 @@ def test_a_captured_chain_reads_each_predecessors_output(monkeypatch: pytest.Mon
     monkeypatch.setenv(ENV_SWITCH, "0")
     for value, got in zip(inputs, replayed, strict=True):
         x.copy_(value)
-        assert torch.equal(got, chain()), "a captured kernel read its input before the previous kernel finished"
+        assert torch.equal(got, chain()), (
+            "a captured kernel read its input before the previous kernel finished"
+        )
+
+
+# -- the fused stages ------------------------------------------------------------------------------
+
+
+def _norm(d: int, dtype: torch.dtype, unit_offset: bool, seed: int) -> NormSpec:
+    """Norm weights as trained models have them: Llama's around 1, Gemma's offsets around 0."""
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+    w = torch.randn(d, generator=g, device=CUDA, dtype=torch.float32)
+    return NormSpec((0.5 * w if unit_offset else 1.0 + 0.3 * w).to(dtype), 1e-6, unit_offset)
+
+
+def _residual(shape: tuple[int, ...], dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+    return (2.0 * torch.randn(*shape, generator=g, device=CUDA, dtype=torch.float32)).to(dtype)
+
+
+def _stage_args(
+    st: FusedStages, rows: tuple[int, ...], n: int, k: int, dtype: torch.dtype, seed: int
+) -> dict:
+    return {
+        "in_norm": _norm(k, dtype, st.unit_offset, seed + 1) if st.in_norm else None,
+        "out_norm": _norm(n, dtype, st.unit_offset, seed + 2) if st.out_norm else None,
+        "residual": _residual((*rows, n), dtype, seed + 3) if st.residual else None,
+    }
+
+
+def _staged_cases() -> list[tuple[str, int, int, bool, str, FusedStages]]:
+    """(name, N, K, gated, act, stages) for each layer projection of the three families, with the
+    stages its block folds in: qkv/gate_up in_norm, o/down residual (and out_norm for Gemma)."""
+    cases = []
+    for model, hf in REAL_SHAPE_CONFIGS.items():
+        config = ModelConfig.from_hf_dict(hf)
+        stages = decode_stages(config)
+        for proj, (n, k, gated) in decode_projections(config).items():
+            if proj != "lm_head":
+                cases.append((f"{model}/{proj}", n, k, gated, config.hidden_act, stages[proj]))
+    return cases
+
+
+STAGED_CASES = _staged_cases()
+
+
+def _check_staged(
+    x: torch.Tensor,
+    w: torch.Tensor,
+    gated: bool,
+    act: str,
+    kw: dict,
+    constant: bool,
+    config: GemvConfig | None,
+    what: str,
+) -> torch.Tensor:
+    if gated:
+        out = _poisoned((*x.shape[:-1], w.shape[0] // 2), x.dtype)
+        gated_mlp_triton(
+            x, w, act, out=out, in_norm=kw["in_norm"], weight_is_constant=constant, config=config
+        )
+        problem = violations(out, *gated_oracle(x, w, act, in_norm=kw["in_norm"]))
+    else:
+        out = _poisoned((*x.shape[:-1], w.shape[0]), x.dtype)
+        assert linear_triton(x, w, out=out, **kw, weight_is_constant=constant, config=config) is out
+        problem = violations(out, *linear_oracle(x, w, **kw))
+    assert problem is None, f"{what}: {problem}"
+    return out
+
+
+@pytest.mark.parametrize(
+    ("name", "n", "k", "gated", "act", "stages"), STAGED_CASES, ids=[c[0] for c in STAGED_CASES]
+)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_fused_stages_on_real_shapes(
+    name: str, n: int, k: int, gated: bool, act: str, stages: FusedStages, dtype: torch.dtype
+) -> None:
+    """Each family's projections with the stages they really use, the configuration the dispatch
+    picks (rows 1: the table's; more: the heuristic's), weight_is_constant off and on, fresh inputs
+    per call, poisoned outputs."""
+    for rows in (1, 4):
+        for constant in (False, True):
+            seed = zlib.crc32(f"{name} {dtype} {rows} {constant}".encode())
+            x, w, _ = _inputs((rows,), n, k, dtype, seed)
+            kw = _stage_args(stages, (rows,), n, k, dtype, seed)
+            _check_staged(
+                x,
+                w,
+                gated,
+                act,
+                kw,
+                constant,
+                None,
+                f"{name} {stages} {dtype} rows {rows} constant={constant}",
+            )
+
+
+# Stage sets for the odd shapes: (in_norm formula, out_norm formula, residual, bias); None: absent.
+ODD_STAGES = [
+    ("llama", None, False, False),
+    ("gemma", None, True, True),
+    (None, None, True, True),
+    (None, "llama", True, False),
+    ("llama", "gemma", True, True),
+    (None, "gemma", False, False),
+]
+
+
+@pytest.mark.parametrize("config", ODD_CONFIGS, ids=_config_id)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_fused_stages_odd_shapes_every_path(config: GemvConfig, dtype: torch.dtype) -> None:
+    """Every stage set on every path, unsplit and split (more slices than tiles too), partial blocks
+    and tiles, rows 1..8, weight_is_constant alternating; the gated kernel with either in_norm."""
+    for rows in (1, 2, 3, 5, MAX_ROWS):
+        for i, (fin, fout, residual, bias) in enumerate(ODD_STAGES):
+            seed = 1000 * rows + 10 * i + config.split_k
+            x, w, b = _inputs((rows,), ODD_N, ODD_K, dtype, seed)
+            kw = {
+                "bias": b if bias else None,
+                "in_norm": _norm(ODD_K, dtype, fin == "gemma", seed + 1) if fin else None,
+                "out_norm": _norm(ODD_N, dtype, fout == "gemma", seed + 2) if fout else None,
+                "residual": _residual((rows, ODD_N), dtype, seed + 3) if residual else None,
+            }
+            out = _poisoned((rows, ODD_N), dtype)
+            linear_triton(x, w, out=out, **kw, weight_is_constant=(i + rows) % 2 == 0, config=config)
+            problem = violations(out, *linear_oracle(x, w, **kw))
+            assert problem is None, f"{ODD_STAGES[i]} {dtype} rows {rows}: {problem}"
+        xg, wg, _ = _inputs((rows,), 2 * 171, ODD_K, dtype, 200 * rows + config.split_k)
+        for j, act in enumerate(ACTS):
+            kw = {"in_norm": _norm(ODD_K, dtype, j == 1, 300 * rows + j)}
+            _check_staged(
+                xg, wg, True, act, kw, (j + rows) % 2 == 0, config, f"gated {act} in_norm {dtype} rows {rows}"
+            )
+
+
+def _permutation(n: int, k: int, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    """``[n, k]``, one 1 per row at distinct random columns (n <= k): the product of a normalised x
+    through it is that x's elements, every float32 sum exact."""
+    g = torch.Generator(device=CUDA).manual_seed(seed)
+    cols = torch.randperm(k, generator=g, device=CUDA)[:n]
+    w = torch.zeros(n, k, dtype=dtype, device=CUDA)
+    w[torch.arange(n, device=CUDA), cols] = 1.0
+    return w
+
+
+@pytest.mark.parametrize("config", EXACT_CONFIGS, ids=_config_id)
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_in_norm_rounds_like_rms_norm(config: GemvConfig, dtype: torch.dtype) -> None:
+    """Through a permutation weight the output is the prologue's normalised x itself (K = 2048, the
+    permutation crossing every K slice): it must equal the oracle exactly wherever its range is one
+    value, so each rounding of either formula is checked, with rstd over all of K. Gated: gate and
+    up are two permutations of the normalised x."""
+    k = 2048
+    for formula in (False, True):
+        for rows in (1, 3):
+            for constant in (False, True):
+                x, _, _ = _inputs((rows,), 1, k, dtype, 500 + rows + 10 * formula)
+                norm = _norm(k, dtype, formula, 600 + rows)
+                w = _permutation(k, k, dtype, 700 + rows)
+                got = linear_triton(x, w, in_norm=norm, weight_is_constant=constant, config=config)
+                problem = violations(got, *linear_oracle(x, w, in_norm=norm, sums_exact=True))
+                assert problem is None, f"unit_offset={formula} rows {rows} constant={constant}: {problem}"
+                wg = torch.cat(
+                    [_permutation(k // 2, k, dtype, 800 + rows), _permutation(k // 2, k, dtype, 900 + rows)]
+                )
+                got = gated_mlp_triton(
+                    x, wg, "silu", in_norm=norm, weight_is_constant=constant, config=config
+                )
+                problem = violations(got, *gated_oracle(x, wg, "silu", in_norm=norm, sums_exact=True))
+                assert problem is None, f"gated unit_offset={formula} rows {rows}: {problem}"
+
+
+@pytest.mark.parametrize("config", EXACT_CONFIGS, ids=_config_id)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_exact_sums_epilogue_rounds_like_eager(config: GemvConfig, dtype: torch.dtype) -> None:
+    """With exact sums the product is round(exact): ``round(r32 + round(y))`` must equal eager's
+    ``r + y`` bit for bit, with and without a bias (a residual added to the unrounded sum differs in
+    a large fraction of the elements); the out_norm (either formula) then the residual must equal the
+    oracle exactly wherever its range is one value, and eager torch's result there."""
+    n, k, rows = 2048, 2048, 4
+    for seed in range(2):
+        x, w, b = _exact_inputs(rows, n, k, dtype, 70 + seed)
+        r = _residual((rows, n), dtype, 80 + seed)
+        exact = x.double() @ w.double().T
+        for bias in (None, b):
+            y = exact if bias is None else exact + bias.double()
+            got = linear_triton(x, w, bias, residual=r, weight_is_constant=seed == 1, config=config)
+            want = r + y.to(dtype)  # eager's add of the rounded product
+            assert torch.equal(got, want), (
+                f"bias={bias is not None}: {int((got != want).sum())} elements differ from r + round(y)"
+            )
+        for unit_offset in (False, True):
+            norm = _norm(n, dtype, unit_offset, 90 + seed)
+            got = linear_triton(x, w, b, residual=r, out_norm=norm, config=config)
+            want, bound = linear_oracle(x, w, b, residual=r, out_norm=norm, sums_exact=True)
+            assert violations(got, want, bound) is None, (
+                f"out_norm unit_offset={unit_offset}: {violations(got, want, bound)}"
+            )
+            eager = linear_reference(x, w, b, residual=r, out_norm=norm)
+            exact_elems = bound == 0
+            assert torch.equal(got[exact_elems], eager[exact_elems]), (
+                "differs from eager where the oracle is exact"
+            )
+            assert exact_elems.float().mean() > 0.9
+
+
+def test_out_norm_over_a_row_wider_than_its_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With OUT_NORM_BLOCK lowered to 256, Gemma's 1152-wide rows are walked in five blocks: the
+    norm must still be over the whole row (exact sums: exact wherever the oracle's range is one value)."""
+    monkeypatch.setattr(gemv_kernels, "OUT_NORM_BLOCK", 256)
+    n, k = 1152, 1024
+    for config in (None, GemvConfig(32, 128, 4, 4, 4, "dot")):
+        for unit_offset in (False, True):
+            x, w, b = _exact_inputs(3, n, k, torch.bfloat16, 95)
+            r = _residual((3, n), torch.bfloat16, 96)
+            norm = _norm(n, torch.bfloat16, unit_offset, 97)
+            got = linear_triton(x, w, b, residual=r, out_norm=norm, config=config)
+            want, bound = linear_oracle(x, w, b, residual=r, out_norm=norm, sums_exact=True)
+            assert violations(got, want, bound) is None, (
+                f"{config} unit_offset={unit_offset}: {violations(got, want, bound)}"
+            )
+
+
+def test_fused_dispatch_on_cuda() -> None:
+    """Switched on, the dispatching calls with stages give the kernel's result bit for bit (a
+    CUBLAS_SHAPES weight too once it has an in_norm); off, the reference's."""
+    x, w, _ = _inputs((1, 1), 2048, 2048, torch.bfloat16, 110)
+    kw = {"in_norm": _norm(2048, torch.bfloat16, True, 111), "residual": _residual((1, 1, 2048), torch.bfloat16, 112),
+          "out_norm": _norm(2048, torch.bfloat16, True, 113)}  # fmt: skip
+    qn, qk = sorted(CUBLAS_SHAPES)[0]
+    xq, wq, _ = _inputs((1, 1), qn, qk, torch.bfloat16, 114)
+    nq = _norm(qk, torch.bfloat16, False, 115)
+    with decode_kernels():
+        assert torch.equal(linear(x, w, **kw, weight_is_constant=True), linear_triton(x, w, **kw))
+        assert torch.equal(linear(xq, wq, in_norm=nq), linear_triton(xq, wq, in_norm=nq))
+        assert torch.equal(
+            gated_mlp(x, w, "silu", in_norm=kw["in_norm"]),
+            gated_mlp_triton(x, w, "silu", in_norm=kw["in_norm"]),
+        )
+    assert torch.equal(linear(x, w, **kw), linear_reference(x, w, **kw))
+    assert torch.equal(
+        gated_mlp(x, w, "silu", in_norm=kw["in_norm"]),
+        gated_mlp_reference(x, w, "silu", in_norm=kw["in_norm"]),
+    )
+
+
+def test_fused_custom_ops_under_torch_compile() -> None:
+    """The stages travel through the custom ops (each NormSpec flattened to weight, eps, formula):
+    a compiled caller gets the kernels' results bit for bit."""
+    x, w, _ = _inputs((1, 1), 1152, 1024, torch.bfloat16, 120)
+    _, wg, _ = _inputs((1,), 2 * 3456, 1152, torch.bfloat16, 121)
+    n_in, n_out = _norm(1024, torch.bfloat16, True, 122), _norm(1152, torch.bfloat16, True, 123)
+    n_g = _norm(1152, torch.bfloat16, False, 124)
+    r = _residual((1, 1, 1152), torch.bfloat16, 125)
+
+    @torch.compile(fullgraph=False)
+    def step(x: torch.Tensor, r: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = linear(x, w, in_norm=n_in, residual=r, out_norm=n_out, weight_is_constant=True)
+        return y, gated_mlp(y, wg, "gelu_pytorch_tanh", in_norm=n_g, weight_is_constant=True)
+
+    with decode_kernels():
+        y, z = step(x, r)
+    assert torch.equal(y, linear_triton(x, w, in_norm=n_in, residual=r, out_norm=n_out))
+    assert torch.equal(z, gated_mlp_triton(y, wg, "gelu_pytorch_tanh", in_norm=n_g))
+
+
+def test_fused_results_are_deterministic() -> None:
+    """Split partials summed in order, norms over whole rows: two runs agree bit for bit."""
+    config = GemvConfig(32, 128, 8, 4, 4, "dot")
+    x, w, b = _inputs((4,), 2048, 8192, torch.bfloat16, 130)
+    kw = {"in_norm": _norm(8192, torch.bfloat16, False, 131), "residual": _residual((4, 2048), torch.bfloat16, 132),
+          "out_norm": _norm(2048, torch.bfloat16, True, 133)}  # fmt: skip
+    first = linear_triton(x, w, b, **kw, config=config)
+    for constant in (False, True):
+        assert torch.equal(first, linear_triton(x, w, b, **kw, weight_is_constant=constant, config=config))
+    g1 = gated_mlp_triton(x, w, "silu", in_norm=kw["in_norm"], config=config)
+    assert torch.equal(
+        g1, gated_mlp_triton(x, w, "silu", in_norm=kw["in_norm"], weight_is_constant=True, config=config)
+    )
+
+
+def test_captured_fused_calls_follow_changed_inputs() -> None:
+    """Captured with every stage (one call forcing split K, so partials are allocated inside the
+    capture, one with an out_norm and one split), replayed after x, the weights, the norm weights and
+    the residual change in place: each replay meets a fresh oracle."""
+    n, k = 2048, 2048
+    split = GemvConfig(32, 128, 4, 4, 4, "dot")
+    x, w, _ = _inputs((1, 1), n, k, torch.bfloat16, 140)
+    _, wg, _ = _inputs((1,), 2 * 4096, k, torch.bfloat16, 141)
+    n_in, n_out = _norm(k, torch.bfloat16, False, 142), _norm(n, torch.bfloat16, True, 143)
+    r = _residual((1, 1, n), torch.bfloat16, 144)
+
+    def step() -> tuple[torch.Tensor, ...]:
+        return (
+            linear(x, w, in_norm=n_in, residual=r, weight_is_constant=True),
+            linear(x, w, residual=r, out_norm=n_out, weight_is_constant=True),
+            linear_triton(
+                x, w, in_norm=n_in, residual=r, out_norm=n_out, weight_is_constant=True, config=split
+            ),
+            gated_mlp(x, wg, "silu", in_norm=n_in, weight_is_constant=True),
+        )
+
+    with decode_kernels():
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = step()
+    for seed in range(3):
+        fx, fw, _ = _inputs((1, 1), n, k, torch.bfloat16, 150 + seed)
+        _, fwg, _ = _inputs((1,), 2 * 4096, k, torch.bfloat16, 160 + seed)
+        fin, fout = _norm(k, torch.bfloat16, False, 170 + seed), _norm(n, torch.bfloat16, True, 180 + seed)
+        fr = _residual((1, 1, n), torch.bfloat16, 190 + seed)
+        for static, fresh in (
+            (x, fx),
+            (w, fw),
+            (wg, fwg),
+            (n_in.weight, fin.weight),
+            (n_out.weight, fout.weight),
+            (r, fr),
+        ):
+            static.copy_(fresh)
+        for o in outs:
+            o.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        wants = [
+            linear_oracle(fx, fw, in_norm=fin, residual=fr),
+            linear_oracle(fx, fw, residual=fr, out_norm=fout),
+            linear_oracle(fx, fw, in_norm=fin, residual=fr, out_norm=fout),
+            gated_oracle(fx, fwg, "silu", in_norm=fin),
+        ]
+        for i, (got, want) in enumerate(zip(outs, wants, strict=True)):
+            problem = violations(got, *want)
+            assert problem is None, f"replay {seed}, call {i}: {problem}"
+
+
+@pytest.mark.parametrize("model", sorted(REAL_SHAPE_CONFIGS))
+def test_captured_layer_chain_with_constant_weights_matches_eager(
+    monkeypatch: pytest.MonkeyPatch, model: str
+) -> None:
+    """Four layers of the family's projections as its blocks run them (qkv with in_norm, o adding to
+    the residual stream, Gemma's out_norm, gate_up with in_norm, down adding), weight_is_constant on,
+    captured in one graph with programmatic dependent launch: every kernel reads its weight's first
+    tile before its predecessor finishes, and x, the residual and the partials only after. Expected:
+    the same chain run eagerly with PDL off, bit for bit, for two inputs replayed through one graph.
+    The chain's output is also held to a chain of oracles, layer by layer, on the first input."""
+    config = ModelConfig.from_hf_dict(REAL_SHAPE_CONFIGS[model])
+    shapes, stages = decode_projections(config), decode_stages(config)
+    e, q_dim, act = (
+        config.hidden_size,
+        config.num_attention_heads * config.computed_head_dim,
+        config.hidden_act,
+    )
+    dtype, layers = torch.bfloat16, 4
+    params = []
+    for layer in range(layers):
+        p: dict = {}
+        for proj in ("qkv", "o", "gate_up", "down"):
+            n, k, _ = shapes[proj]
+            p[proj] = _inputs((1,), n, k, dtype, 1000 * layer + n)[1]
+            st = stages[proj]
+            p[proj + "_in"] = _norm(k, dtype, st.unit_offset, 2000 * layer + k) if st.in_norm else None
+            p[proj + "_out"] = _norm(n, dtype, st.unit_offset, 3000 * layer + n) if st.out_norm else None
+        params.append(p)
+    x = torch.empty(1, 1, e, device=CUDA, dtype=dtype)
+
+    def chain() -> torch.Tensor:
+        h = x
+        for p in params:
+            qkv = linear(h, p["qkv"], in_norm=p["qkv_in"], weight_is_constant=True)
+            h = linear(qkv[..., :q_dim], p["o"], residual=h, out_norm=p["o_out"], weight_is_constant=True)
+            mid = gated_mlp(h, p["gate_up"], act, in_norm=p["gate_up_in"], weight_is_constant=True)
+            h = linear(mid, p["down"], residual=h, out_norm=p["down_out"], weight_is_constant=True)
+        return h
+
+    g = torch.Generator(device=CUDA).manual_seed(4000)
+    inputs = [torch.randn(1, 1, e, generator=g, device=CUDA).to(dtype) for _ in range(2)]
+    with decode_kernels():
+        x.copy_(inputs[0])
+        chain()  # compile outside the capture
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            captured = chain()
+        replayed = []
+        for value in inputs:
+            x.copy_(value)
+            graph.replay()
+            replayed.append(captured.clone())
+        monkeypatch.setenv(ENV_SWITCH, "0")
+        for i, (value, got) in enumerate(zip(inputs, replayed, strict=True)):
+            x.copy_(value)
+            assert torch.equal(got, chain()), f"input {i}: the captured chain differs from the eager one"
+    # One layer at a time against the oracle (each layer's input: the kernels' previous output).
+    h = inputs[0]
+    with decode_kernels():
+        for layer, p in enumerate(params):
+            qkv = linear(h, p["qkv"], in_norm=p["qkv_in"])
+            assert violations(qkv, *linear_oracle(h, p["qkv"], in_norm=p["qkv_in"])) is None, (
+                f"layer {layer} qkv"
+            )
+            o = linear(qkv[..., :q_dim], p["o"], residual=h, out_norm=p["o_out"])
+            want = linear_oracle(qkv[..., :q_dim], p["o"], residual=h, out_norm=p["o_out"])
+            assert violations(o, *want) is None, f"layer {layer} o"
+            mid = gated_mlp(o, p["gate_up"], act, in_norm=p["gate_up_in"])
+            assert violations(mid, *gated_oracle(o, p["gate_up"], act, in_norm=p["gate_up_in"])) is None, (
+                f"layer {layer} gate_up"
+            )
+            h = linear(mid, p["down"], residual=o, out_norm=p["down_out"])
+            assert (
+                violations(h, *linear_oracle(mid, p["down"], residual=o, out_norm=p["down_out"])) is None
+            ), f"layer {layer} down"

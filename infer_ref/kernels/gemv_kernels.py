@@ -1,0 +1,484 @@
+"""The Triton kernels of the decode matrix-vector products and their launch (``gemv.py`` holds the
+definitions, the checks and the dispatch; its docstring describes what the kernels compute).
+
+:func:`launch` takes arguments ``gemv.py`` has already checked and launches the main kernel
+(``_gemv_kernel``: a program per column block and K slice, the in_norm prologue, the weight-tile
+prefetch, the residual epilogue with one slice) and, where needed, a combine kernel: the split-K
+combine (``_combine_kernel``: partials summed in slice order, then finished, then the residual) or
+the out_norm combine (``_combine_norm_kernel``: a program per whole row).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from infer_ref.kernels.gemv_config import PATHS, GemvConfig, split_plan
+from infer_ref.kernels.norm import NormSpec
+from infer_ref.kernels.pdl import pdl_options
+
+try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
+    import triton
+    import triton.language as tl
+
+    from infer_ref.kernels.pdl import pdl_prologue
+
+    HAVE_TRITON = True
+except ImportError:  # pragma: no cover - depends on the install
+    HAVE_TRITON = False
+
+# The kernels' activation codes (a Triton constexpr), one per name of gemv.ACTIVATIONS.
+ACT_CODES = {"silu": 0, "gelu_pytorch_tanh": 1}
+COMBINE_BLOCK = 256  # columns per program of the split-K combine kernel
+# Columns the out_norm combine holds at once: a row up to this wide is finished, squared and
+# normalised from registers; a wider one is walked twice (squares, then normalise), its partials
+# summed again in the same order (so to the same values) on the second walk.
+OUT_NORM_BLOCK = 4096
+# Elements (padded rows x K columns) of one tile of in_norm's sum-of-squares pass: with one row,
+# a 1B model's whole hidden row in one load; with the dot paths' 16 padded rows, 512 columns.
+NORM_TILE_ELEMENTS = 8192
+
+
+if HAVE_TRITON:
+
+    @triton.jit
+    def _finish(  # type: ignore[no-untyped-def]  # Triton reads the signature
+        acc, acc_up, bias_ptr, offs_n, n_ok,
+        OUT_DTYPE: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+    ):  # fmt: skip
+        # acc, acc_up [R, C] float32 sums -> [R, C] in OUT_DTYPE, rounding where eager torch rounds.
+        if GATED:
+            g = acc.to(OUT_DTYPE).to(tl.float32)
+            u = acc_up.to(OUT_DTYPE).to(tl.float32)
+            if ACT == 0:  # silu, as ATen writes it: x / (1 + exp(-x))
+                a = g / (1.0 + tl.exp(-g))
+            else:  # gelu tanh: 0.5 x (1 + tanh(y)), y = sqrt(2/pi) (x + 0.044715 x^3)
+                # 0.5 (1 + tanh(y)) is sigmoid(2y): no cancellation where tanh(y) nears -1.
+                inner = 0.7978845608028654 * (g + 0.044715 * g * g * g)
+                a = g / (1.0 + tl.exp(-2.0 * inner))
+            a = a.to(OUT_DTYPE).to(tl.float32)
+            y = (a * u).to(OUT_DTYPE)
+        else:
+            if HAS_BIAS:
+                acc = acc + tl.load(bias_ptr + offs_n, mask=n_ok, other=0.0).to(tl.float32)[None, :]
+            y = acc.to(OUT_DTYPE)
+        return y
+
+    @triton.jit
+    def _add_residual(y32, res_ptr, offs_m, offs_n, mask, stride_rm, stride_rn, OUT_DTYPE: tl.constexpr):  # type: ignore[no-untyped-def]
+        # y32 [R, C]: the output already rounded to the dtype (as eager's `residual + y` sees it), in
+        # float32 -> round(r32 + y32) in OUT_DTYPE.
+        r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=mask, other=0.0)
+        return (r.to(tl.float32) + y32).to(OUT_DTYPE)
+
+    @triton.jit
+    def _rstd(sum_sq, count, eps):  # type: ignore[no-untyped-def]
+        # 1 / sqrt(mean + eps) with IEEE sqrt and division: within two roundings of the exact value.
+        return 1.0 / tl.sqrt_rn(sum_sq / count + eps)
+
+    @triton.jit
+    def _normalise(t, w_ptr, offs, ok, rstd, WHOLE: tl.constexpr, UNIT_OFFSET: tl.constexpr):  # type: ignore[no-untyped-def]
+        # t [R, C] in the activation dtype, columns offs of the normalised dimension; rstd [R] float32.
+        # -> rms_norm(t) [R, C] in that dtype, rounding as infer_ref.kernels.norm.rms_norm does.
+        w = tl.load(w_ptr + offs) if WHOLE else tl.load(w_ptr + offs, mask=ok, other=0.0)
+        w = w.to(tl.float32)[None, :]
+        n = t.to(tl.float32) * rstd[:, None]
+        # Gemma: x32 * rstd * (1 + w32), rounded once; Llama/Qwen: round(x32 * rstd), then times w
+        # in the dtype (a float32 product, rounded).
+        h = n * (1.0 + w) if UNIT_OFFSET else w * n.to(t.dtype).to(tl.float32)
+        return h.to(t.dtype)
+
+    @triton.jit
+    def _load_tile(ptrs, row_ok, col_ok, ROWS_WHOLE: tl.constexpr, COLS_WHOLE: tl.constexpr):  # type: ignore[no-untyped-def]
+        # A [R, C] tile; a side known to lie wholly in range needs no mask (plain vector loads).
+        if ROWS_WHOLE and COLS_WHOLE:
+            tile = tl.load(ptrs)
+        elif ROWS_WHOLE:
+            tile = tl.load(ptrs, mask=col_ok[None, :], other=0.0)
+        elif COLS_WHOLE:
+            tile = tl.load(ptrs, mask=row_ok[:, None], other=0.0)
+        else:
+            tile = tl.load(ptrs, mask=row_ok[:, None] & col_ok[None, :], other=0.0)
+        return tile
+
+    @triton.jit
+    def _x_tile(  # type: ignore[no-untyped-def]
+        x_rows, stride_xk, offs_k, m_ok, k_ok, norm_w_ptr, rstd,
+        EVEN_K: tl.constexpr, IN_NORM: tl.constexpr, UNIT_OFFSET: tl.constexpr,
+    ):  # fmt: skip
+        # x's [ROWS_PAD, BLOCK_K] tile at columns offs_k, normalised when IN_NORM (in x's dtype).
+        xt = _load_tile(x_rows + offs_k[None, :] * stride_xk, m_ok, k_ok, False, EVEN_K)
+        if IN_NORM:
+            xt = _normalise(xt, norm_w_ptr, offs_k, k_ok, rstd, EVEN_K, UNIT_OFFSET)
+        return xt
+
+    @triton.jit
+    def _acc_zeros(ROWS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PATH: tl.constexpr):  # type: ignore[no-untyped-def]
+        if PATH == 0:  # dot: [ROWS_PAD, BLOCK_N]
+            acc = tl.zeros([ROWS_PAD, BLOCK_N], tl.float32)
+        elif PATH == 1:  # dot_t: the transpose, [BLOCK_N, ROWS_PAD]
+            acc = tl.zeros([BLOCK_N, ROWS_PAD], tl.float32)
+        elif ROWS_PAD == 1:  # fma, one row: products accumulate per (column, k lane), reduced at the end
+            acc = tl.zeros([BLOCK_N, BLOCK_K], tl.float32)
+        else:  # fma: the same per (row, column, k lane)
+            acc = tl.zeros([ROWS_PAD, BLOCK_N, BLOCK_K], tl.float32)
+        return acc
+
+    @triton.jit
+    def _mac(acc, xt, wt, PATH: tl.constexpr, ROWS_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr):  # type: ignore[no-untyped-def]
+        # acc (shaped as _acc_zeros makes it) += xt [ROWS_PAD, BLOCK_K] times wt [BLOCK_N, BLOCK_K]^T.
+        if PATH == 0:
+            acc = tl.dot(xt, tl.trans(wt), acc, input_precision=DOT_PRECISION)
+        elif PATH == 1:
+            acc = tl.dot(wt, tl.trans(xt), acc, input_precision=DOT_PRECISION)
+        elif ROWS_PAD == 1:
+            acc += wt.to(tl.float32) * xt.to(tl.float32)  # x [1, BLOCK_K] broadcast over the columns
+        else:
+            acc += xt.to(tl.float32)[:, None, :] * wt.to(tl.float32)[None, :, :]
+        return acc
+
+    @triton.jit
+    def _acc_rows(acc, PATH: tl.constexpr, ROWS_PAD: tl.constexpr):  # type: ignore[no-untyped-def]
+        # The accumulator as [ROWS_PAD, BLOCK_N] sums.
+        if PATH == 0:
+            sums = acc
+        elif PATH == 1:
+            sums = tl.trans(acc)
+        elif ROWS_PAD == 1:
+            sums = tl.sum(acc, axis=1)[None, :]
+        else:
+            sums = tl.sum(acc, axis=2)
+        return sums
+
+    @triton.jit
+    def _gemv_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
+        x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, norm_w_ptr, res_ptr,
+        rows, n_out, k, tiles_per_split, up_offset, eps,  # up_offset: rows from gate row j to up row j (I)
+        stride_xm, stride_xk, stride_om, stride_ps, stride_pm, stride_rm, stride_rn,  # x [M, K], out, parts [S, M, *], residual
+        ROWS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PATH: tl.constexpr,
+        EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
+        ACT: tl.constexpr, HAS_BIAS: tl.constexpr, IN_NORM: tl.constexpr, UNIT_OFFSET: tl.constexpr,
+        NORM_BLOCK: tl.constexpr, EVEN_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PREFETCH: tl.constexpr,
+        WRITE_PARTIALS: tl.constexpr, USE_PDL: tl.constexpr,
+    ):  # fmt: skip
+        # Program (column block, K slice): columns [n0, n0 + BLOCK_N) of every row over one slice of K.
+        pid_n = tl.program_id(0)
+        split = tl.program_id(1)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BLOCK_N]
+        n_ok = offs_n < n_out
+        offs_m = tl.arange(0, ROWS_PAD)  # [ROWS_PAD]
+        m_ok = offs_m < rows
+        # Every slice walks the same tile count (a kernel argument, not derived from the program id:
+        # a uniform trip count pipelines best) and ends where the next begins; tiles past K load nothing.
+        k_start = split * tiles_per_split * BLOCK_K
+        # Row pointers in int64: row * K overflows int32 for weights past 2**31 elements.
+        w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * k  # [BLOCK_N, 1]
+        w_up_rows = w_ptr + (offs_n + up_offset).to(tl.int64)[:, None] * k  # read only if GATED
+        x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm  # [ROWS_PAD, 1]
+        acc = _acc_zeros(ROWS_PAD, BLOCK_N, BLOCK_K, PATH)
+        acc_up = _acc_zeros(ROWS_PAD, BLOCK_N, BLOCK_K, PATH)
+        if PREFETCH:
+            # No earlier kernel writes the weight (weight_is_constant): the first tile's loads go out
+            # before the grid-dependency wait, overlapping the predecessor's tail (peeled off the loop).
+            offs_k = k_start + tl.arange(0, BLOCK_K)
+            w_first = _load_tile(w_rows + offs_k[None, :], n_ok, offs_k < k, EVEN_N, EVEN_K)
+            wu_first = w_first
+            if GATED:
+                wu_first = _load_tile(w_up_rows + offs_k[None, :], n_ok, offs_k < k, EVEN_N, EVEN_K)
+        pdl_prologue(USE_PDL)  # x and the residual are earlier kernels' outputs: read only after it
+        rstd = tl.full([ROWS_PAD], 1.0, tl.float32)
+        if IN_NORM:
+            # Each row's mean square over ALL of K, whichever slice this program multiplies.
+            norm_start, norm_end = 0, k
+            sum_sq = tl.zeros([ROWS_PAD], tl.float32)
+            for k0 in range(norm_start, norm_end, NORM_BLOCK):
+                offs = k0 + tl.arange(0, NORM_BLOCK)
+                xn = _load_tile(x_rows + offs[None, :] * stride_xk, m_ok, offs < norm_end, False, EVEN_NORM)
+                xn = xn.to(tl.float32)
+                sum_sq += tl.sum(xn * xn, axis=1)
+            rstd = _rstd(sum_sq, norm_end - norm_start, eps)
+        if PREFETCH:
+            offs_k = k_start + tl.arange(0, BLOCK_K)
+            xt = _x_tile(
+                x_rows, stride_xk, offs_k, m_ok, offs_k < k, norm_w_ptr, rstd, EVEN_K, IN_NORM, UNIT_OFFSET
+            )
+            acc = _mac(acc, xt, w_first, PATH, ROWS_PAD, DOT_PRECISION)
+            if GATED:
+                acc_up = _mac(acc_up, xt, wu_first, PATH, ROWS_PAD, DOT_PRECISION)
+        for tile in range(1 if PREFETCH else 0, tiles_per_split):
+            offs_k = k_start + tile * BLOCK_K + tl.arange(0, BLOCK_K)
+            k_ok = offs_k < k
+            xt = _x_tile(
+                x_rows, stride_xk, offs_k, m_ok, k_ok, norm_w_ptr, rstd, EVEN_K, IN_NORM, UNIT_OFFSET
+            )
+            wt = _load_tile(w_rows + offs_k[None, :], n_ok, k_ok, EVEN_N, EVEN_K)  # [BLOCK_N, BLOCK_K]
+            acc = _mac(acc, xt, wt, PATH, ROWS_PAD, DOT_PRECISION)
+            if GATED:
+                wu = _load_tile(w_up_rows + offs_k[None, :], n_ok, k_ok, EVEN_N, EVEN_K)
+                acc_up = _mac(acc_up, xt, wu, PATH, ROWS_PAD, DOT_PRECISION)
+        sums = _acc_rows(acc, PATH, ROWS_PAD)  # [ROWS_PAD, BLOCK_N]
+        sums_up = _acc_rows(acc_up, PATH, ROWS_PAD)
+        mask = m_ok[:, None] & n_ok[None, :]
+        if WRITE_PARTIALS:
+            part = part_ptr + split * stride_ps + offs_m[:, None] * stride_pm + offs_n[None, :]
+            tl.store(part, sums, mask=mask)
+            if GATED:
+                tl.store(part + up_offset, sums_up, mask=mask)
+        else:
+            y = _finish(sums, sums_up, bias_ptr, offs_n, n_ok, out_ptr.dtype.element_ty, GATED, ACT, HAS_BIAS)
+            if HAS_RESIDUAL:
+                y = _add_residual(
+                    y.to(tl.float32), res_ptr, offs_m, offs_n, mask, stride_rm, stride_rn, y.dtype
+                )
+            tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y, mask=mask)
+
+    @triton.jit
+    def _sum_partials(  # type: ignore[no-untyped-def]
+        part_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, up_offset,
+        GATED: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # Row `row`, columns offs_n [BLOCK]: the split partials summed in split order 0, 1, ... -> [1, BLOCK].
+        base = part_ptr + row * stride_pm + offs_n[None, :]  # [1, BLOCK]
+        acc = tl.zeros([1, BLOCK], tl.float32)
+        acc_up = tl.zeros([1, BLOCK], tl.float32)
+        for s in range(0, splits):
+            acc += tl.load(base + s * stride_ps, mask=n_ok[None, :], other=0.0)
+            if GATED:
+                acc_up += tl.load(base + s * stride_ps + up_offset, mask=n_ok[None, :], other=0.0)
+        return acc, acc_up
+
+    @triton.jit
+    def _combine_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
+        part_ptr, bias_ptr, out_ptr, res_ptr,
+        splits, n_out, up_offset, stride_ps, stride_pm, stride_om, stride_rm, stride_rn,
+        BLOCK: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+        HAS_RESIDUAL: tl.constexpr, USE_PDL: tl.constexpr,
+    ):  # fmt: skip
+        # Program (column block, row): sum the split partials in split order 0, 1, ... and finish.
+        pdl_prologue(USE_PDL)
+        pid = tl.program_id(0)
+        row = tl.program_id(1)
+        offs_n = pid * BLOCK + tl.arange(0, BLOCK)
+        n_ok = offs_n < n_out
+        acc, acc_up = _sum_partials(
+            part_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, up_offset, GATED, BLOCK
+        )
+        y = _finish(acc, acc_up, bias_ptr, offs_n, n_ok, out_ptr.dtype.element_ty, GATED, ACT, HAS_BIAS)
+        if HAS_RESIDUAL:
+            y = _add_residual(
+                y.to(tl.float32),
+                res_ptr,
+                row + tl.arange(0, 1),
+                offs_n,
+                n_ok[None, :],
+                stride_rm,
+                stride_rn,
+                y.dtype,
+            )
+        tl.store(out_ptr + row * stride_om + offs_n[None, :], y, mask=n_ok[None, :])
+
+    @triton.jit
+    def _finished_block(  # type: ignore[no-untyped-def]
+        part_ptr, bias_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm,
+        OUT_DTYPE: tl.constexpr, HAS_BIAS: tl.constexpr, BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # The linear output y [1, BLOCK] of row `row` at columns offs_n, rounded to OUT_DTYPE.
+        acc, acc_up = _sum_partials(
+            part_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, 0, False, BLOCK
+        )
+        return _finish(acc, acc_up, bias_ptr, offs_n, n_ok, OUT_DTYPE, False, 0, HAS_BIAS)
+
+    @triton.jit
+    def _store_normed(  # type: ignore[no-untyped-def]
+        y, rstd, norm_w_ptr, res_ptr, out_ptr, row, offs_n, n_ok, stride_om, stride_rm, stride_rn,
+        UNIT_OFFSET: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    ):  # fmt: skip
+        # out = residual + rms_norm(y) at columns offs_n of row `row`.
+        o = _normalise(y, norm_w_ptr, offs_n, n_ok, rstd, False, UNIT_OFFSET)
+        if HAS_RESIDUAL:
+            o = _add_residual(
+                o.to(tl.float32),
+                res_ptr,
+                row + tl.arange(0, 1),
+                offs_n,
+                n_ok[None, :],
+                stride_rm,
+                stride_rn,
+                o.dtype,
+            )
+        tl.store(out_ptr + row * stride_om + offs_n[None, :], o, mask=n_ok[None, :])
+
+    @triton.jit
+    def _combine_norm_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
+        part_ptr, bias_ptr, out_ptr, norm_w_ptr, res_ptr,
+        splits, n_out, eps, stride_ps, stride_pm, stride_om, stride_rm, stride_rn,
+        BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, UNIT_OFFSET: tl.constexpr, HAS_BIAS: tl.constexpr,
+        HAS_RESIDUAL: tl.constexpr, USE_PDL: tl.constexpr,
+    ):  # fmt: skip
+        # Program `row` owns the whole output row: finish it, rms_norm it over all N columns, then
+        # add the residual. The norm's mean square is of the ROUNDED row, as eager's norm reads it.
+        pdl_prologue(USE_PDL)
+        row = tl.program_id(0)
+        out_dtype = out_ptr.dtype.element_ty
+        if ONE_BLOCK:  # the row fits one block: finished once, kept in registers
+            offs_n = tl.arange(0, BLOCK)
+            n_ok = offs_n < n_out
+            y = _finished_block(
+                part_ptr,
+                bias_ptr,
+                row,
+                offs_n,
+                n_ok,
+                splits,
+                stride_ps,
+                stride_pm,
+                out_dtype,
+                HAS_BIAS,
+                BLOCK,
+            )
+            y32 = y.to(tl.float32)
+            rstd = _rstd(tl.sum(y32 * y32, axis=1), n_out, eps)  # [1]
+            _store_normed(
+                y,
+                rstd,
+                norm_w_ptr,
+                res_ptr,
+                out_ptr,
+                row,
+                offs_n,
+                n_ok,
+                stride_om,
+                stride_rm,
+                stride_rn,
+                UNIT_OFFSET,
+                HAS_RESIDUAL,
+            )
+        else:  # two walks over the row's blocks: the squares, then the normalised values
+            sum_sq = tl.zeros([1], tl.float32)
+            for c in range(0, n_out, BLOCK):
+                offs_n = c + tl.arange(0, BLOCK)
+                n_ok = offs_n < n_out
+                y = _finished_block(
+                    part_ptr,
+                    bias_ptr,
+                    row,
+                    offs_n,
+                    n_ok,
+                    splits,
+                    stride_ps,
+                    stride_pm,
+                    out_dtype,
+                    HAS_BIAS,
+                    BLOCK,
+                )
+                y32 = y.to(tl.float32)
+                sum_sq += tl.sum(y32 * y32, axis=1)
+            rstd = _rstd(sum_sq, n_out, eps)
+            for c in range(0, n_out, BLOCK):
+                offs_n = c + tl.arange(0, BLOCK)
+                n_ok = offs_n < n_out
+                y = _finished_block(
+                    part_ptr,
+                    bias_ptr,
+                    row,
+                    offs_n,
+                    n_ok,
+                    splits,
+                    stride_ps,
+                    stride_pm,
+                    out_dtype,
+                    HAS_BIAS,
+                    BLOCK,
+                )
+                _store_normed(
+                    y,
+                    rstd,
+                    norm_w_ptr,
+                    res_ptr,
+                    out_ptr,
+                    row,
+                    offs_n,
+                    n_ok,
+                    stride_om,
+                    stride_rm,
+                    stride_rn,
+                    UNIT_OFFSET,
+                    HAS_RESIDUAL,
+                )
+
+
+def launch(
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor | None,
+    out: Tensor | None,
+    config: GemvConfig,
+    rows: int,
+    *,
+    gated: bool,
+    act: str,
+    in_norm: NormSpec | None,
+    residual: Tensor | None,
+    out_norm: NormSpec | None,
+    weight_is_constant: bool,
+) -> Tensor:
+    """Run the kernel(s) for ``x [..., K]`` (checked); returns ``out`` or a new ``[..., n_out]``."""
+    n, k = weight.shape
+    n_out = n // 2 if gated else n
+    up_offset = n_out if gated else 0
+    x2 = x.reshape(rows, k)  # a view when x's leading dims allow it, else a copy (sized by shape)
+    if out is None:
+        out = torch.empty((*x.shape[:-1], n_out), dtype=x.dtype, device=x.device)
+    out2 = out.view(rows, n_out)
+    if n_out == 0:
+        return out  # nothing to compute (and a grid of zero programs is not a launch)
+    k_per_split, splits = split_plan(k, config.block_k, config.split_k)
+    # tl.dot needs 16 rows at least (zero-padded); the multiply-and-add path pads to a power of two.
+    rows_pad = triton.next_power_of_2(rows) if config.path == "fma" else max(16, triton.next_power_of_2(rows))
+    # out_norm needs whole rows: the combine kernel does it, so the main kernel writes partials even
+    # with one split. Partials hold gate and up columns side by side ([S, M, 2I]) for the gated kernel.
+    partials = splits > 1 or out_norm is not None
+    part = torch.empty((splits, rows, n), dtype=torch.float32, device=x.device) if partials else out2
+    # The kernels read the bias and norm weights with unit stride: a strided view is copied (by
+    # shape: capturable). out2 stands in for an absent one (never read: its constexpr is off).
+    bias_arg = bias.contiguous() if bias is not None else out2
+    in_w = in_norm.weight.contiguous() if in_norm is not None else out2
+    res2 = residual.reshape(rows, n_out) if residual is not None else out2  # a view of out if it is out
+    norm_block = min(triton.next_power_of_2(k), max(config.block_k, NORM_TILE_ELEMENTS // rows_pad))
+    pdl = pdl_options(x.device)
+    common: dict[str, Any] = {"GATED": gated, "ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, **pdl}
+    _gemv_kernel[(triton.cdiv(n_out, config.block_n), splits)](
+        x2, weight, bias_arg, out2, part, in_w, res2,
+        rows, n_out, k, k_per_split // config.block_k, up_offset, in_norm.eps if in_norm is not None else 0.0,
+        x2.stride(0), x2.stride(1), out2.stride(0), part.stride(0) if partials else 0, part.stride(-2),
+        res2.stride(0), res2.stride(1),
+        ROWS_PAD=rows_pad, BLOCK_N=config.block_n, BLOCK_K=config.block_k, PATH=PATHS.index(config.path),
+        EVEN_N=n_out % config.block_n == 0, EVEN_K=splits * k_per_split == k,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        IN_NORM=in_norm is not None, UNIT_OFFSET=in_norm is not None and in_norm.unit_offset,
+        NORM_BLOCK=norm_block, EVEN_NORM=k % norm_block == 0,
+        HAS_RESIDUAL=residual is not None and not partials, PREFETCH=weight_is_constant,
+        WRITE_PARTIALS=partials, num_warps=config.num_warps, num_stages=config.num_stages, **common,
+    )  # fmt: skip
+    if out_norm is not None:
+        block = min(triton.next_power_of_2(n_out), OUT_NORM_BLOCK)
+        out_w = out_norm.weight.contiguous()
+        _combine_norm_kernel[(rows,)](
+            part, bias_arg, out2, out_w, res2,
+            splits, n_out, out_norm.eps, part.stride(0), part.stride(1), out2.stride(0),
+            res2.stride(0), res2.stride(1),
+            BLOCK=block, ONE_BLOCK=n_out <= block, UNIT_OFFSET=out_norm.unit_offset, HAS_BIAS=bias is not None,
+            HAS_RESIDUAL=residual is not None, num_warps=8 if block >= 2048 else 4, **pdl,
+        )  # fmt: skip
+    elif splits > 1:
+        _combine_kernel[(triton.cdiv(n_out, COMBINE_BLOCK), rows)](
+            part, bias_arg, out2, res2, splits, n_out, up_offset, part.stride(0), part.stride(1), out2.stride(0),
+            res2.stride(0), res2.stride(1),
+            BLOCK=COMBINE_BLOCK, HAS_RESIDUAL=residual is not None, num_warps=4, **common,
+        )  # fmt: skip
+    return out
+
+
+__all__ = ["ACT_CODES", "COMBINE_BLOCK", "HAVE_TRITON", "NORM_TILE_ELEMENTS", "OUT_NORM_BLOCK", "launch"]
