@@ -7,9 +7,14 @@ same positions, ``[B, T, S]`` when rows hold different lengths (a batch of reque
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+
+from infer_ref.kernels.rotary import apply_rope_to_pair
 
 
 def attention_mask(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
@@ -59,3 +64,25 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
         mask = mask.repeat(groups, 1)  # [G*T, S]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # [B, Hkv, G*T, D]
     return out.reshape(b, h, t, d)  # a copy when the kernel wrote [B, G*T, Hkv, D] memory (flash does)
+
+
+class HeadTransform(NamedTuple):
+    """What a layer does to q and k between their projection and attention: the per-head RMSNorms
+    (Qwen3, Gemma 3; None for Llama), then RoPE with the tables of the new tokens' positions.
+
+    A cache that attends in one fused kernel (``attend_projected``, see ``cache/protocol.py``)
+    takes q and k before this transform and applies it itself; anyone else calls :meth:`apply`.
+    The norms are the model's modules (anything with ``__call__`` and a ``spec``:
+    ``infer_ref.kernels.norm.NormSpec``), so the eager path runs exactly the model's code.
+    """
+
+    cos: Tensor  # [T, D], or [B, T, D] per row
+    sin: Tensor
+    q_norm: Callable[[Tensor], Tensor] | None = None
+    k_norm: Callable[[Tensor], Tensor] | None = None
+
+    def apply(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        """q ``[B, H, T, D]``, k ``[B, Hkv, T, D]`` -> both normed (per head) and rotated. V is never touched."""
+        if self.q_norm is not None and self.k_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)  # per-head norm, before RoPE
+        return apply_rope_to_pair(q, k, self.cos, self.sin)

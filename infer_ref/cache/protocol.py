@@ -19,6 +19,11 @@ helpers below, never by looking at the cache's type:
     Write ``k``/``v`` and attend ``q`` over what the layer then holds, in one call, so a cache can
     use a kernel that reads its own layout (a paged decode kernel reads through the block table
     instead of gathering). Default: ``update`` then :func:`infer_ref.attention.grouped_query_attention`.
+``attend_projected(layer_idx, q, k, v, transform, mask, scale) -> Tensor``
+    As ``attend``, but with q and k as the projection produced them: the cache applies
+    ``transform`` (:class:`infer_ref.attention.HeadTransform`: per-head norms, then RoPE) itself, so
+    it can fuse them with its write and its attention into one kernel (the static caches' decode
+    step does). Default: ``transform.apply`` then ``attend`` (or its default).
 
 A cache whose ``update`` returns more slots than ``seq_len + T`` (a static buffer of ``S_max``
 slots, rows padded to the longest) must supply ``attention_mask`` hiding every slot that does not
@@ -34,7 +39,7 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from infer_ref.attention import attention_mask, grouped_query_attention
+from infer_ref.attention import HeadTransform, attention_mask, grouped_query_attention
 
 
 @runtime_checkable
@@ -104,12 +109,26 @@ def key_mask(cache: KVCacheProtocol | None, t: int, window: int | None, device: 
 
 
 def cached_attention(
-    cache: KVCacheProtocol, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float
+    cache: KVCacheProtocol,
+    layer_idx: int,
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    mask: Tensor | None,
+    scale: float,
+    transform: HeadTransform | None = None,
 ) -> Tensor:
     """Write ``k``/``v`` ``[B, Hkv, T, D]`` into ``cache`` and attend ``q`` ``[B, H, T, D]`` over the layer.
 
-    The cache's own ``attend`` when it has one, else ``update`` + grouped-query attention.
+    With ``transform``, q and k are given before it (as projected): the cache's own
+    ``attend_projected`` when it has one, else the transform is applied here. Then the cache's own
+    ``attend`` when it has one, else ``update`` + grouped-query attention.
     """
+    if transform is not None:
+        attend_projected = getattr(cache, "attend_projected", None)
+        if callable(attend_projected):
+            return attend_projected(layer_idx, q, k, v, transform, mask, scale)
+        q, k = transform.apply(q, k)
     attend = getattr(cache, "attend", None)
     if callable(attend):
         return attend(layer_idx, q, k, v, mask, scale)

@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from infer_ref.attention import grouped_query_attention
+from infer_ref.attention import HeadTransform, grouped_query_attention
 from infer_ref.cache.contiguous import KVCache, KVCacheOverflowError
 from infer_ref.kernels.decode_step import contiguous_decode_step
 from infer_ref.kernels.store import store_kvcache
@@ -44,8 +44,9 @@ class DevicePosition:
 
     A subclass sets ``pos``, ``_slots`` (``arange(max_seq_len)`` on the device), ``_frozen`` and
     ``_seq_len``, and provides ``max_seq_len``, ``_check_count``, ``update`` (store at
-    ``positions(T)``, return every slot) and ``_decode_step`` (write one token's K/V ``[B, Hkv, D]`` at
-    ``pos`` and attend its query ``[B, H, D]`` over ``[0, pos]``: :mod:`infer_ref.kernels.decode_step`).
+    ``positions(T)``, return every slot) and ``_decode_step`` (apply the head transform, if given, to one token's
+    q ``[B, H, D]`` and k ``[B, Hkv, D]``, write its K/V at ``pos`` and attend its query over
+    ``[0, pos]``: :mod:`infer_ref.kernels.decode_step`).
     ``layer_windows`` (each layer's sliding window, None for global) lets a single-token step
     attend through the decode step; without it every step uses the masked buffer.
     """
@@ -57,6 +58,7 @@ class DevicePosition:
     _frozen: bool
     _seq_len: int
     _issued_masks: dict[int | None, Tensor]
+    _step_lengths_memo: Tensor | None = None
     layer_windows: list[int | None] | None
 
     # -- the static-shape hooks used by DecoderLM.forward --------------------------------------
@@ -87,14 +89,51 @@ class DevicePosition:
         """Write ``k``/``v`` and attend ``q`` ``[B, H, T, D]``: a single-token step through the
         length-aware decode step (the Triton kernels on CUDA, their references elsewhere), anything
         else over the masked buffer."""
-        if not (q.shape[2] == 1 and self.layer_windows is not None and self._mask_is_the_layers(layer_idx, mask)):
-            keys, values = self.update(layer_idx, k, v)  # [B, Hkv, S_max, D]
-            return grouped_query_attention(q, keys, values, mask, scale)
+        if self._takes_decode_step(layer_idx, q, mask):
+            return self._attend_one_token(layer_idx, q, k, v, scale, None)
+        keys, values = self.update(layer_idx, k, v)  # [B, Hkv, S_max, D]
+        return grouped_query_attention(q, keys, values, mask, scale)
+
+    def attend_projected(
+        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, transform: HeadTransform, mask: Tensor | None, scale: float
+    ) -> Tensor:
+        """:meth:`attend` with q and k before ``transform`` (per-head norms, RoPE): a single-token
+        step applies it inside the decode step (one fused kernel on CUDA); anything else applies it
+        here and attends over the masked buffer."""
+        if self._takes_decode_step(layer_idx, q, mask):
+            return self._attend_one_token(layer_idx, q, k, v, scale, transform)
+        q, k = transform.apply(q, k)
+        keys, values = self.update(layer_idx, k, v)  # [B, Hkv, S_max, D]
+        return grouped_query_attention(q, keys, values, mask, scale)
+
+    def _step_lengths(self) -> Tensor:
+        """``[B]`` lengths after this step's write, ``pos + 1`` per row, on the device.
+
+        Every layer of a step reads the same lengths: they are computed at the first layer and kept
+        until the position moves (``advance``, ``set_position``), so an eager or captured-without-
+        compile step launches their two small kernels once, not once per layer (a compiled step
+        merges the per-layer copies itself, and gets them fresh: no Python state in a trace).
+        """
+        if torch.compiler.is_compiling():
+            return (self.pos + 1).expand(self.batch_size).contiguous()
+        if self._step_lengths_memo is None:
+            self._step_lengths_memo = (self.pos + 1).expand(self.batch_size).contiguous()
+        return self._step_lengths_memo
+
+    def _takes_decode_step(self, layer_idx: int, q: Tensor, mask: Tensor | None) -> bool:
+        return q.shape[2] == 1 and self.layer_windows is not None and self._mask_is_the_layers(layer_idx, mask)
+
+    def _attend_one_token(
+        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, transform: HeadTransform | None
+    ) -> Tensor:
+        """q ``[B, H, 1, D]``, k/v ``[B, Hkv, 1, D]`` -> ``[B, H, 1, D]`` through the decode step."""
+        assert self.layer_windows is not None
         self._check_layer(layer_idx)
         self._check_entries(k, v)
         if not self._frozen:
             self._check_capacity(1)
-        out = self._decode_step(layer_idx, q[:, :, 0], k[:, :, 0], v[:, :, 0], scale, self.layer_windows[layer_idx])
+        window = self.layer_windows[layer_idx]
+        out = self._decode_step(layer_idx, q[:, :, 0], k[:, :, 0], v[:, :, 0], scale, window, transform)
         return out[:, :, None]  # [B, H, 1, D]
 
     def _mask_is_the_layers(self, layer_idx: int, mask: Tensor | None) -> bool:
@@ -126,6 +165,7 @@ class DevicePosition:
             self._check_capacity(n)
             self._seq_len += n
         self.pos.add_(n)
+        self._step_lengths_memo = None
 
     def advance_host(self, n: int) -> None:
         """Host bookkeeping for a replayed step whose captured ``advance`` already moved ``pos``."""
@@ -146,6 +186,7 @@ class DevicePosition:
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.max_seq_len:
             raise ValueError(f"position must be an integer in [0, {self.max_seq_len}], got {n!r}")
         self.pos.fill_(n)
+        self._step_lengths_memo = None
         self._seq_len = n
 
     def _check_capacity(self, n: int) -> None:
@@ -160,9 +201,14 @@ class DevicePosition:
         @property
         def max_seq_len(self) -> int: ...
 
+        @property
+        def batch_size(self) -> int: ...
+
         def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
 
-        def _decode_step(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None) -> Tensor: ...
+        def _decode_step(
+            self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None, transform: HeadTransform | None
+        ) -> Tensor: ...
 
         def _check_layer(self, layer_idx: int) -> None: ...
 
@@ -246,10 +292,10 @@ class StaticKVCache(DevicePosition, KVCache):
         )  # fmt: skip
         return self.k[layer_idx], self.v[layer_idx]  # [B, Hkv, S_max, D]
 
-    def _decode_step(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None) -> Tensor:
-        slots = (self._head_starts + self.pos).reshape(-1)  # [B*Hkv]; the same every layer (CSE'd when compiled)
-        lengths = (self.pos + 1).expand(self.batch_size).contiguous()  # [B] positions after the write
-        return contiguous_decode_step(q, k, v, self.k, self.v, layer_idx, slots, lengths, scale, window)
+    def _decode_step(
+        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None, transform: HeadTransform | None
+    ) -> Tensor:
+        return contiguous_decode_step(q, k, v, self.k, self.v, layer_idx, self._step_lengths(), scale, window, transform)
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions; the device position moves too (buffers keep their addresses)."""

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
+from infer_ref.attention import HeadTransform
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.pool import BlockPool, PoolGeometry
 from infer_ref.cache.snapshot import KVSnapshot
@@ -153,11 +154,12 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
         )
         return gather_slots(k_pool, self._all_slots), gather_slots(v_pool, self._all_slots)
 
-    def _decode_step(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None) -> Tensor:
-        b = self.batch_size
-        slots = slots_through_tables(self.block_table, self.pos.expand(b)[:, None], self.block_size).reshape(-1)  # [B]
-        lengths = (self.pos + 1).expand(b).contiguous()  # [B] positions after the write
-        return paged_decode_step(q, k, v, self.pool.k, self.pool.v, layer_idx, self.block_table, slots, lengths, scale, window)
+    def _decode_step(
+        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None, transform: HeadTransform | None
+    ) -> Tensor:
+        return paged_decode_step(
+            q, k, v, self.pool.k, self.pool.v, layer_idx, self.block_table, self._step_lengths(), scale, window, transform
+        )
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
         """Layer ``layer_idx``'s K and V for positions ``[0, seq_len)``, gathered: ``[B, Hkv, seq_len, D]``."""

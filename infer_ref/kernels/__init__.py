@@ -5,6 +5,8 @@
 dispatches to its Triton kernel on CUDA (when Triton is importable) and to the torch reference
 everywhere else; the ``*_reference`` functions are the definitions the kernels are tested against.
 ``contiguous_layer_as_paged`` lets the paged kernel read a contiguous cache layer in place.
+``decode_attention.decode_attention`` is one decode step's attention from the projected q/k/v in
+one kernel (per-head norms, RoPE, the K/V store, split-K attention and its combine).
 ``linear`` and ``gated_mlp`` are the decode projections' matrix-vector products; they take their
 kernels only while ``decode_kernels()`` is on (the captured decode path), see ``switch.py``.
 """

@@ -1,9 +1,12 @@
-"""One decode step's cache write and attention, as one operation per layer.
+"""One decode step's head transform, cache write and attention, as one operation per layer.
 
 A static-shape cache (the device-position caches of ``infer_ref/cache/static.py`` and
-``static_paged.py``) decodes one token per row at the device position ``pos``: write the token's
-K/V at ``pos``, then attend over positions ``[0, pos]`` (a sliding layer: its window) with the
-length-aware split-K kernel of :mod:`infer_ref.kernels.paged_attention`.
+``static_paged.py``) decodes one token per row at the device position ``pos``: apply the layer's
+head transform to the token's q and k (per-head norms, then RoPE; :class:`~infer_ref.attention.HeadTransform`,
+or none when the caller already applied it), write its K/V at ``pos``, then attend over positions
+``[0, pos]`` (a sliding layer: its window). On CUDA all of it is one kernel,
+:func:`infer_ref.kernels.decode_attention.decode_attention_triton`, reading the length ``pos + 1``
+on the device and only the valid prefix.
 
 Why one operation: under ``torch.compile`` a Triton launch that writes into the cache is traced
 into the graph, and the compiler may re-lay out or copy what it hands the kernel; a traced
@@ -13,8 +16,8 @@ never views of them), the write and the read stay one opaque node that runs in p
 order, inside the captured graph.
 
 :func:`contiguous_decode_step` and :func:`paged_decode_step` are the entry points: on CUDA with
-Triton they call the custom ops; elsewhere the same composition of the torch references runs.
-Either way the result is ``store_kvcache`` then ``*_decode_attention`` — the definition.
+Triton they call the custom ops; elsewhere the composition of the torch definitions runs (the
+model's own transform, ``store_kvcache_reference``, ``paged_decode_attention_reference``).
 """
 
 from __future__ import annotations
@@ -22,8 +25,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.paged_attention import HAVE_TRITON, contiguous_decode_attention, paged_decode_attention
-from infer_ref.kernels.store import store_kvcache
+from infer_ref.attention import HeadTransform
+from infer_ref.kernels.decode_attention import HAVE_TRITON, decode_attention_triton
+from infer_ref.kernels.norm import NormSpec
+from infer_ref.kernels.paged_attention import (
+    contiguous_layer_as_paged,
+    paged_decode_attention_reference,
+    slots_through_tables,
+)
+from infer_ref.kernels.store import store_kvcache_reference
+
+# A contiguous layer [B, Hkv, S, D] is read as a paged pool of blocks this long (identity tables).
+IDENTITY_BLOCK = 64
 
 
 def contiguous_decode_step(
@@ -33,24 +46,21 @@ def contiguous_decode_step(
     k_all: Tensor,
     v_all: Tensor,
     layer: int,
-    slots: Tensor,
     lengths: Tensor,
     scale: float,
     window: int | None,
+    transform: HeadTransform | None = None,
 ) -> Tensor:
-    """Write ``k``/``v`` ``[B, Hkv, D]`` into layer ``layer`` of a contiguous cache ``k_all``/``v_all``
-    ``[L, B, Hkv, S, D]`` (in place) at ``slots`` ``[B*Hkv]`` of the layer seen as ``[B*Hkv, S]``
-    rows (row ``b``, head ``h``, position ``p``: slot ``(b*Hkv + h)*S + p``), then attend ``q``
-    ``[B, H, D]`` over the first ``lengths[b]`` positions of each row: ``[B, H, D]``.
-
-    Slots and lengths come from the caller (computed once per step from the device position, not
-    once per layer).
-    """
+    """One token per row of a contiguous cache ``k_all``/``v_all`` ``[L, B, Hkv, S, D]``: apply
+    ``transform`` to q ``[B, H, D]`` and k ``[B, Hkv, D]`` (if given), write k/v into layer
+    ``layer`` at position ``lengths[b] - 1`` of row ``b`` (in place), attend q over the first
+    ``lengths[b]`` positions of the row: ``[B, H, D]``. ``lengths`` is computed by the caller
+    once per step from the device position (never read on the host)."""
     if HAVE_TRITON and q.is_cuda:
         return torch.ops.infer_ref.contiguous_decode_step(
-            q, k, v, k_all, v_all, layer, slots, lengths, float(scale), window or 0
+            q, k, v, *_transform_args(transform, q), k_all, v_all, layer, lengths, float(scale), window or 0
         )
-    return _contiguous_step(q, k, v, k_all, v_all, layer, slots, lengths, scale, window)
+    return _reference_step(q, k, v, transform, *_contiguous_pools(k_all, v_all, layer), lengths, scale, window)
 
 
 def paged_decode_step(
@@ -61,54 +71,83 @@ def paged_decode_step(
     v_pools: Tensor,
     layer: int,
     block_tables: Tensor,
-    slots: Tensor,
     lengths: Tensor,
     scale: float,
     window: int | None,
+    transform: HeadTransform | None = None,
 ) -> Tensor:
     """As :func:`contiguous_decode_step` for a paged cache: ``k_pools``/``v_pools``
-    ``[L, num_blocks, block_size, Hkv, D]``, ``slots`` ``[B]`` pool slots of the new token,
-    attention read through ``block_tables`` ``[B, M]``."""
+    ``[L, num_blocks, block_size, Hkv, D]`` read and written through ``block_tables`` ``[B, M]``."""
     if HAVE_TRITON and q.is_cuda:
         return torch.ops.infer_ref.paged_decode_step(
-            q, k, v, k_pools, v_pools, layer, block_tables, slots, lengths, float(scale), window or 0
+            q, k, v, *_transform_args(transform, q), k_pools, v_pools, layer, block_tables, lengths, float(scale), window or 0
         )
-    return _paged_step(q, k, v, k_pools, v_pools, layer, block_tables, slots, lengths, scale, window)
+    return _reference_step(q, k, v, transform, k_pools[layer], v_pools[layer], block_tables, lengths, scale, window)
 
 
-def _contiguous_step(
+# -- the definition ---------------------------------------------------------------------------------
+
+
+def _reference_step(
     q: Tensor,
     k: Tensor,
     v: Tensor,
-    k_all: Tensor,
-    v_all: Tensor,
-    layer: int,
-    slots: Tensor,
-    lengths: Tensor,
-    scale: float,
-    window: int | None,
-) -> Tensor:
-    _, b, hkv, s, d = k_all.shape
-    rows = k_all[layer].view(b * hkv, s, 1, d), v_all[layer].view(b * hkv, s, 1, d)  # one store row per (row, head, position)
-    store_kvcache(k.reshape(b * hkv, 1, d), v.reshape(b * hkv, 1, d), *rows, slots)
-    return contiguous_decode_attention(q, k_all[layer], v_all[layer], lengths, scale, window)
-
-
-def _paged_step(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    k_pools: Tensor,
-    v_pools: Tensor,
-    layer: int,
+    transform: HeadTransform | None,
+    k_pool: Tensor,
+    v_pool: Tensor,
     block_tables: Tensor,
-    slots: Tensor,
     lengths: Tensor,
     scale: float,
     window: int | None,
 ) -> Tensor:
-    store_kvcache(k, v, k_pools[layer], v_pools[layer], slots)
-    return paged_decode_attention(q, k_pools[layer], v_pools[layer], block_tables, lengths, scale, window)
+    """The composition the kernel must equal, over one layer's pool ``[num_blocks, bs, Hkv, D]``
+    (a contiguous layer as its strided paged view): the model's own transform (its norm modules,
+    ``apply_rope``), the store, then attention over the prefix."""
+    if transform is not None:
+        q4, k4 = transform.apply(q[:, :, None], k[:, :, None])  # [B, H, 1, D], [B, Hkv, 1, D]
+        q, k = q4[:, :, 0], k4[:, :, 0]
+    block_size = k_pool.shape[1]
+    slots = slots_through_tables(block_tables, (lengths - 1)[:, None], block_size).reshape(-1)  # [B]
+    store_kvcache_reference(k, v, k_pool, v_pool, slots)
+    return paged_decode_attention_reference(q, k_pool, v_pool, block_tables, lengths, scale, window)
+
+
+def _contiguous_pools(k_all: Tensor, v_all: Tensor, layer: int) -> tuple[Tensor, Tensor, Tensor]:
+    """Layer ``layer`` of ``[L, B, Hkv, S, D]`` buffers as paged views and their identity tables."""
+    s = k_all.shape[3]
+    block = IDENTITY_BLOCK if s % IDENTITY_BLOCK == 0 else s
+    k_pool, tables = contiguous_layer_as_paged(k_all[layer], block)
+    v_pool, _ = contiguous_layer_as_paged(v_all[layer], block)
+    return k_pool, v_pool, tables
+
+
+# -- custom ops ---------------------------------------------------------------------------------------
+# A custom op takes tensors and scalars only: the transform travels as its cos/sin rows ([1 or B, D];
+# None: no transform) and the two norms' weights (None: no norms), epsilon and formula.
+
+TransformArgs = tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None, float, bool]
+
+
+def _transform_args(transform: HeadTransform | None, q: Tensor) -> TransformArgs:
+    if transform is None:
+        return None, None, None, None, 1e-6, False
+    d = q.shape[-1]
+    cos, sin = transform.cos.reshape(-1, d), transform.sin.reshape(-1, d)  # [T=1, D] or [B, 1, D] -> [1 or B, D]
+    if transform.q_norm is None or transform.k_norm is None:
+        return cos, sin, None, None, 1e-6, False
+    qn: NormSpec = transform.q_norm.spec  # type: ignore[attr-defined]
+    kn: NormSpec = transform.k_norm.spec  # type: ignore[attr-defined]
+    if (qn.eps, qn.unit_offset) != (kn.eps, kn.unit_offset):
+        raise ValueError(f"q_norm and k_norm must share eps and formula, got {qn} and {kn}")
+    return cos, sin, qn.weight, kn.weight, float(qn.eps), qn.unit_offset
+
+
+def _norms(
+    q_norm_weight: Tensor | None, k_norm_weight: Tensor | None, eps: float, unit_offset: bool
+) -> tuple[NormSpec | None, NormSpec | None]:
+    if q_norm_weight is None or k_norm_weight is None:
+        return None, None
+    return NormSpec(q_norm_weight, eps, unit_offset), NormSpec(k_norm_weight, eps, unit_offset)
 
 
 @torch.library.custom_op("infer_ref::contiguous_decode_step", mutates_args=("k_all", "v_all"))
@@ -116,30 +155,28 @@ def _contiguous_step_op(
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    cos: Tensor | None,
+    sin: Tensor | None,
+    q_norm_weight: Tensor | None,
+    k_norm_weight: Tensor | None,
+    norm_eps: float,
+    norm_unit_offset: bool,
     k_all: Tensor,
     v_all: Tensor,
     layer: int,
-    slots: Tensor,
     lengths: Tensor,
     scale: float,
     window: int,
 ) -> Tensor:
-    return _contiguous_step(q, k, v, k_all, v_all, layer, slots, lengths, scale, window or None)
+    k_pool, v_pool, tables = _contiguous_pools(k_all, v_all, layer)
+    q_norm, k_norm = _norms(q_norm_weight, k_norm_weight, norm_eps, norm_unit_offset)
+    return decode_attention_triton(
+        q, k, v, cos, sin, k_pool, v_pool, tables, lengths, scale, window or None, q_norm=q_norm, k_norm=k_norm
+    )
 
 
 @_contiguous_step_op.register_fake
-def _contiguous_step_fake(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    k_all: Tensor,
-    v_all: Tensor,
-    layer: int,
-    slots: Tensor,
-    lengths: Tensor,
-    scale: float,
-    window: int,
-) -> Tensor:
+def _contiguous_step_fake(q: Tensor, *args: object) -> Tensor:
     return torch.empty_like(q)
 
 
@@ -148,32 +185,29 @@ def _paged_step_op(
     q: Tensor,
     k: Tensor,
     v: Tensor,
+    cos: Tensor | None,
+    sin: Tensor | None,
+    q_norm_weight: Tensor | None,
+    k_norm_weight: Tensor | None,
+    norm_eps: float,
+    norm_unit_offset: bool,
     k_pools: Tensor,
     v_pools: Tensor,
     layer: int,
     block_tables: Tensor,
-    slots: Tensor,
     lengths: Tensor,
     scale: float,
     window: int,
 ) -> Tensor:
-    return _paged_step(q, k, v, k_pools, v_pools, layer, block_tables, slots, lengths, scale, window or None)
+    q_norm, k_norm = _norms(q_norm_weight, k_norm_weight, norm_eps, norm_unit_offset)
+    return decode_attention_triton(
+        q, k, v, cos, sin, k_pools[layer], v_pools[layer], block_tables, lengths, scale, window or None,
+        q_norm=q_norm, k_norm=k_norm,
+    )  # fmt: skip
 
 
 @_paged_step_op.register_fake
-def _paged_step_fake(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    k_pools: Tensor,
-    v_pools: Tensor,
-    layer: int,
-    block_tables: Tensor,
-    slots: Tensor,
-    lengths: Tensor,
-    scale: float,
-    window: int,
-) -> Tensor:
+def _paged_step_fake(q: Tensor, *args: object) -> Tensor:
     return torch.empty_like(q)
 
 

@@ -10,17 +10,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from infer_ref.attention import grouped_query_attention
+from infer_ref.attention import HeadTransform, grouped_query_attention
 from infer_ref.cache.contiguous import KVCacheOverflowError
 from infer_ref.cache.protocol import KVCacheProtocol, cached_attention, key_mask, write_positions
 from infer_ref.config import ModelConfig, RopeConfig
 from infer_ref.kernels import gemv
+from infer_ref.kernels.norm import NormSpec, rms_norm
+from infer_ref.kernels.rotary import apply_rope as apply_rope
+from infer_ref.kernels.rotary import apply_rope_to_pair as apply_rope_to_pair
+from infer_ref.kernels.rotary import rotate_half as rotate_half
 from infer_ref.kernels.switch import decode_kernels_enabled
 from infer_ref.validation import check_token_ids
 
@@ -30,27 +35,30 @@ from infer_ref.validation import check_token_ids
 class RMSNorm(nn.Module):
     """Llama/Qwen RMSNorm: normalise in fp32, cast back, then multiply by the weight."""
 
+    unit_offset = False  # the formula, as infer_ref/kernels/norm.py names it
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.eps = eps
         self.weight = nn.Parameter(torch.ones(dim))
 
     def forward(self, x: Tensor) -> Tensor:
-        # F.rms_norm is x * rsqrt(mean(x^2) + eps): one fused kernel on CUDA instead of five.
-        h = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
-        return self.weight * h.to(x.dtype)
+        return rms_norm(x, self.weight, self.eps, unit_offset=self.unit_offset)
+
+    @property
+    def spec(self) -> NormSpec:
+        """This norm as the fused kernels take it (weight, eps, formula)."""
+        return NormSpec(self.weight, self.eps, self.unit_offset)
 
 
-class GemmaRMSNorm(nn.Module):
+class GemmaRMSNorm(RMSNorm):
     """Gemma RMSNorm: ``(norm(x) * (1 + w))`` entirely in fp32, cast back last; weight stored as offset from 1."""
 
-    def __init__(self, dim: int, eps: float) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.zeros(dim))
+    unit_offset = True
 
-    def forward(self, x: Tensor) -> Tensor:
-        return F.rms_norm(x.float(), self.weight.shape, 1.0 + self.weight.float(), self.eps).type_as(x)
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__(dim, eps)
+        self.weight = nn.Parameter(torch.zeros(dim))
 
 
 NormFactory = Callable[[int, float], nn.Module]
@@ -105,26 +113,6 @@ class RotaryEmbedding(nn.Module):
         return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
-def rotate_half(x: Tensor) -> Tensor:
-    half = x.shape[-1] // 2
-    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """x ``[B, H, T, D]``; cos/sin ``[T, D]`` (or ``[B, T, D]``, per row) for the positions of those T tokens."""
-    if cos.dim() == 3:
-        cos, sin = cos[:, None], sin[:, None]  # [B, 1, T, D]: one table per row, shared by heads
-    return (x * cos) + (rotate_half(x) * sin)
-
-
-def apply_rope_to_pair(q: Tensor, k: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor]:
-    """``apply_rope`` of q ``[B, H, T, D]`` and k ``[B, Hkv, T, D]`` as one rotation of their heads
-    side by side: the same values (the rotation is per element, the tables shared by every head),
-    with half the elementwise ops, so a compiled decode step rotates both in one kernel."""
-    qk = apply_rope(torch.cat((q, k), dim=1), cos, sin)  # [B, H + Hkv, T, D]
-    return qk[:, : q.shape[1]], qk[:, q.shape[1] :]
-
-
 # -- attention and MLP ---------------------------------------------------------------------------
 
 
@@ -138,15 +126,54 @@ SDPA_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDP
 STATIC_SDPA_BACKENDS = [SDPBackend.CUDNN_ATTENTION, *SDPA_BACKENDS]
 
 
-class DecodeLinear(nn.Linear):
-    """``nn.Linear`` whose product goes through :func:`infer_ref.kernels.gemv.linear`: ``F.linear``,
-    except in a captured decode step, where the decode kernels are switched on and a few rows use
-    the matrix-vector kernel (``infer_ref/kernels/switch.py`` says why only there)."""
+class Normed(NamedTuple):
+    """A sub-layer's input ``norm(x)``, left for the projection that reads it to compute.
 
-    def forward(self, x: Tensor) -> Tensor:
+    Eagerly the projection calls ``norm(x)`` first (:meth:`evaluate`: the module itself, so its
+    exact code runs); in a captured decode step the product's kernel normalises each tile of ``x``
+    as it reads it (the norm's ``spec``), which saves the norm its own kernel.
+    """
+
+    norm: RMSNorm
+    x: Tensor
+
+    def evaluate(self) -> Tensor:
+        return self.norm(self.x)
+
+
+ProjectionInput = Tensor | Normed
+
+
+def _raw_input(x: ProjectionInput) -> tuple[Tensor, NormSpec | None]:
+    """The tensor a projection reads and the norm its kernel applies on the way in (None: none)."""
+    if isinstance(x, Normed):
+        return x.x, x.norm.spec
+    return x, None
+
+
+class DecodeLinear(nn.Linear):
+    """``nn.Linear`` over a plain or :class:`Normed` input, with the block's residual add folded in.
+
+    ``forward(x, residual=r, out_norm=n)`` is ``r + n(x @ W^T + b)`` (each part optional), rounded
+    step by step as eager torch rounds. Eagerly that is ``F.linear`` and the modules themselves. In
+    a captured decode step, where the decode kernels are switched on (``infer_ref/kernels/switch.py``
+    says why only there), :func:`infer_ref.kernels.gemv.linear` computes it in one matrix-vector
+    kernel: the input norm in its prologue, the residual (and output norm) in its epilogue.
+    """
+
+    def forward(
+        self, x: ProjectionInput, *, residual: Tensor | None = None, out_norm: RMSNorm | None = None
+    ) -> Tensor:
         if not decode_kernels_enabled():  # the eager path: F.linear without the kernel's argument checks
-            return F.linear(x, self.weight, self.bias)
-        return gemv.linear(x, self.weight, self.bias)
+            y = F.linear(x.evaluate() if isinstance(x, Normed) else x, self.weight, self.bias)
+            if out_norm is not None:
+                y = out_norm(y)
+            return y if residual is None else residual + y
+        raw, in_norm = _raw_input(x)
+        return gemv.linear(
+            raw, self.weight, self.bias, in_norm=in_norm, residual=residual,
+            out_norm=None if out_norm is None else out_norm.spec, weight_is_constant=True,
+        )  # fmt: skip
 
 
 class PackedLinear(DecodeLinear):
@@ -168,7 +195,11 @@ class PackedLinear(DecodeLinear):
 
 
 class Attention(nn.Module):
-    """Grouped-query attention with optional per-head QK-norm, RoPE, and an explicit KV cache."""
+    """Grouped-query attention with optional per-head QK-norm, RoPE, and an explicit KV cache.
+
+    ``forward(x, ..., residual=r, out_norm=n)`` returns ``r + n(attention(x))``: the block's residual
+    add (and Gemma's post-attention norm) ride on the output projection.
+    """
 
     def __init__(self, config: ModelConfig, qk_norm: NormFactory | None) -> None:
         super().__init__()
@@ -186,30 +217,38 @@ class Attention(nn.Module):
 
     def forward(
         self,
-        x: Tensor,
+        x: ProjectionInput,
         cos: Tensor,
         sin: Tensor,
         mask: Tensor | None,
         kv_cache: KVCacheProtocol | None = None,
         layer_idx: int = 0,
+        *,
+        residual: Tensor | None = None,
+        out_norm: RMSNorm | None = None,
     ) -> Tensor:
-        b, t, _ = x.shape
+        b, t, _ = (x.x if isinstance(x, Normed) else x).shape
         q, k, v = self.qkv_proj.split(self.qkv_proj(x))  # [B, T, H*D], [B, T, Hkv*D] x 2
         q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
         k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)  # per-head norm, before RoPE
-        q, k = apply_rope_to_pair(q, k, cos, sin)  # V is never rotated
+        # Per-head norms (before RoPE), then RoPE; V is never rotated. A cache may fuse this
+        # transform with its write and attention (cache/protocol.py: attend_projected).
+        transform = HeadTransform(cos, sin, self.q_norm, self.k_norm)
         if kv_cache is None:
+            q, k = transform.apply(q, k)
             out = grouped_query_attention(q, k, v, mask, self.scale)  # [B, H, T, D]
         else:
-            out = cached_attention(kv_cache, layer_idx, q, k, v, mask, self.scale)  # [B, H, T, D]
-        return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+            out = cached_attention(kv_cache, layer_idx, q, k, v, mask, self.scale, transform)  # [B, H, T, D]
+        out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)  # [B, T, H*D]
+        return self.o_proj(out, residual=residual, out_norm=out_norm)
 
 
 class MLP(nn.Module):
-    """Gated MLP: ``down(act(gate(x)) * up(x))``, gate and up stacked in one matrix."""
+    """Gated MLP: ``down(act(gate(x)) * up(x))``, gate and up stacked in one matrix.
+
+    ``forward(x, residual=r, out_norm=n)`` returns ``r + n(mlp(x))``, as :class:`Attention` does.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -219,12 +258,17 @@ class MLP(nn.Module):
         self.act_name = config.hidden_act
         self.act = gemv.ACTIVATIONS[config.hidden_act]
 
-    def forward(self, x: Tensor) -> Tensor:
+    def forward(
+        self, x: ProjectionInput, *, residual: Tensor | None = None, out_norm: RMSNorm | None = None
+    ) -> Tensor:
         if self.gate_up_proj.bias is None and decode_kernels_enabled():
             # act(gate) * up in one call: the gated matrix-vector kernel in a captured decode step.
-            return self.down_proj(gemv.gated_mlp(x, self.gate_up_proj.weight, self.act_name))  # [B, T, E]
-        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))  # [B, T, I] each
-        return self.down_proj(self.act(gate) * up)
+            raw, in_norm = _raw_input(x)
+            hidden = gemv.gated_mlp(raw, self.gate_up_proj.weight, self.act_name, in_norm=in_norm, weight_is_constant=True)
+        else:
+            gate, up = self.gate_up_proj.split(self.gate_up_proj(x))  # [B, T, I] each
+            hidden = self.act(gate) * up
+        return self.down_proj(hidden, residual=residual, out_norm=out_norm)  # [B, T, E]
 
 
 # -- the decoder skeleton ------------------------------------------------------------------------

@@ -13,11 +13,15 @@ from torch import Tensor, nn
 
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
-from infer_ref.models.common import MLP, Attention, DecoderLM, GemmaRMSNorm
+from infer_ref.models.common import MLP, Attention, DecoderLM, GemmaRMSNorm, Normed
 
 
 class SandwichBlock(nn.Module):
-    """Gemma 3 block: each sub-layer is normed on the way in and on the way out."""
+    """Gemma 3 block: each sub-layer is normed on the way in and on the way out, then added to ``x``.
+
+    ``x + post_norm(sublayer(pre_norm(x)))``: the input as ``Normed(pre_norm, x)``, the output norm
+    and the residual handed to the sub-layer, whose last projection applies them.
+    """
 
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
@@ -38,9 +42,11 @@ class SandwichBlock(nn.Module):
         kv_cache: KVCacheProtocol | None = None,
         layer_idx: int = 0,
     ) -> Tensor:
-        attn = self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, layer_idx)  # [B, T, E]
-        x = x + self.post_attention_layernorm(attn)
-        return x + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(x)))
+        x = self.self_attn(
+            Normed(self.input_layernorm, x), cos, sin, mask, kv_cache, layer_idx,
+            residual=x, out_norm=self.post_attention_layernorm,
+        )  # [B, T, E]
+        return self.mlp(Normed(self.pre_feedforward_layernorm, x), residual=x, out_norm=self.post_feedforward_layernorm)
 
 
 class Gemma3Model(DecoderLM):

@@ -6,11 +6,15 @@ from torch import Tensor, nn
 
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
-from infer_ref.models.common import MLP, Attention, DecoderLM, NormFactory, RMSNorm
+from infer_ref.models.common import MLP, Attention, DecoderLM, Normed, NormFactory, RMSNorm
 
 
 class PreNormBlock(nn.Module):
-    """``x + attn(norm(x))`` then ``x + mlp(norm(x))``: the Llama/Qwen block."""
+    """``x + attn(norm(x))`` then ``x + mlp(norm(x))``: the Llama/Qwen block.
+
+    Each sub-layer takes its input as ``Normed(norm, x)`` and the residual stream ``x`` to add its
+    output to: the projections compute both (in a captured decode step, inside their kernels).
+    """
 
     def __init__(self, config: ModelConfig, qk_norm: NormFactory | None) -> None:
         super().__init__()
@@ -28,8 +32,8 @@ class PreNormBlock(nn.Module):
         kv_cache: KVCacheProtocol | None = None,
         layer_idx: int = 0,
     ) -> Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, mask, kv_cache, layer_idx)  # [B, T, E]
-        return x + self.mlp(self.post_attention_layernorm(x))
+        x = self.self_attn(Normed(self.input_layernorm, x), cos, sin, mask, kv_cache, layer_idx, residual=x)  # [B, T, E]
+        return self.mlp(Normed(self.post_attention_layernorm, x), residual=x)
 
 
 class LlamaModel(DecoderLM):

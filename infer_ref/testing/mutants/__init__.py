@@ -36,6 +36,7 @@ from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top
 from infer_ref.models.common import (
     SDPA_BACKENDS,
     GemmaRMSNorm,
+    Normed,
     RMSNorm,
     RotaryEmbedding,
     apply_rope,
@@ -235,17 +236,20 @@ def _decoder_forward(self: Any, input_ids: Tensor, kv_cache: Any = None, *, all_
 
 def _attention_forward(
     self: Any,
-    x: Tensor,
+    x: Any,
     cos: Tensor,
     sin: Tensor,
     mask: Tensor | None,
     kv_cache: Any = None,
     layer_idx: int = 0,
     *,
+    residual: Tensor | None = None,
+    out_norm: Any = None,
     knobs: Knobs,
 ) -> Tensor:
-    """Copy of ``Attention.forward`` with the knobs."""
-    b, t, _ = x.shape
+    """Copy of ``Attention.forward`` with the knobs (the head transform written out, so the knobs
+    can reorder it; the cache written through ``update``)."""
+    b, t, _ = (x.x if isinstance(x, Normed) else x).shape
     q, k, v = self.qkv_proj.split(self.qkv_proj(x))
     q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
     k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
@@ -262,7 +266,7 @@ def _attention_forward(
         k, v = kv_cache.update(layer_idx, k, v)
     scale = self.head_dim**-0.5 if knobs.scale_from_head_dim else self.scale
     out = grouped_query_attention(q, k, v, mask, scale)
-    return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim))
+    return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim), residual=residual, out_norm=out_norm)
 
 
 def _gemma_embed_unrounded(self: Any, input_ids: Tensor) -> Tensor:
@@ -314,8 +318,8 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
     for block in model.layers:
         attn = block.self_attn
         attn.forward = types.MethodType(
-            lambda self, x, cos, sin, mask, kv_cache=None, layer_idx=0: _attention_forward(
-                self, x, cos, sin, mask, kv_cache, layer_idx, knobs=knobs
+            lambda self, x, cos, sin, mask, kv_cache=None, layer_idx=0, *, residual=None, out_norm=None: _attention_forward(
+                self, x, cos, sin, mask, kv_cache, layer_idx, residual=residual, out_norm=out_norm, knobs=knobs
             ),
             attn,
         )
