@@ -35,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -50,7 +51,7 @@ if __package__ in (None, ""):
 
 from benchmarks.bench_kernels import graph_of
 from benchmarks.bench_utils import environment, pick_device, sync
-from infer_ref.kernels.decode_attention import decode_attention
+from infer_ref.kernels.decode_attention import decode_attention, decode_attention_triton
 from infer_ref.kernels.norm import NormSpec, rms_norm
 from infer_ref.kernels.paged_attention import paged_decode_attention, slots_through_tables
 from infer_ref.kernels.pdl import pdl_launch
@@ -124,14 +125,18 @@ def build_step(family: str, context: int, batch: int, layers: int, dtype: torch.
     )  # fmt: skip
 
 
-def fused(step: Step) -> list[torch.Tensor]:
+def fused(step: Step, short_keys: int | None = None) -> list[torch.Tensor]:
+    """The fused kernel per layer; ``short_keys`` a launch knob of the kernel (None: its default)."""
     outs = []
     for layer in step.layers:
-        out = decode_attention(
+        args = (
             step.q, step.k, step.v, step.cos, step.sin, layer.k_pool, layer.v_pool, step.tables, step.seq_lens,
             step.scale, None, layer.q_norm, layer.k_norm,
         )  # fmt: skip
-        outs.append(out)
+        if short_keys is None:
+            outs.append(decode_attention(*args))  # the dispatching entry point, as the models call it
+        else:
+            outs.append(decode_attention_triton(*args, short_keys=short_keys))
     return outs
 
 
@@ -190,8 +195,13 @@ def bench_one(family: str, context: int, args: argparse.Namespace, device: torch
         "head_dim": d, "norm": norm, "max_abs_diff": max_err, "agree": agree,
     }  # fmt: skip
     times = {}
-    for name, fn in (("fused", lambda: fused(step)), ("unfused", lambda: unfused(step))):
+    variants: list[tuple[str, Callable[[], Any]]] = [("fused", lambda: fused(step)), ("unfused", lambda: unfused(step))]
+    on_kernel = device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    for sk in args.short_keys if on_kernel else []:
+        variants.append((f"fused_short_keys_{sk}", lambda sk=sk: fused(step, sk)))
+    for name, fn in variants:
         times[name] = time_replays(fn, device, args.iters, args.repeats) / args.layers * 1e6
+    row["variants_us"] = {name: t for name, t in times.items() if name.startswith("fused_short_keys_")}
     kv_bytes = 2 * args.batch * (context + 1) * hkv * d * torch.empty((), dtype=dtype).element_size()
     row.update(
         fused_us=times["fused"], unfused_us=times["unfused"], speedup=times["unfused"] / times["fused"],
@@ -201,13 +211,16 @@ def bench_one(family: str, context: int, args: argparse.Namespace, device: torch
 
 
 def table(rows: list[dict[str, Any]]) -> str:
+    names = sorted({name for r in rows for name in r.get("variants_us", {})})
+    extra = "".join(f" {name.removeprefix('fused_'):>16}" for name in names)
     lines = [
-        f"{'family':<8} {'context':>7} {'fused us':>9} {'unfused us':>10} {'speedup':>8} {'fused GB/s':>10} {'max|diff|':>9}",
+        f"{'family':<8} {'context':>7} {'fused us':>9} {'unfused us':>10} {'speedup':>8} {'fused GB/s':>10} {'max|diff|':>9}{extra}",
     ]
     for r in rows:
+        cells = "".join(f" {r.get('variants_us', {}).get(name, float('nan')):>16.2f}" for name in names)
         lines.append(
             f"{r['family']:<8} {r['context']:>7} {r['fused_us']:>9.2f} {r['unfused_us']:>10.2f} {r['speedup']:>7.2f}x "
-            f"{r['fused_GBps']:>10.0f} {r['max_abs_diff']:>9.2e}{'' if r['agree'] else '  DISAGREE'}"
+            f"{r['fused_GBps']:>10.0f} {r['max_abs_diff']:>9.2e}{cells}{'' if r['agree'] else '  DISAGREE'}"
         )
     return "\n".join(lines)
 
@@ -222,6 +235,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--layers", type=int, default=16, help="layers per step (distinct pools)")
     p.add_argument("--iters", type=int, default=20, help="replays per timed loop")
     p.add_argument("--repeats", type=int, default=25, help="timed loops (median)")
+    p.add_argument("--short-keys", type=int, nargs="*", default=[],
+                   help="also time the kernel with these short_keys knobs (rows with at most that many keys take one split)")
     p.add_argument("--json", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--dry-run", action="store_true", help="CPU smoke run: tiny contexts, 2 layers, few repeats")
     args = p.parse_args(argv)

@@ -73,7 +73,7 @@ from benchmarks.bench_kernels import copies_for, graph_of, time_call
 from benchmarks.bench_utils import DTYPES, d2d_copy_bandwidth, environment, pick_device
 from infer_ref.config import ModelConfig
 from infer_ref.kernels import gemv
-from infer_ref.kernels.gemv import GemvConfig, default_config, split_plan
+from infer_ref.kernels.gemv import FusedStages, GemvConfig, default_config, split_plan
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.switch import decode_kernels
 from infer_ref.testing.gemv_oracle import gated_oracle, linear_oracle, violations
@@ -111,18 +111,53 @@ class Case:
     k: int
     gated: bool
     act: str
+    # With --stages: the fused stages the model's block gives this projection (decode_stages), run
+    # with weight_is_constant as a captured step runs it; None: the plain product.
+    stages: FusedStages | None = None
 
 
-def cases_of(models: dict[str, dict[str, Any]]) -> list[Case]:
+def cases_of(models: dict[str, dict[str, Any]], with_stages: bool = False) -> list[Case]:
     """The projections of each model, one case per distinct (weight shape, gated)."""
     seen: dict[tuple[int, int, bool], Case] = {}
     for model, hf in models.items():
         c = ModelConfig.from_hf_dict(hf)
         shapes = gemv.decode_projections(c)
+        stages = gemv.decode_stages(c)
         for proj, (n, k, gated) in shapes.items():
             if (n, k, gated) not in seen:
-                seen[(n, k, gated)] = Case(f"{model}/{proj}", n, k, gated, c.hidden_act)
+                staged = stages[proj] if with_stages else None
+                seen[(n, k, gated)] = Case(f"{model}/{proj}", n, k, gated, c.hidden_act, staged)
     return list(seen.values())
+
+
+@dataclasses.dataclass(frozen=True)
+class StageInputs:
+    """The tensors a case's stages read besides x and the weight (None where a stage is off)."""
+
+    in_norm: NormSpec | None = None
+    residual: torch.Tensor | None = None
+    out_norm: NormSpec | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {"in_norm": self.in_norm, "residual": self.residual, "out_norm": self.out_norm}
+
+
+def stage_inputs(case: Case, rows: int, gen: torch.Generator, device: torch.device, dtype: torch.dtype) -> StageInputs:
+    """Norm weights as trained models have them (Gemma's near 0, else near 1), a residual N(0, 1)."""
+    st = case.stages
+    if st is None:
+        return StageInputs()
+    n_out = case.n // 2 if case.gated else case.n
+
+    def norm(width: int) -> NormSpec:
+        w = 0.2 * torch.randn(width, generator=gen, device=device) + (0.0 if st.unit_offset else 1.0)
+        return NormSpec(w.to(dtype), 1e-6, st.unit_offset)
+
+    return StageInputs(
+        in_norm=norm(case.k) if st.in_norm else None,
+        residual=torch.randn(rows, n_out, generator=gen, device=device).to(dtype) if st.residual else None,
+        out_norm=norm(n_out) if st.out_norm else None,
+    )
 
 
 def candidates(case: Case, rows: int) -> list[GemvConfig]:
@@ -143,23 +178,28 @@ def candidates(case: Case, rows: int) -> list[GemvConfig]:
     return list(dict.fromkeys(found))
 
 
-def reference_of(case: Case) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """What the kernel replaces: ``F.linear``, or the eager gated MLP (linear, activation, product)."""
+def reference_of(case: Case, extra: StageInputs) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """What the kernel replaces: ``F.linear``, or the eager gated MLP (linear, activation, product),
+    with the case's stages (eager torch ops) when it has them."""
 
     def gated(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return gemv.gated_mlp_reference(x, w, case.act)
-
-    return gated if case.gated else gemv.linear_reference
-
-
-def kernel_of(case: Case, config: GemvConfig) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The Triton kernel of ``case`` launched with ``config``."""
-
-    def gated(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return gemv.gated_mlp_triton(x, w, case.act, config=config)
+        return gemv.gated_mlp_reference(x, w, case.act, in_norm=extra.in_norm)
 
     def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return gemv.linear_triton(x, w, config=config)
+        return gemv.linear_reference(x, w, **extra.kwargs())
+
+    return gated if case.gated else linear
+
+
+def kernel_of(case: Case, config: GemvConfig, extra: StageInputs) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """The Triton kernel of ``case`` launched with ``config`` (and its stages, weights constant)."""
+    constant = case.stages is not None
+
+    def gated(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return gemv.gated_mlp_triton(x, w, case.act, config=config, in_norm=extra.in_norm, weight_is_constant=constant)
+
+    def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        return gemv.linear_triton(x, w, config=config, weight_is_constant=constant, **extra.kwargs())
 
     return gated if case.gated else linear
 
@@ -186,7 +226,11 @@ def run_case(
         for _ in range(copies)
     ]
     xs = [torch.randn(rows, case.k, generator=gen, device=device, dtype=dtype) for _ in range(copies)]
-    want, bound = gated_oracle(xs[0], ws[0], case.act) if case.gated else linear_oracle(xs[0], ws[0])
+    extra = stage_inputs(case, rows, gen, device, dtype)
+    if case.gated:
+        want, bound = gated_oracle(xs[0], ws[0], case.act, in_norm=extra.in_norm)
+    else:
+        want, bound = linear_oracle(xs[0], ws[0], **extra.kwargs())
     moved = bytes_moved(case, rows, dtype.itemsize)
     on_gpu = device.type == "cuda" and gemv.HAVE_TRITON
     interpreted = device.type == "cpu" and gemv.HAVE_TRITON and os.environ.get("TRITON_INTERPRET") == "1"
@@ -205,14 +249,16 @@ def run_case(
         gbps = moved / seconds / 1e9
         return {"us": seconds * 1e6, "GBps": gbps, "pct_copy": 100 * gbps / args.copy_gbps}
 
-    reference = reference_of(case)
+    reference = reference_of(case, extra)
+    stages = dataclasses.asdict(case.stages) if case.stages is not None else None
     result: dict[str, Any] = {"case": case.name, "n": case.n, "k": case.k, "rows": rows, "gated": case.gated,
-                              "copies": copies, "bytes": moved, "cublas": entry(timed(reference)), "configs": []}  # fmt: skip
+                              "stages": stages, "copies": copies, "bytes": moved, "cublas": entry(timed(reference)),
+                              "configs": []}  # fmt: skip
     if case.gated:  # the GEMV alone, for the bandwidth cuBLAS reaches on this shape
         result["cublas_linear_only"] = entry(timed(gemv.linear_reference))
     for config in configs:
         # A CPU dry run without the interpreter: the loop, checks and report, the reference standing in.
-        kernel = kernel_of(case, config) if on_gpu or interpreted else reference
+        kernel = kernel_of(case, config, extra) if on_gpu or interpreted else reference
         row: dict[str, Any] = {
             "config": dataclasses.asdict(config),
             "splits": split_plan(case.k, config.block_k, config.split_k)[1],
@@ -587,6 +633,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--json", type=Path, default=None, help="write the JSON report here")
     p.add_argument(
+        "--stages", action="store_true",
+        help="sweep each projection with the fused stages its block gives it (in_norm, residual, out_norm), "
+        "weights constant: the calls a captured decode step makes (cuBLAS then times the eager ops they replace)",
+    )  # fmt: skip
+    p.add_argument(
         "--mode", choices=["sweep", "chain"], default="sweep",
         help="sweep: launch configs per projection against cuBLAS; chain: a layer's fused projections",
     )  # fmt: skip
@@ -626,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with torch.inference_mode():
         for rows in args.rows:  # batch 1 first: it picks the table entries
-            for case in cases_of(models):
+            for case in cases_of(models, args.stages):
                 configs = candidates(case, rows)[: 2 if args.dry_run else None]
                 if time.perf_counter() - started > args.budget_s:  # out of time: what dispatch picks only
                     configs = list(

@@ -297,7 +297,8 @@ if HAVE_TRITON:
         NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
         GROUP_PAD: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
         DOT_PRECISION: tl.constexpr, NEW_KV: tl.constexpr, ROPE: tl.constexpr, Q_NORM: tl.constexpr,
-        K_NORM: tl.constexpr, USE_PDL: tl.constexpr,
+        K_NORM: tl.constexpr, GROUP_C: tl.constexpr, COMBINE_CHUNK: tl.constexpr, SHORT_KEYS: tl.constexpr,
+        USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (row * Hkv + kv head, split): the GROUP query heads of one KV head over one chunk.
         row_head = tl.program_id(0)
@@ -335,6 +336,9 @@ if HAVE_TRITON:
         n = tl.load(lens_ptr + row).to(tl.int32)
         first = tl.where(window > 0, tl.maximum(n - window, 0), 0)
         chunk = tl.maximum(tl.cdiv(tl.cdiv(n - first, NUM_SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
+        # A row of at most SHORT_KEYS visible keys takes one split: walking a few tiles in one
+        # program is quicker than partials, an arrival and a combine.
+        chunk = tl.where(n - first <= SHORT_KEYS, tl.maximum(n - first, 1), chunk)
         used = tl.maximum(tl.cdiv(n - first, chunk), 1)  # non-empty splits (1 for a length-0 row)
         if split >= used:
             return
@@ -433,27 +437,56 @@ if HAVE_TRITON:
             # stored; the acquire lets the last arrival see every split's partials).
             tl.debug_barrier()
             arrived = tl.atomic_add(counter_ptr + row_head, 1, sem="acq_rel", scope="gpu")
-            if arrived == used - 1:  # the last split to finish combines, in split order
-                base = row_head.to(tl.int64) * NUM_SPLITS * GROUP
-                sp = tl.arange(0, SPLITS_PAD)
-                m_parts = tl.load(
-                    part_max_ptr + base + sp[:, None] * GROUP + g[None, :],
-                    mask=(sp < used)[:, None] & g_ok[None, :], other=float("-inf"), cache_modifier=".cg",
-                )  # [SPLITS_PAD, GROUP_PAD]
-                m_all = tl.where(g_ok, tl.max(m_parts, axis=0), 0.0)
-                total = tl.zeros([GROUP_PAD], tl.float32)
-                combined = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
-                for sp_i in range(0, used):
-                    idx = base + sp_i * GROUP + g
-                    w = tl.exp(tl.load(part_max_ptr + idx, mask=g_ok, other=0.0, cache_modifier=".cg") - m_all)
-                    total += w * tl.load(part_sum_ptr + idx, mask=g_ok, other=0.0, cache_modifier=".cg")
-                    part_acc = tl.load(
-                        part_out_ptr + idx[:, None] * HEAD_DIM + e[None, :], mask=qe_mask, other=0.0, cache_modifier=".cg"
-                    )
-                    combined += w[:, None] * part_acc
-                out = combined / tl.where(total > 0, total, 1.0)[:, None]
-                tl.store(out_dst, out.to(out_ptr.dtype.element_ty), mask=qe_mask)
-                tl.store(counter_ptr + row_head, 0)  # ready for the next launch
+            if arrived == used - 1:  # the last split to finish combines every split's partials
+                _combine_partials(
+                    part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr, counter_ptr, row_head, row, kvh, used,
+                    stride_ob, stride_oh, stride_od, GROUP, HEAD_DIM, NUM_SPLITS, GROUP_C, DIM_PAD, SPLITS_PAD,
+                    COMBINE_CHUNK,
+                )  # fmt: skip
+
+    @triton.jit
+    def _combine_partials(  # type: ignore[no-untyped-def]
+        part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr, counter_ptr, row_head, row, kvh, used,
+        stride_ob, stride_oh, stride_od,
+        GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, GROUP_C: tl.constexpr,
+        DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, COMBINE_CHUNK: tl.constexpr,
+    ):  # fmt: skip
+        # The `used` splits' partials of one (row, kv head) -> its GROUP output heads. The group is
+        # padded to GROUP_C (a power of two, not tl.dot's 16: nothing here is a dot), and the
+        # partials come in chunks of COMBINE_CHUNK splits, each one vector load [CHUNK, GROUP_C, D]:
+        # the loads of a chunk are in flight together, not one split after another. Same
+        # arithmetic whoever arrives last: deterministic. Loaded with .cg (L2), never a stale L1 line.
+        gc = tl.arange(0, GROUP_C)
+        e = tl.arange(0, DIM_PAD).to(tl.int64)
+        gc_ok = gc < GROUP
+        e_ok = e < HEAD_DIM
+        base = row_head.to(tl.int64) * NUM_SPLITS * GROUP
+        sp = tl.arange(0, SPLITS_PAD)
+        max_mask = (sp < used)[:, None] & gc_ok[None, :]
+        m_parts = tl.load(
+            part_max_ptr + base + sp[:, None] * GROUP + gc[None, :], mask=max_mask, other=float("-inf"), cache_modifier=".cg"
+        )  # [SPLITS_PAD, GROUP_C]
+        m_all = tl.where(gc_ok, tl.max(m_parts, axis=0), 0.0)  # [GROUP_C]
+        s_parts = tl.load(
+            part_sum_ptr + base + sp[:, None] * GROUP + gc[None, :], mask=max_mask, other=0.0, cache_modifier=".cg"
+        )
+        total = tl.sum(tl.exp(m_parts - m_all[None, :]) * s_parts, axis=0)  # [GROUP_C]; empty splits weigh 0
+        combined = tl.zeros([GROUP_C, DIM_PAD], tl.float32)
+        for c0 in range(0, used, COMBINE_CHUNK):
+            spc = c0 + tl.arange(0, COMBINE_CHUNK)
+            idx = base + spc[:, None] * GROUP + gc[None, :]  # [CHUNK, GROUP_C]
+            ok = (spc < used)[:, None] & gc_ok[None, :]
+            w = tl.exp(tl.load(part_max_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg") - m_all[None, :])
+            part_acc = tl.load(
+                part_out_ptr + idx[:, :, None] * HEAD_DIM + e[None, None, :],
+                mask=ok[:, :, None] & e_ok[None, None, :], other=0.0, cache_modifier=".cg",
+            )  # [CHUNK, GROUP_C, DIM_PAD]
+            combined += tl.sum(w[:, :, None] * part_acc, axis=0)
+        out = combined / tl.where(total > 0, total, 1.0)[:, None]
+        heads = (kvh * GROUP + gc).to(tl.int64)
+        dst = out_ptr + row * stride_ob + heads[:, None] * stride_oh + e[None, :] * stride_od
+        tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=gc_ok[:, None] & e_ok[None, :])
+        tl.store(counter_ptr + row_head, 0)  # ready for the next launch
 
 
 # Arrival counters, one per (row, kv head), zero between launches: allocated once per (device,
@@ -471,6 +504,20 @@ def _counters(device: torch.device, size: int) -> Tensor:
             )
         _COUNTERS[key] = torch.zeros(size, dtype=torch.int32, device=device)
     return _COUNTERS[key]
+
+
+# Splits whose partials the combine loads at once: [chunk, group, head_dim] float32 elements, about
+# 4096 of them (32 registers a thread on 4 warps).
+COMBINE_ELEMENTS = 4096
+# Rows with at most this many visible keys take one split when the splits come from the heuristic
+# (decode_attention_triton's ``short_keys``): walking a few tiles in one program is quicker than
+# partials, an arrival and a combine.
+SHORT_KEYS = 256
+
+
+def _combine_chunk(group: int, dim_pad: int, num_splits: int) -> int:
+    per_split = triton.next_power_of_2(group) * dim_pad
+    return max(1, min(triton.next_power_of_2(num_splits), COMBINE_ELEMENTS // per_split))
 
 
 def _check_launch_knobs(num_splits: int | None, block_n: int, num_warps: int | None, num_stages: int) -> None:
@@ -503,11 +550,16 @@ def launch_decode_attention(
     num_warps: int | None,
     num_stages: int,
     out: Tensor | None = None,
+    short_keys: int | None = None,
 ) -> Tensor:
     """Launch the kernel (arguments already checked). ``k``/``v`` None: no new token (the paged
     attention of a prefix already stored, q already rotated): prep stages off by constexprs.
     ``out``: a ``[B, H, D]`` buffer in q's dtype to write into (None: a new contiguous one)."""
     _check_launch_knobs(num_splits, block_n, num_warps, num_stages)
+    if short_keys is None:  # the short-row rule goes with the split heuristic; given splits are kept
+        short_keys = SHORT_KEYS if num_splits is None else 0
+    if isinstance(short_keys, bool) or not isinstance(short_keys, int) or short_keys < 0:
+        raise ValueError(f"short_keys must be a non-negative int or None, got {short_keys!r}")
     if q.dtype not in KERNEL_DTYPES:
         raise TypeError(f"the kernel takes bfloat16, float16 or float32, got {q.dtype} (the reference takes any float)")
     b, h, d = q.shape
@@ -558,6 +610,8 @@ def launch_decode_attention(
         NUM_KV_HEADS=hkv, GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits,
         GROUP_PAD=max(16, triton.next_power_of_2(group)), DIM_PAD=dim_pad,
         SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK_N=block_n,
+        GROUP_C=triton.next_power_of_2(group), COMBINE_CHUNK=_combine_chunk(group, dim_pad, num_splits),
+        SHORT_KEYS=short_keys,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
         NEW_KV=new_kv, ROPE=rope, Q_NORM=_norm_code(q_norm), K_NORM=_norm_code(k_norm if new_kv else None),
         num_warps=num_warps, num_stages=num_stages,
@@ -588,10 +642,13 @@ def decode_attention_triton(
     num_warps: int | None = None,
     num_stages: int = 2,
     out: Tensor | None = None,
+    short_keys: int | None = None,
 ) -> Tensor:
     """The fused kernel (CUDA tensors, or CPU ones under ``TRITON_INTERPRET=1``): the contract of
     :func:`decode_attention_reference`, ``[B, H, D]``. ``num_splits`` overrides the split heuristic
-    (tests use it); ``block_n`` (keys per tile), ``num_warps`` and ``num_stages`` are launch knobs;
+    (tests use it); ``block_n`` (keys per tile), ``num_warps`` and ``num_stages`` are launch knobs,
+    and so is ``short_keys``: a row with at most that many visible keys takes one split whatever
+    ``num_splits`` says (None: :data:`SHORT_KEYS` with the split heuristic, 0 with given splits);
     ``out`` (``[B, H, D]``, q's dtype, any strides) receives the result when given (tests pass
     NaN-filled buffers, so an element the kernel never writes shows).
 
@@ -603,7 +660,7 @@ def decode_attention_triton(
     check_decode_attention_args(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
     return launch_decode_attention(
         q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm,
-        num_splits, block_n, num_warps, num_stages, out,
+        num_splits, block_n, num_warps, num_stages, out, short_keys,
     )  # fmt: skip
 
 

@@ -150,13 +150,14 @@ def decode_stages(config: ModelConfig) -> dict[str, FusedStages]:
 
     Llama/Qwen (``x + attn(norm(x))``, ``x + mlp(norm(x))``): qkv and gate_up read the normed
     stream (in_norm), o and down add to it (residual). Gemma 3 (``x + post_norm(sublayer(pre_norm(x)))``):
-    the same, and o and down normalise their output first (out_norm). The LM head reads the final
-    norm's output (in_norm).
+    the same, and o and down normalise their output first (out_norm). The LM head takes none: the
+    model applies the final norm itself (one small kernel per step), because an in_norm prologue
+    would have each of the LM head's ~16k programs read the whole hidden row once more.
     """
     gemma = config.model_type == "gemma3_text"
     pre = FusedStages(in_norm=True, unit_offset=gemma)
     post = FusedStages(residual=True, out_norm=gemma, unit_offset=gemma)
-    return {"qkv": pre, "o": post, "gate_up": pre, "down": post, "lm_head": pre}
+    return {"qkv": pre, "o": post, "gate_up": pre, "down": post, "lm_head": FusedStages()}
 
 
 def default_config(n_out: int, k: int, rows: int) -> GemvConfig:

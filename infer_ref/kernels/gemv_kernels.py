@@ -36,8 +36,8 @@ COMBINE_BLOCK = 256  # columns per program of the split-K combine kernel
 # normalised from registers; a wider one is walked twice (squares, then normalise), its partials
 # summed again in the same order (so to the same values) on the second walk.
 OUT_NORM_BLOCK = 4096
-# Elements (padded rows x K columns) of one tile of in_norm's sum-of-squares pass: with one row,
-# a 1B model's whole hidden row in one load; with the dot paths' 16 padded rows, 512 columns.
+# Columns of one load of in_norm's sum-of-squares pass (one row at a time): a 1B model's whole
+# hidden row (2048 or 1152) in one load.
 NORM_TILE_ELEMENTS = 8192
 
 
@@ -77,6 +77,28 @@ if HAVE_TRITON:
     def _rstd(sum_sq, count, eps):  # type: ignore[no-untyped-def]
         # 1 / sqrt(mean + eps) with IEEE sqrt and division: within two roundings of the exact value.
         return 1.0 / tl.sqrt_rn(sum_sq / count + eps)
+
+    @triton.jit
+    def _row_rstds(  # type: ignore[no-untyped-def]
+        x_ptr, rows, k, eps, stride_xm, stride_xk,
+        ROWS_PAD: tl.constexpr, NORM_ROWS: tl.constexpr, NORM_BLOCK: tl.constexpr,
+    ):  # fmt: skip
+        # rstd [ROWS_PAD] of each row's mean square over ALL of K (whichever slice the program
+        # multiplies); padded rows get 1. One row at a time, unrolled over the NORM_ROWS real rows
+        # (not the dot paths' 16 padded ones): the loads of different rows are independent, so they
+        # are in flight together, and a 1B model's hidden row is one load (NORM_BLOCK >= K).
+        offs_m = tl.arange(0, ROWS_PAD)
+        rstd = tl.full([ROWS_PAD], 1.0, tl.float32)
+        for r in tl.static_range(NORM_ROWS):
+            row_ptr = x_ptr + r * stride_xm
+            sum_sq = tl.zeros([NORM_BLOCK], tl.float32)
+            for k0 in range(0, k, NORM_BLOCK):
+                offs = k0 + tl.arange(0, NORM_BLOCK)
+                ok = (offs < k) & (r < rows)
+                xr = tl.load(row_ptr + offs * stride_xk, mask=ok, other=0.0).to(tl.float32)
+                sum_sq += xr * xr
+            rstd = tl.where(offs_m == r, _rstd(tl.sum(sum_sq, axis=0), k, eps), rstd)
+        return rstd
 
     @triton.jit
     def _normalise(t, w_ptr, offs, ok, rstd, WHOLE: tl.constexpr, UNIT_OFFSET: tl.constexpr):  # type: ignore[no-untyped-def]
@@ -160,8 +182,8 @@ if HAVE_TRITON:
         ROWS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PATH: tl.constexpr,
         EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, IN_NORM: tl.constexpr, UNIT_OFFSET: tl.constexpr,
-        NORM_BLOCK: tl.constexpr, EVEN_NORM: tl.constexpr, HAS_RESIDUAL: tl.constexpr, PREFETCH: tl.constexpr,
-        WRITE_PARTIALS: tl.constexpr, USE_PDL: tl.constexpr,
+        NORM_ROWS: tl.constexpr, NORM_BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+        PREFETCH: tl.constexpr, WRITE_PARTIALS: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (column block, K slice): columns [n0, n0 + BLOCK_N) of every row over one slice of K.
         pid_n = tl.program_id(0)
@@ -190,15 +212,7 @@ if HAVE_TRITON:
         pdl_prologue(USE_PDL)  # x and the residual are earlier kernels' outputs: read only after it
         rstd = tl.full([ROWS_PAD], 1.0, tl.float32)
         if IN_NORM:
-            # Each row's mean square over ALL of K, whichever slice this program multiplies.
-            norm_start, norm_end = 0, k
-            sum_sq = tl.zeros([ROWS_PAD], tl.float32)
-            for k0 in range(norm_start, norm_end, NORM_BLOCK):
-                offs = k0 + tl.arange(0, NORM_BLOCK)
-                xn = _load_tile(x_rows + offs[None, :] * stride_xk, m_ok, offs < norm_end, False, EVEN_NORM)
-                xn = xn.to(tl.float32)
-                sum_sq += tl.sum(xn * xn, axis=1)
-            rstd = _rstd(sum_sq, norm_end - norm_start, eps)
+            rstd = _row_rstds(x_ptr, rows, k, eps, stride_xm, stride_xk, ROWS_PAD, NORM_ROWS, NORM_BLOCK)
         if PREFETCH:
             offs_k = k_start + tl.arange(0, BLOCK_K)
             xt = _x_tile(
@@ -446,7 +460,7 @@ def launch(
     bias_arg = bias.contiguous() if bias is not None else out2
     in_w = in_norm.weight.contiguous() if in_norm is not None else out2
     res2 = residual.reshape(rows, n_out) if residual is not None else out2  # a view of out if it is out
-    norm_block = min(triton.next_power_of_2(k), max(config.block_k, NORM_TILE_ELEMENTS // rows_pad))
+    norm_block = min(triton.next_power_of_2(k), NORM_TILE_ELEMENTS)
     pdl = pdl_options(x.device)
     common: dict[str, Any] = {"GATED": gated, "ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, **pdl}
     _gemv_kernel[(triton.cdiv(n_out, config.block_n), splits)](
@@ -458,7 +472,7 @@ def launch(
         EVEN_N=n_out % config.block_n == 0, EVEN_K=splits * k_per_split == k,
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         IN_NORM=in_norm is not None, UNIT_OFFSET=in_norm is not None and in_norm.unit_offset,
-        NORM_BLOCK=norm_block, EVEN_NORM=k % norm_block == 0,
+        NORM_ROWS=triton.next_power_of_2(rows), NORM_BLOCK=norm_block,
         HAS_RESIDUAL=residual is not None and not partials, PREFETCH=weight_is_constant,
         WRITE_PARTIALS=partials, num_warps=config.num_warps, num_stages=config.num_stages, **common,
     )  # fmt: skip

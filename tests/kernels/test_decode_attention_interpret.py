@@ -251,6 +251,18 @@ def test_kernel_equals_reference(case: Case, dtype: torch.dtype) -> None:
 
 @interpret
 @needs_interpreter
+@pytest.mark.parametrize("short_keys", [0, 20, 48])
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_short_rows_take_one_split_beside_long_ones(dtype: torch.dtype, short_keys: int) -> None:
+    """``short_keys``: rows with at most that many visible keys walk all their tiles in one split
+    (no partials, no arrival), the longer rows of the same launch split and combine as before; 0
+    splits every row. Rows on both sides of the threshold and at it."""
+    case = Case(G2, (19, 20, 21, 48, 49, 5), 16, norms="llama", splits=6)
+    check(case, dtype, seed=zlib.crc32(f"short {short_keys} {dtype}".encode()), short_keys=short_keys)
+
+
+@interpret
+@needs_interpreter
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_launches_in_a_row_share_the_counters(dtype: torch.dtype) -> None:
     """Several launches of one size (the layers of a step): each starts from zeroed counters, so
