@@ -125,18 +125,18 @@ def build_step(family: str, context: int, batch: int, layers: int, dtype: torch.
     )  # fmt: skip
 
 
-def fused(step: Step, short_keys: int | None = None) -> list[torch.Tensor]:
-    """The fused kernel per layer; ``short_keys`` a launch knob of the kernel (None: its default)."""
+def fused(step: Step, knobs: dict[str, Any] | None = None) -> list[torch.Tensor]:
+    """The fused kernel per layer; ``knobs``: launch knobs of the kernel (None: the dispatching call)."""
     outs = []
     for layer in step.layers:
         args = (
             step.q, step.k, step.v, step.cos, step.sin, layer.k_pool, layer.v_pool, step.tables, step.seq_lens,
             step.scale, None, layer.q_norm, layer.k_norm,
         )  # fmt: skip
-        if short_keys is None:
+        if knobs is None:
             outs.append(decode_attention(*args))  # the dispatching entry point, as the models call it
         else:
-            outs.append(decode_attention_triton(*args, short_keys=short_keys))
+            outs.append(decode_attention_triton(*args, **knobs))
     return outs
 
 
@@ -197,11 +197,11 @@ def bench_one(family: str, context: int, args: argparse.Namespace, device: torch
     times = {}
     variants: list[tuple[str, Callable[[], Any]]] = [("fused", lambda: fused(step)), ("unfused", lambda: unfused(step))]
     on_kernel = device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
-    for sk in args.short_keys if on_kernel else []:
-        variants.append((f"fused_short_keys_{sk}", lambda sk=sk: fused(step, sk)))
+    for knob in args.knobs if on_kernel else []:
+        variants.append((f"fused_{knob}", lambda knob=knob: fused(step, parse_knob(knob))))
     for name, fn in variants:
         times[name] = time_replays(fn, device, args.iters, args.repeats) / args.layers * 1e6
-    row["variants_us"] = {name: t for name, t in times.items() if name.startswith("fused_short_keys_")}
+    row["variants_us"] = {name: t for name, t in times.items() if name not in ("fused", "unfused")}
     kv_bytes = 2 * args.batch * (context + 1) * hkv * d * torch.empty((), dtype=dtype).element_size()
     row.update(
         fused_us=times["fused"], unfused_us=times["unfused"], speedup=times["unfused"] / times["fused"],
@@ -210,14 +210,25 @@ def bench_one(family: str, context: int, args: argparse.Namespace, device: torch
     return row
 
 
+def parse_knob(text: str) -> dict[str, Any]:
+    """``"num_warps=2,block_n=32"`` -> ``{"num_warps": 2, "block_n": 32}`` (integer values)."""
+    knobs = {}
+    for part in text.split(","):
+        name, _, value = part.partition("=")
+        if name not in ("num_splits", "block_n", "num_warps", "num_stages") or not value.lstrip("-").isdigit():
+            raise ValueError(f"--knobs: expected NAME=INT with NAME in num_splits, block_n, num_warps, num_stages; got {part!r}")
+        knobs[name] = int(value)
+    return knobs
+
+
 def table(rows: list[dict[str, Any]]) -> str:
     names = sorted({name for r in rows for name in r.get("variants_us", {})})
-    extra = "".join(f" {name.removeprefix('fused_'):>16}" for name in names)
+    extra = "".join(f" {name.removeprefix('fused_'):>20}" for name in names)
     lines = [
         f"{'family':<8} {'context':>7} {'fused us':>9} {'unfused us':>10} {'speedup':>8} {'fused GB/s':>10} {'max|diff|':>9}{extra}",
     ]
     for r in rows:
-        cells = "".join(f" {r.get('variants_us', {}).get(name, float('nan')):>16.2f}" for name in names)
+        cells = "".join(f" {r.get('variants_us', {}).get(name, float('nan')):>20.2f}" for name in names)
         lines.append(
             f"{r['family']:<8} {r['context']:>7} {r['fused_us']:>9.2f} {r['unfused_us']:>10.2f} {r['speedup']:>7.2f}x "
             f"{r['fused_GBps']:>10.0f} {r['max_abs_diff']:>9.2e}{cells}{'' if r['agree'] else '  DISAGREE'}"
@@ -235,8 +246,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--layers", type=int, default=16, help="layers per step (distinct pools)")
     p.add_argument("--iters", type=int, default=20, help="replays per timed loop")
     p.add_argument("--repeats", type=int, default=25, help="timed loops (median)")
-    p.add_argument("--short-keys", type=int, nargs="*", default=[],
-                   help="also time the kernel with these short_keys knobs (rows with at most that many keys take one split)")
+    p.add_argument("--knobs", nargs="*", default=[], metavar="NAME=VALUE[,NAME=VALUE]",
+                   help="also time the kernel with these launch knobs, e.g. num_warps=2 block_n=32,num_splits=8")
     p.add_argument("--json", type=Path, default=None, help="write the JSON report here")
     p.add_argument("--dry-run", action="store_true", help="CPU smoke run: tiny contexts, 2 layers, few repeats")
     args = p.parse_args(argv)

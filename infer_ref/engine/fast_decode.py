@@ -2,8 +2,9 @@
 
 Prefill runs eagerly through a :class:`~infer_ref.cache.static.StaticKVCache`. Each decode step
 then runs the model on a fixed input buffer ``[B, 1]`` at the cache's device-side position, takes
-the argmax on the device and writes it back into the input buffer, so greedy decoding needs no
-host round trip per token. On CUDA the step is captured in a CUDA graph (optionally after
+the argmax on the device and writes it back into the input buffer, and appends the token (and
+whether the logits could decide one) to a device-side log, so greedy decoding needs no host round
+trip and no kernel outside the step per token: the loop reads the log back in chunks. On CUDA the step is captured in a CUDA graph (optionally after
 ``torch.compile`` fuses its small kernels); on other devices the same static-shape step runs
 eagerly, which is how the default test tier checks it.
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import pairwise
-from typing import Any
+from typing import Any, Literal, overload
 
 import torch
 import torch.nn.functional as F
@@ -96,6 +97,12 @@ class FastDecoder:
         )
         self.input_ids = torch.zeros((batch_size, 1), dtype=torch.long, device=self.device)  # [B, 1]
         self.next_token = torch.zeros((batch_size, 1), dtype=torch.long, device=self.device)  # [B, 1]
+        self.usable = torch.ones(1, dtype=torch.bool, device=self.device)  # [1]: the last step's logits could decide
+        # The step's log (see _log_step): token_log [max_seq_len, B], usable_log [max_seq_len], the
+        # next entry's index on the device.
+        self.token_log = torch.zeros((self.cache.max_seq_len, batch_size), dtype=torch.long, device=self.device)
+        self.usable_log = torch.zeros(self.cache.max_seq_len, dtype=torch.bool, device=self.device)
+        self.log_index = torch.zeros(1, dtype=torch.long, device=self.device)
         self.logits: Tensor | None = None
         self.use_cuda_graph = self.device.type == "cuda" if cuda_graph is None else cuda_graph
         if self.use_cuda_graph and self.device.type != "cuda":
@@ -121,9 +128,19 @@ class FastDecoder:
     def _step_eager(self) -> Tensor:
         """One decode step on the fixed buffers: logits ``[B, 1, V]``; argmax written to the input."""
         logits = self.model(self.input_ids, kv_cache=self.cache)  # [B, 1, V]
-        self.next_token.copy_(sliced_argmax(logits[:, -1, :]))
+        token, usable = sliced_argmax(logits[:, -1, :], checked=True)
+        self.next_token.copy_(token)
         self.input_ids.copy_(self.next_token)
+        self.usable.copy_(usable)
         return logits
+
+    def _log_step(self) -> None:
+        """Append this step's tokens and usable flag to the device logs (a ring of ``max_seq_len``
+        entries: a run between resets has at most that many steps). Eager ops, captured with the
+        step (outside the compiled function: a traced write into a graph input is a copy of it)."""
+        self.token_log.index_copy_(0, self.log_index, self.next_token.view(1, -1))
+        self.usable_log.index_copy_(0, self.log_index, self.usable)
+        self.log_index.add_(1).remainder_(self.token_log.shape[0])
 
     @torch.inference_mode()
     def _warm_up_and_capture(self) -> None:
@@ -147,13 +164,15 @@ class FastDecoder:
                 self._graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(self._graph):
                     self.logits = self._step_fn()
+                    self._log_step()
         self.reset()
 
     # -- use -----------------------------------------------------------------------------------
 
     def reset(self) -> None:
-        """Empty the cache for a new sequence (buffers keep their addresses)."""
+        """Empty the cache for a new sequence and restart the step log (buffers keep their addresses)."""
         self.cache.reset()
+        self.log_index.zero_()
 
     @torch.inference_mode()
     def prefill(self, input_ids: Tensor) -> Tensor:
@@ -187,22 +206,36 @@ class FastDecoder:
         else:
             with self.cache.host_frozen():
                 self.logits = self._step_fn()
+                self._log_step()
         self.cache.advance_host(1)
         return self.logits
 
 
-def sliced_argmax(x: Tensor, slices: int = ARGMAX_SLICES) -> Tensor:
+@overload
+def sliced_argmax(x: Tensor, slices: int = ..., *, checked: Literal[False] = ...) -> Tensor: ...
+
+
+@overload
+def sliced_argmax(x: Tensor, slices: int = ..., *, checked: Literal[True]) -> tuple[Tensor, Tensor]: ...
+
+
+def sliced_argmax(x: Tensor, slices: int = ARGMAX_SLICES, *, checked: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """``torch.argmax(x, -1, keepdim=True)`` for ``x`` ``[B, V]`` in two parallel stages; same result.
 
     Ties resolve to the first index as in ``torch.argmax``: within a slice ``max`` returns the first
     maximum, and the second stage picks the first slice that holds the overall maximum.
+    ``checked=True`` also returns ``can_decide(x)`` as a ``[1]`` bool tensor, from the slice maxima
+    the argmax computes anyway (``max`` propagates NaN, so their maximum is ``amax(x)``).
     """
     b, v = x.shape
     width = -(-v // slices)
     padded = F.pad(x, (0, width * slices - v), value=float("-inf"))  # [B, slices * width]
     best, index = padded.view(b, slices, width).max(dim=-1)  # [B, slices] each
     slice_idx = best.argmax(dim=-1, keepdim=True)  # [B, 1]
-    return slice_idx * width + index.gather(-1, slice_idx)  # [B, 1]
+    token = slice_idx * width + index.gather(-1, slice_idx)  # [B, 1]
+    if not checked:
+        return token
+    return token, can_decide(best).reshape(1)
 
 
 def generate_fast(
@@ -275,14 +308,18 @@ def _greedy_on_device(
     device: torch.device,
     prompt_len: int,
 ) -> None:
-    """Replay ``steps`` greedy steps, reading tokens back in chunks; per-step times from CUDA events.
+    """Replay ``steps`` greedy steps, reading the step log back in chunks; per-step times from CUDA events.
 
-    Each step's logits are checked on the device (one reduction, read back with the chunk's tokens):
-    an argmax over NaN logits is token 0, which must never be accepted as an answer.
+    Each step writes its token and whether its logits could decide one (an argmax over NaN logits
+    is token 0, which must never be accepted as an answer) into the decoder's device log, so a
+    step is one graph replay. A chunk of ``READBACK_EVERY`` steps is copied to the host
+    asynchronously and read while the next chunk runs: the device never waits on the host, at the
+    price of up to two chunks computed past an EOS or stop string (dropped).
     """
-    out = torch.empty(steps, dtype=torch.long, device=device)
-    usable = torch.empty(steps, dtype=torch.bool, device=device)  # [steps] logits could decide a token
     cuda = device.type == "cuda"
+    batch = decoder.token_log.shape[1]
+    tokens_host = torch.empty((steps, batch), dtype=torch.long, pin_memory=cuda)
+    usable_host = torch.empty(steps, dtype=torch.bool, pin_memory=cuda)
     events: list[torch.cuda.Event] = []
     clocks: list[float] = []
 
@@ -293,24 +330,52 @@ def _greedy_on_device(
         else:
             clocks.append(time.perf_counter())
 
-    read = 0
+    def fetch(start: int, end: int) -> torch.cuda.Event | None:
+        # Steps [start, end) logged at entries [start, end): the decoder was reset before step 0.
+        tokens_host[start:end].copy_(decoder.token_log[start:end], non_blocking=cuda)
+        usable_host[start:end].copy_(decoder.usable_log[start:end], non_blocking=cuda)
+        if not cuda:
+            return None
+        done = torch.cuda.Event()
+        done.record()
+        return done
+
+    used = steps  # steps whose tokens were accepted (the rest ran past the end and are dropped)
+
+    def read(start: int, end: int, done: torch.cuda.Event | None) -> bool:
+        """Accept the chunk's tokens (host side); True when generation is over."""
+        nonlocal used
+        if done is not None:
+            done.synchronize()
+        _check_chunk(usable_host[start:end].tolist(), start, prompt_len)
+        for offset, token in enumerate(tokens_host[start:end, 0].tolist()):
+            if accept(int(token)):
+                used = start + offset + 1
+                return True
+        return False
+
+    pending: tuple[int, int, torch.cuda.Event | None] | None = None
+    chunk_start = 0
+    finished = False
     mark()
     for i in range(steps):
-        logits = decoder.step()  # [1, 1, V]
-        out[i : i + 1].copy_(decoder.next_token[0])
-        usable[i] = can_decide(logits)
+        decoder.step()
         mark()
-        if i + 1 - read >= READBACK_EVERY or i + 1 == steps:
-            chunk = out[read : i + 1].tolist()  # the only host sync of the chunk
-            _check_chunk(usable[read : i + 1].tolist(), read, prompt_len)
-            read = i + 1
-            if any(accept(int(t)) for t in chunk):
-                break
+        if i + 1 - chunk_start < READBACK_EVERY and i + 1 < steps:
+            continue
+        fetched = (chunk_start, i + 1, fetch(chunk_start, i + 1))
+        chunk_start = i + 1
+        if pending is not None and read(*pending):  # the previous chunk, while this one runs
+            pending, finished = None, True
+            break
+        pending = fetched
+    if pending is not None and not finished:
+        read(*pending)
     if cuda:
         torch.cuda.synchronize(device)
-        timing.decode_times_s.extend(a.elapsed_time(b) / 1e3 for a, b in pairwise(events))
+        timing.decode_times_s.extend(a.elapsed_time(b) / 1e3 for a, b in pairwise(events[: used + 1]))
     else:
-        timing.decode_times_s.extend(b - a for a, b in pairwise(clocks))
+        timing.decode_times_s.extend(b - a for a, b in pairwise(clocks[: used + 1]))
 
 
 def _check_chunk(usable: list[bool], first_step: int, prompt_len: int) -> None:

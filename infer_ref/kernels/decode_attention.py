@@ -297,8 +297,7 @@ if HAVE_TRITON:
         NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
         GROUP_PAD: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
         DOT_PRECISION: tl.constexpr, NEW_KV: tl.constexpr, ROPE: tl.constexpr, Q_NORM: tl.constexpr,
-        K_NORM: tl.constexpr, GROUP_C: tl.constexpr, COMBINE_CHUNK: tl.constexpr, SHORT_KEYS: tl.constexpr,
-        USE_PDL: tl.constexpr,
+        K_NORM: tl.constexpr, GROUP_C: tl.constexpr, COMBINE_CHUNK: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (row * Hkv + kv head, split): the GROUP query heads of one KV head over one chunk.
         row_head = tl.program_id(0)
@@ -331,21 +330,9 @@ if HAVE_TRITON:
 
         pdl_prologue(USE_PDL)  # q/k/v, cos/sin, the lengths and the cache come from earlier kernels
 
-        # Visible keys [first, n): the window's keys only, never a masked full scan. The splits
-        # share them in chunks of whole tiles; the last non-empty one (the owner) holds n - 1.
+        # The length, the new token's q/k/v and its RoPE row do not depend on one another: their
+        # loads are all issued here, before anything waits on the length (one round trip, not two).
         n = tl.load(lens_ptr + row).to(tl.int32)
-        first = tl.where(window > 0, tl.maximum(n - window, 0), 0)
-        chunk = tl.maximum(tl.cdiv(tl.cdiv(n - first, NUM_SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
-        # A row of at most SHORT_KEYS visible keys takes one split: walking a few tiles in one
-        # program is quicker than partials, an arrival and a combine.
-        chunk = tl.where(n - first <= SHORT_KEYS, tl.maximum(n - first, 1), chunk)
-        used = tl.maximum(tl.cdiv(n - first, chunk), 1)  # non-empty splits (1 for a length-0 row)
-        if split >= used:
-            return
-        owner = (n - 1 - first) // chunk
-        start = first + split * chunk
-        end = tl.minimum(start + chunk, n)
-
         if ROPE:
             cos = tl.load(cos_ptr + row * stride_cb + e * stride_cd, mask=e_ok, other=0.0)
             sin = tl.load(sin_ptr + row * stride_sb + e * stride_sd, mask=e_ok, other=0.0)
@@ -373,6 +360,17 @@ if HAVE_TRITON:
         else:
             k_new = tl.zeros([1, DIM_PAD], tl.float32)
             v_new = k_new
+
+        # Visible keys [first, n): the window's keys only, never a masked full scan. The splits
+        # share them in chunks of whole tiles; the last non-empty one (the owner) holds n - 1.
+        first = tl.where(window > 0, tl.maximum(n - window, 0), 0)
+        chunk = tl.maximum(tl.cdiv(tl.cdiv(n - first, NUM_SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
+        used = tl.maximum(tl.cdiv(n - first, chunk), 1)  # non-empty splits (1 for a length-0 row)
+        if split >= used:
+            return
+        owner = (n - 1 - first) // chunk
+        start = first + split * chunk
+        end = tl.minimum(start + chunk, n)
 
         m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
         l_i = tl.zeros([GROUP_PAD], tl.float32)
@@ -509,15 +507,38 @@ def _counters(device: torch.device, size: int) -> Tensor:
 # Splits whose partials the combine loads at once: [chunk, group, head_dim] float32 elements, about
 # 4096 of them (32 registers a thread on 4 warps).
 COMBINE_ELEMENTS = 4096
-# Rows with at most this many visible keys take one split when the splits come from the heuristic
-# (decode_attention_triton's ``short_keys``): walking a few tiles in one program is quicker than
-# partials, an arrival and a combine.
-SHORT_KEYS = 256
 
 
 def _combine_chunk(group: int, dim_pad: int, num_splits: int) -> int:
     per_split = triton.next_power_of_2(group) * dim_pad
     return max(1, min(triton.next_power_of_2(num_splits), COMBINE_ELEMENTS // per_split))
+
+
+def kernel_constexprs(
+    num_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    num_splits: int,
+    block_n: int,
+    dtype: torch.dtype,
+    *,
+    new_kv: bool,
+    rope: bool,
+    q_norm: int,
+    k_norm: int,
+) -> dict[str, Any]:
+    """The kernel's compile-time arguments for a launch of this shape (the launcher's, and what a
+    test compiling the kernel ahead of time for a GPU passes); ``q_norm``/``k_norm`` are NORM_* codes."""
+    group = num_heads // num_kv_heads
+    dim_pad = triton.next_power_of_2(max(head_dim, 16))
+    return {
+        "NUM_KV_HEADS": num_kv_heads, "GROUP": group, "HEAD_DIM": head_dim, "NUM_SPLITS": num_splits,
+        "GROUP_PAD": max(16, triton.next_power_of_2(group)),  # tl.dot's smallest tile
+        "DIM_PAD": dim_pad, "SPLITS_PAD": triton.next_power_of_2(num_splits), "BLOCK_N": block_n,
+        "GROUP_C": triton.next_power_of_2(group), "COMBINE_CHUNK": _combine_chunk(group, dim_pad, num_splits),
+        "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
+        "NEW_KV": new_kv, "ROPE": rope, "Q_NORM": q_norm, "K_NORM": k_norm,
+    }  # fmt: skip
 
 
 def _check_launch_knobs(num_splits: int | None, block_n: int, num_warps: int | None, num_stages: int) -> None:
@@ -550,16 +571,11 @@ def launch_decode_attention(
     num_warps: int | None,
     num_stages: int,
     out: Tensor | None = None,
-    short_keys: int | None = None,
 ) -> Tensor:
     """Launch the kernel (arguments already checked). ``k``/``v`` None: no new token (the paged
     attention of a prefix already stored, q already rotated): prep stages off by constexprs.
     ``out``: a ``[B, H, D]`` buffer in q's dtype to write into (None: a new contiguous one)."""
     _check_launch_knobs(num_splits, block_n, num_warps, num_stages)
-    if short_keys is None:  # the short-row rule goes with the split heuristic; given splits are kept
-        short_keys = SHORT_KEYS if num_splits is None else 0
-    if isinstance(short_keys, bool) or not isinstance(short_keys, int) or short_keys < 0:
-        raise ValueError(f"short_keys must be a non-negative int or None, got {short_keys!r}")
     if q.dtype not in KERNEL_DTYPES:
         raise TypeError(f"the kernel takes bfloat16, float16 or float32, got {q.dtype} (the reference takes any float)")
     b, h, d = q.shape
@@ -605,15 +621,13 @@ def launch_decode_attention(
     args += [*k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *out.stride()]
     args += [float(scale), block_size, 0 if window is None else window]
     args += [float(q_norm.eps) if q_norm is not None else 1.0, float(k_norm.eps) if k_norm is not None else 1.0]
+    constexprs = kernel_constexprs(
+        h, hkv, d, num_splits, block_n, q.dtype, new_kv=new_kv, rope=rope,
+        q_norm=_norm_code(q_norm), k_norm=_norm_code(k_norm if new_kv else None),
+    )  # fmt: skip
     _decode_attention_kernel[(b * hkv, num_splits)](
         *args,
-        NUM_KV_HEADS=hkv, GROUP=group, HEAD_DIM=d, NUM_SPLITS=num_splits,
-        GROUP_PAD=max(16, triton.next_power_of_2(group)), DIM_PAD=dim_pad,
-        SPLITS_PAD=triton.next_power_of_2(num_splits), BLOCK_N=block_n,
-        GROUP_C=triton.next_power_of_2(group), COMBINE_CHUNK=_combine_chunk(group, dim_pad, num_splits),
-        SHORT_KEYS=short_keys,
-        DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        NEW_KV=new_kv, ROPE=rope, Q_NORM=_norm_code(q_norm), K_NORM=_norm_code(k_norm if new_kv else None),
+        **constexprs,
         num_warps=num_warps, num_stages=num_stages,
         # float32: no multiply-add contraction, which would round x*cos + r*sin once, not three times.
         enable_fp_fusion=q.dtype != torch.float32,
@@ -642,13 +656,10 @@ def decode_attention_triton(
     num_warps: int | None = None,
     num_stages: int = 2,
     out: Tensor | None = None,
-    short_keys: int | None = None,
 ) -> Tensor:
     """The fused kernel (CUDA tensors, or CPU ones under ``TRITON_INTERPRET=1``): the contract of
     :func:`decode_attention_reference`, ``[B, H, D]``. ``num_splits`` overrides the split heuristic
-    (tests use it); ``block_n`` (keys per tile), ``num_warps`` and ``num_stages`` are launch knobs,
-    and so is ``short_keys``: a row with at most that many visible keys takes one split whatever
-    ``num_splits`` says (None: :data:`SHORT_KEYS` with the split heuristic, 0 with given splits);
+    (tests use it); ``block_n`` (keys per tile), ``num_warps`` and ``num_stages`` are launch knobs;
     ``out`` (``[B, H, D]``, q's dtype, any strides) receives the result when given (tests pass
     NaN-filled buffers, so an element the kernel never writes shows).
 
@@ -660,7 +671,7 @@ def decode_attention_triton(
     check_decode_attention_args(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
     return launch_decode_attention(
         q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm,
-        num_splits, block_n, num_warps, num_stages, out, short_keys,
+        num_splits, block_n, num_warps, num_stages, out,
     )  # fmt: skip
 
 

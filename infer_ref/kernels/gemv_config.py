@@ -56,55 +56,33 @@ class GemvConfig:
 
 
 # Launch configs per weight shape (N, K): the batch-1 winners of benchmarks/bench_gemv.py's sweep
-# on an H100 with programmatic dependent launch (benchmarks/log/h100_gemv.json; the comments give %
-# of copy bandwidth, kernel vs cuBLAS). The gated kernel's table is keyed by the stacked [2I, K].
-# Batch 1 only: the multiply-and-add path keeps a [rows, BLOCK_N, BLOCK_K] float32 accumulator, so
-# with more rows gemv_config takes the heuristic's tl.dot config instead (see gemv_config).
+# on an H100 with programmatic dependent launch, each projection run with the fused stages its
+# block gives it and its weight constant (``--stages``: in_norm on qkv and gate_up, residual on o
+# and down, plus out_norm for Gemma; benchmarks/log/h100_gemv_stages.json). The comments give the
+# time of one call (the combine kernels included) and % of copy bandwidth, kernel vs the eager ops
+# it replaces. Where one split came within 2% of the best, it is taken: a second kernel (the
+# split-K combine) costs more in a chain of dependent kernels than in the sweep's repeated calls.
+# The gated kernel's table is keyed by the stacked [2I, K]. Batch 1 only: the multiply-and-add path
+# keeps a [rows, BLOCK_N, BLOCK_K] float32 accumulator, so with more rows gemv_config takes the
+# heuristic's tl.dot config instead (see gemv_config).
+_FMA_4x1024 = GemvConfig(block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma")
 LINEAR_CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    (3072, 2048): GemvConfig(
-        block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"
-    ),  # llama qkv: 68 vs 57
-    (2048, 2048): GemvConfig(
-        block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma"
-    ),  # llama/qwen3 o: 58 vs 44
-    (2048, 8192): GemvConfig(
-        block_n=8, block_k=512, split_k=3, num_warps=4, num_stages=3, path="fma"
-    ),  # llama down: 81 vs 69
-    (128256, 2048): GemvConfig(
-        block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"
-    ),  # llama lm_head: 105 vs 94
-    (4096, 2048): GemvConfig(
-        block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma"
-    ),  # qwen3 qkv: 75 vs 64
-    (2048, 6144): GemvConfig(
-        block_n=8, block_k=512, split_k=3, num_warps=4, num_stages=3, path="fma"
-    ),  # qwen3 down: 77 vs 63
-    (151936, 2048): GemvConfig(
-        block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"
-    ),  # qwen3 lm_head: 105 vs 96
-    (1536, 1152): GemvConfig(
-        block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"
-    ),  # gemma qkv: 34 vs 24
-    (1152, 1024): GemvConfig(
-        block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma"
-    ),  # gemma o: 33 vs 18
-    (1152, 6912): GemvConfig(
-        block_n=8, block_k=512, split_k=4, num_warps=4, num_stages=3, path="fma"
-    ),  # gemma down: 67 vs 49
-    (262144, 1152): GemvConfig(
-        block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"
-    ),  # gemma lm_head: 105 vs 95
+    (3072, 2048): _FMA_4x1024,  # llama qkv: 6.85 us, 62% vs 26% (16x256 in 6 splits: 6.69 us)
+    (2048, 2048): _FMA_4x1024,  # llama/qwen3 o: 4.33 us, 65% vs 36%
+    (2048, 8192): _FMA_4x1024,  # llama down: 13.48 us, 84% vs 63% (2 splits: 13.45 us)
+    (128256, 2048): _FMA_4x1024,  # llama lm_head: 106% vs 95%
+    (4096, 2048): _FMA_4x1024,  # qwen3 qkv: 7.58 us, 75% vs 33%
+    (2048, 6144): _FMA_4x1024,  # qwen3 down: 10.65 us, 80% vs 57% (2 splits: 10.60 us)
+    (151936, 2048): _FMA_4x1024,  # qwen3 lm_head: 106% vs 96%
+    (1536, 1152): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"),  # gemma qkv: 4.15 us, 29% vs 7%
+    (1152, 1024): _FMA_4x1024,  # gemma o (out_norm: partials and a row combine): 3.33 us, 24% vs 5%
+    (1152, 6912): GemvConfig(block_n=4, block_k=1024, split_k=4, num_warps=4, num_stages=3, path="fma"),  # gemma down (out_norm): 9.07 us, 59% vs 23%
+    (262144, 1152): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # gemma lm_head: 104% vs 96%
 }
 GATED_CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    (16384, 2048): GemvConfig(
-        block_n=64, block_k=128, split_k=1, num_warps=4, num_stages=4, path="dot_t"
-    ),  # llama gate_up: 93 vs 78
-    (12288, 2048): GemvConfig(
-        block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"
-    ),  # qwen3 gate_up: 92 vs 73
-    (13824, 1152): GemvConfig(
-        block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"
-    ),  # gemma gate_up: 86 vs 62
+    (16384, 2048): GemvConfig(block_n=32, block_k=256, split_k=1, num_warps=4, num_stages=3, path="dot"),  # llama gate_up: 24.14 us, 94% vs 60%
+    (12288, 2048): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # qwen3 gate_up: 95% vs 53%
+    (13824, 1152): GemvConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # gemma gate_up: 84% vs 37%
 }
 # Shapes whose plain product (no in_norm) keeps F.linear even with the decode kernels on. Under
 # torch.compile, Inductor fuses the input RMSNorm into its own reduction for the qkv product (H100,

@@ -251,18 +251,6 @@ def test_kernel_equals_reference(case: Case, dtype: torch.dtype) -> None:
 
 @interpret
 @needs_interpreter
-@pytest.mark.parametrize("short_keys", [0, 20, 48])
-@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_short_rows_take_one_split_beside_long_ones(dtype: torch.dtype, short_keys: int) -> None:
-    """``short_keys``: rows with at most that many visible keys walk all their tiles in one split
-    (no partials, no arrival), the longer rows of the same launch split and combine as before; 0
-    splits every row. Rows on both sides of the threshold and at it."""
-    case = Case(G2, (19, 20, 21, 48, 49, 5), 16, norms="llama", splits=6)
-    check(case, dtype, seed=zlib.crc32(f"short {short_keys} {dtype}".encode()), short_keys=short_keys)
-
-
-@interpret
-@needs_interpreter
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_launches_in_a_row_share_the_counters(dtype: torch.dtype) -> None:
     """Several launches of one size (the layers of a step): each starts from zeroed counters, so
@@ -425,13 +413,11 @@ def compile_for_sm90(
 
     h, hkv, d = FAMILY_SHAPES[family]
     norm = FAMILY_NORMS[family] if prep else da.NORM_NONE
-    constexprs = {
-        "NUM_KV_HEADS": hkv, "GROUP": h // hkv, "HEAD_DIM": d, "NUM_SPLITS": splits,
-        "GROUP_PAD": max(16, triton.next_power_of_2(h // hkv)), "DIM_PAD": triton.next_power_of_2(d),
-        "SPLITS_PAD": triton.next_power_of_2(splits), "BLOCK_N": block_n,
-        "DOT_PRECISION": "ieee" if dtype == "fp32" else "tf32", "NEW_KV": prep, "ROPE": prep,
-        "Q_NORM": norm, "K_NORM": norm, "USE_PDL": True,  # as an H100 launch compiles it
-    }  # fmt: skip
+    torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
+    constexprs = da.kernel_constexprs(
+        h, hkv, d, splits, block_n, torch_dtype, new_kv=prep, rope=prep, q_norm=norm, k_norm=norm
+    )
+    constexprs["USE_PDL"] = True  # as an H100 launch compiles it
     unit_strides = {"stride_qd", "stride_nkd", "stride_nvd", "stride_cd", "stride_sd", "stride_qw", "stride_kw",
                     "stride_kd", "stride_vd", "stride_tm", "stride_od"}  # fmt: skip
     pointer_types = {"part_out_ptr": "*fp32", "part_max_ptr": "*fp32", "part_sum_ptr": "*fp32",

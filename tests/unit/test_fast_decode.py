@@ -192,3 +192,61 @@ def test_sliced_argmax_equals_torch_argmax_including_ties(vocab: int, batch: int
         x[2, -1] = 10.0  # the maximum in the padded last slice
     assert torch.equal(sliced_argmax(x), torch.argmax(x, dim=-1, keepdim=True))
     assert torch.equal(sliced_argmax(x.to(torch.bfloat16), slices=7), torch.argmax(x.to(torch.bfloat16), -1, keepdim=True))
+
+
+@pytest.mark.parametrize("eos_at", [0, 15, 16, 17, 40, 59])
+def test_fast_stops_at_an_eos_in_any_chunk_and_times_only_the_tokens_kept(tmp_path_factory, eos_at: int) -> None:
+    """The greedy loop reads the step log a chunk behind the steps it runs (READBACK_EVERY = 16):
+    an EOS in the first, a middle or the last chunk, or on a chunk's edge, ends generation with
+    the eager loop's tokens, and the steps run past it are neither returned nor timed."""
+    model = _load(tmp_path_factory, "llama", torch.float64)
+    params = SamplingParams(temperature=0, max_new_tokens=64)
+    model.config = dataclasses.replace(model.config, eos_token_ids=())
+    free = generate(model, Decoder(), PROMPT, params, device="cpu")  # generated tokens only, no EOS
+    assert len(free.token_ids) == 64
+    eos = free.token_ids[eos_at]
+    first = free.token_ids.index(eos)  # the EOS ends generation at its first occurrence
+    model.config = dataclasses.replace(model.config, eos_token_ids=(eos,))
+    eager = generate(model, Decoder(), PROMPT, params, device="cpu")
+    fast = generate(model, Decoder(), PROMPT, params, device="cpu", decode="fast")
+    assert fast.finish_reason == eager.finish_reason == "eos"
+    assert fast.token_ids == eager.token_ids == free.token_ids[: first + 1]
+    assert len(fast.timing.decode_times_s) == first  # token 0 comes from the prefill: one step per later token
+
+
+def test_the_step_log_holds_each_steps_token_in_order(model) -> None:
+    """The device log the greedy loop reads: entry i is step i's argmax (oracle: the logits each
+    step returns), and the usable flags are set; reset starts it over."""
+    dec = FastDecoder(model, len(PROMPT) + 8, device="cpu")
+    for _ in range(2):
+        dec.reset()
+        dec.prefill(torch.tensor([PROMPT]))
+        want = [int(dec.step()[0, -1].argmax()) for _ in range(5)]
+        assert dec.token_log[:5, 0].tolist() == want
+        assert dec.usable_log[:5].all() and int(dec.log_index) == 5
+
+
+@pytest.mark.parametrize(
+    ("poison", "decidable"),
+    [(None, True), ("nan", False), ("inf", False), ("-inf", True), ("all -inf", False), ("nan in the padding slice", False)],
+)
+def test_checked_sliced_argmax_flags_exactly_what_can_decide_flags(poison: str | None, decidable: bool) -> None:
+    """``sliced_argmax(..., checked=True)``'s flag against ``can_decide`` (one amax over the logits):
+    NaN or +inf anywhere, or nothing above -inf, and the logits cannot decide a token."""
+    from infer_ref.validation import can_decide
+
+    x = torch.randn(2, 1000, generator=torch.Generator().manual_seed(1))
+    if poison == "nan":
+        x[1, 517] = float("nan")
+    elif poison == "inf":
+        x[0, 3] = float("inf")
+    elif poison == "-inf":
+        x[0, :500] = float("-inf")
+    elif poison == "all -inf":
+        x[:] = float("-inf")
+    elif poison == "nan in the padding slice":
+        x[0, -1] = float("nan")  # 1000 = 7 * 143 - 1: the last slice is the padded one
+    token, usable = sliced_argmax(x, slices=7, checked=True)
+    assert usable.shape == (1,) and bool(usable) is decidable is bool(can_decide(x))
+    if decidable:
+        assert torch.equal(token, torch.argmax(x, dim=-1, keepdim=True))
