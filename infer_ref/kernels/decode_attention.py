@@ -541,11 +541,28 @@ def kernel_constexprs(
     }  # fmt: skip
 
 
-def _check_launch_knobs(num_splits: int | None, block_n: int, num_warps: int | None, num_stages: int) -> None:
+# Keys per tile and warps per program by head dim: the H100 measurements of
+# benchmarks/bench_decode_attention.py (benchmarks/log/h100_decode_attention_knobs.txt, batch 1, the
+# three families at 128 / 1024 / 4096 / 16384 positions). Head dim 64 (Llama-3.2-1B): 64 keys on
+# 4 warps, no other setting better anywhere. 128 (Qwen3-1.7B): 32 keys on 4 warps, 6.4 / 11.0 /
+# 18.7 / 40.9 us a layer against 8.1 / 12.0 / 24.4 / 48.9 for 64 keys. 256 (Gemma-3-1b): 16 keys
+# on 2 warps, 7.9 / 15.9 / 23.6 us against 11.4 / 22.7 / 55.3 for 64 keys on 8 warps (more, smaller
+# splits: one KV head gives few programs otherwise).
+TILES_BY_HEAD_DIM: dict[int, tuple[int, int]] = {64: (64, 4), 128: (32, 4), 256: (16, 2)}
+
+
+def default_tile(head_dim: int) -> tuple[int, int]:
+    """``(block_n, num_warps)`` for a head dim (padded to a power of two; the largest entry above
+    256, the smallest below 64)."""
+    dim_pad = 1 << (max(head_dim, 1) - 1).bit_length()  # the next power of two
+    return TILES_BY_HEAD_DIM[min(max(dim_pad, 64), 256)]
+
+
+def _check_launch_knobs(num_splits: int | None, block_n: int | None, num_warps: int | None, num_stages: int) -> None:
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
-    if isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16 or block_n & (block_n - 1):
-        raise ValueError(f"block_n must be a power of two >= 16 (a tl.dot tile), got {block_n!r}")
+    if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16 or block_n & (block_n - 1)):
+        raise ValueError(f"block_n must be a power of two >= 16 (a tl.dot tile) or None, got {block_n!r}")
     if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"num_warps must be one of (1, 2, 4, 8, 16) or None, got {num_warps!r}")
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
@@ -567,7 +584,7 @@ def launch_decode_attention(
     q_norm: NormSpec | None,
     k_norm: NormSpec | None,
     num_splits: int | None,
-    block_n: int,
+    block_n: int | None,
     num_warps: int | None,
     num_stages: int,
     out: Tensor | None = None,
@@ -586,9 +603,9 @@ def launch_decode_attention(
         raise ValueError(f"out must be a [B, H, D] = {tuple(q.shape)} tensor of {q.dtype} on {q.device}, got {what}")
     _, block_size, hkv, _ = k_cache.shape
     group = h // hkv
-    dim_pad = triton.next_power_of_2(max(d, 16))
-    if num_warps is None:
-        num_warps = 8 if dim_pad >= 256 else 4
+    tile_keys, tile_warps = default_tile(d)
+    block_n = tile_keys if block_n is None else block_n
+    num_warps = tile_warps if num_warps is None else num_warps
     capacity = block_tables.shape[1] * block_size
     max_visible = capacity if window is None else min(capacity, window)
     if num_splits is None:
@@ -652,14 +669,15 @@ def decode_attention_triton(
     k_norm: NormSpec | None = None,
     num_splits: int | None = None,
     *,
-    block_n: int = 64,
+    block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int = 2,
     out: Tensor | None = None,
 ) -> Tensor:
     """The fused kernel (CUDA tensors, or CPU ones under ``TRITON_INTERPRET=1``): the contract of
     :func:`decode_attention_reference`, ``[B, H, D]``. ``num_splits`` overrides the split heuristic
-    (tests use it); ``block_n`` (keys per tile), ``num_warps`` and ``num_stages`` are launch knobs;
+    (tests use it); ``block_n`` (keys per tile), ``num_warps`` and ``num_stages`` are launch knobs
+    (None: :func:`default_tile` of the head dim);
     ``out`` (``[B, H, D]``, q's dtype, any strides) receives the result when given (tests pass
     NaN-filled buffers, so an element the kernel never writes shows).
 

@@ -210,12 +210,11 @@ def decode_num_splits(batch: int, num_kv_heads: int, max_visible: int, block_n: 
     split shorter than one tile of the longest possible visible range (shapes only, no lengths).
 
     Of twelve settings tried on an H200 (2, 4 or 8 waves; 32-key tiles on 2 warps, 64 on 4 or 8,
-    128 on 4) over batch 1..64, contexts 1K..16K and the three families' shapes, four waves with
-    64-key tiles on 4 warps was the best single one: within 4% of each case's best on geometric
-    mean, 11% at worst (8 warps is better for head_dim 256, so that shape gets 8). One tile per
+    128 on 4) over batch 1..64, contexts 1K..16K and the three families' shapes, four waves was the
+    best single one: within 4% of each case's best on geometric mean, 11% at worst. One tile per
     split rather than two: on an H100, batch 1, Llama-3.2-1B's 8 KV heads at 4096 positions, 66
-    splits of one tile took 7.7 us per layer against 8.7 us for 33 of two (``DECODE_LOG.md``); at
-    16384 positions both rules give 66 splits.
+    splits of one tile took 7.7 us per layer against 8.7 us for 33 of two (``DECODE_LOG.md``). The
+    tile itself (keys, warps) depends on the head dim: ``decode_attention.default_tile``.
     """
     wanted = -(-4 * sm_count // max(1, batch * num_kv_heads))
     useful = max(1, -(-max_visible // block_n))
@@ -232,7 +231,7 @@ def paged_decode_attention_triton(
     window: int | None = None,
     num_splits: int | None = None,
     *,
-    block_n: int = 64,
+    block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int = 2,
 ) -> Tensor:

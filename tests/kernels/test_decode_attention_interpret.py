@@ -403,7 +403,7 @@ FAMILY_NORMS = {"llama": da.NORM_NONE, "qwen3": da.NORM_LLAMA, "gemma3": da.NORM
 
 
 def compile_for_sm90(
-    family: str, dtype: str, splits: int, prep: bool, *, block_n: int = 64, fp_fusion: bool | None = None
+    family: str, dtype: str, splits: int, prep: bool, *, block_n: int | None = None, fp_fusion: bool | None = None
 ) -> Any:
     """Compile the kernel as a launch of this family's shape would (the heuristic's warps, strides
     of 1 and lengths specialised as Triton's launcher does, 16-byte aligned pointers) for sm_90."""
@@ -412,6 +412,8 @@ def compile_for_sm90(
     from triton.compiler import ASTSource
 
     h, hkv, d = FAMILY_SHAPES[family]
+    tile_keys, warps = da.default_tile(d)
+    block_n = tile_keys if block_n is None else block_n
     norm = FAMILY_NORMS[family] if prep else da.NORM_NONE
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     constexprs = da.kernel_constexprs(
@@ -435,7 +437,7 @@ def compile_for_sm90(
         else:
             signature[name] = "fp32" if name in ("scale", "q_eps", "k_eps") else "i32"
     source = ASTSource(fn=da._decode_attention_kernel, signature=signature, constexprs=consts, attrs=attrs)
-    options = {"num_warps": 8 if d >= 256 else 4, "num_stages": 2, "enable_fp_fusion": dtype != "fp32" if fp_fusion is None else fp_fusion}
+    options = {"num_warps": warps, "num_stages": 2, "enable_fp_fusion": dtype != "fp32" if fp_fusion is None else fp_fusion}
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
