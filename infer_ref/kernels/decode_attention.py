@@ -509,6 +509,14 @@ def _counters(device: torch.device, size: int) -> Tensor:
 COMBINE_ELEMENTS = 4096
 
 
+# Compile options of every launch. No multiply-add contraction, in any dtype: the roundings eager
+# torch does are the arithmetic here, and LLVM narrows a float32 product rounded to bf16/fp16 into a
+# 16-bit multiply, which it then fuses with the next add (RoPE's x*cos + r*sin rounded once, not
+# three times: on an H100, 10% of normed-and-rotated keys one ulp off). The dots (tensor cores) are
+# unaffected; float32 multiply-adds elsewhere cost one more instruction.
+LAUNCH_OPTIONS: dict[str, Any] = {"enable_fp_fusion": False}
+
+
 def _combine_chunk(group: int, dim_pad: int, num_splits: int) -> int:
     per_split = triton.next_power_of_2(group) * dim_pad
     return max(1, min(triton.next_power_of_2(num_splits), COMBINE_ELEMENTS // per_split))
@@ -646,8 +654,7 @@ def launch_decode_attention(
         *args,
         **constexprs,
         num_warps=num_warps, num_stages=num_stages,
-        # float32: no multiply-add contraction, which would round x*cos + r*sin once, not three times.
-        enable_fp_fusion=q.dtype != torch.float32,
+        **LAUNCH_OPTIONS,
         **pdl_options(q.device),
     )  # fmt: skip
     return out

@@ -39,6 +39,12 @@ OUT_NORM_BLOCK = 4096
 # Columns of one load of in_norm's sum-of-squares pass (one row at a time): a 1B model's whole
 # hidden row (2048 or 1152) in one load.
 NORM_TILE_ELEMENTS = 8192
+# Compile options of every launch here. No multiply-add contraction: the epilogues' roundings are
+# eager torch's, and LLVM would narrow a float32 product rounded to bf16/fp16 into a 16-bit multiply
+# and fuse it with the next add (a Llama-style norm's w * n rounded into the residual add: on an
+# H100, 20% of out_norm outputs one ulp off). Each product of the matrix-vector sums is exact in
+# float32 (16-bit operands), so the sums do not change either.
+LAUNCH_OPTIONS: dict[str, Any] = {"enable_fp_fusion": False}
 
 
 if HAVE_TRITON:
@@ -462,6 +468,7 @@ def launch(
     res2 = residual.reshape(rows, n_out) if residual is not None else out2  # a view of out if it is out
     norm_block = min(triton.next_power_of_2(k), NORM_TILE_ELEMENTS)
     pdl = pdl_options(x.device)
+    pdl = {**pdl, **LAUNCH_OPTIONS}
     common: dict[str, Any] = {"GATED": gated, "ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, **pdl}
     _gemv_kernel[(triton.cdiv(n_out, config.block_n), splits)](
         x2, weight, bias_arg, out2, part, in_w, res2,
@@ -495,4 +502,4 @@ def launch(
     return out
 
 
-__all__ = ["ACT_CODES", "COMBINE_BLOCK", "HAVE_TRITON", "NORM_TILE_ELEMENTS", "OUT_NORM_BLOCK", "launch"]
+__all__ = ["ACT_CODES", "COMBINE_BLOCK", "HAVE_TRITON", "LAUNCH_OPTIONS", "NORM_TILE_ELEMENTS", "OUT_NORM_BLOCK", "launch"]

@@ -437,7 +437,9 @@ def compile_for_sm90(
         else:
             signature[name] = "fp32" if name in ("scale", "q_eps", "k_eps") else "i32"
     source = ASTSource(fn=da._decode_attention_kernel, signature=signature, constexprs=consts, attrs=attrs)
-    options = {"num_warps": warps, "num_stages": 2, "enable_fp_fusion": dtype != "fp32" if fp_fusion is None else fp_fusion}
+    options = {"num_warps": warps, "num_stages": 2, **da.LAUNCH_OPTIONS}
+    if fp_fusion is not None:
+        options["enable_fp_fusion"] = fp_fusion
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
@@ -459,6 +461,8 @@ def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bo
     compiled = compile_for_sm90(family, dtype, splits, prep)
     assert compiled.metadata.shared <= H100_SHARED_MEMORY, f"{compiled.metadata.shared} bytes of shared memory"
     ptx = compiled.asm["ptx"]
+    # Eager torch rounds every 16-bit product and sum; a 16-bit multiply-add rounds them once.
+    assert not re.search(r"fma\.rn\.(bf16|f16)", ptx), "a 16-bit multiply-add: a rounding of eager torch's is skipped"
     wait = ptx.index("griddepcontrol.wait")
     before = ptx[:wait]
     assert not re.search(r"st\.global|atom\.", before), "a global store or atomic before the dependency wait"

@@ -1285,7 +1285,7 @@ class Launch:
             "HAS_RESIDUAL": self.residual and not partials, "PREFETCH": self.prefetch, "WRITE_PARTIALS": partials,
             "USE_PDL": True,  # as an H100 launch compiles it
         }  # fmt: skip
-        options = {"num_warps": c.num_warps, "num_stages": c.num_stages}
+        options = {"num_warps": c.num_warps, "num_stages": c.num_stages, **gemv_kernels.LAUNCH_OPTIONS}
         compiled = [
             ("_gemv_kernel", _compile_for_sm90(gemv_kernels._gemv_kernel, runtime, constexprs, options))
         ]
@@ -1300,7 +1300,7 @@ class Launch:
             block = min(1 << (n_out - 1).bit_length(), gemv_kernels.OUT_NORM_BLOCK)
             flags = {"BLOCK": block, "ONE_BLOCK": n_out <= block, "UNIT_OFFSET": self.unit_offset, "HAS_BIAS": True,
                      "HAS_RESIDUAL": self.residual, "USE_PDL": True}  # fmt: skip
-            options = {"num_warps": 8 if block >= 2048 else 4, "num_stages": 3}
+            options = {"num_warps": 8 if block >= 2048 else 4, "num_stages": 3, **gemv_kernels.LAUNCH_OPTIONS}
             compiled.append(
                 (
                     "_combine_norm_kernel",
@@ -1317,7 +1317,7 @@ class Launch:
                         gemv_kernels._combine_kernel,
                         combine_runtime,
                         flags,
-                        {"num_warps": 4, "num_stages": 3},
+                        {"num_warps": 4, "num_stages": 3, **gemv_kernels.LAUNCH_OPTIONS},
                     ),
                 )
             )
@@ -1389,3 +1389,5 @@ def test_kernels_compile_for_h100_within_shared_memory(launch: Launch) -> None:
         assert shared <= H100_SHARED_MEMORY, (
             f"{launch.what} {name}: {shared} bytes of shared memory > {H100_SHARED_MEMORY}"
         )
+        # Eager torch rounds every 16-bit product and sum; a 16-bit multiply-add rounds them once.
+        assert not re.search(r"fma\.rn\.(bf16|f16)", compiled.asm["ptx"]), f"{launch.what} {name}: a 16-bit multiply-add"
