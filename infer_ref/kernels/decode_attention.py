@@ -241,9 +241,10 @@ if HAVE_TRITON:
 
     @triton.jit
     def _rstd(x, eps, HEAD_DIM: tl.constexpr):  # type: ignore[no-untyped-def]  # Triton reads the signature
-        # rsqrt(mean(x32^2) + eps) per head (row) of x [R, DIM_PAD] (padding holds zeros): [R].
+        # rsqrt(mean(x32^2) + eps) per head (row) of x [R, DIM_PAD] (padding holds zeros): [R], with
+        # IEEE square root and division (within two roundings; rsqrt.approx is not correctly rounded).
         x32 = x.to(tl.float32)
-        return tl.math.rsqrt(tl.sum(x32 * x32, axis=1) / HEAD_DIM + eps)
+        return 1.0 / tl.sqrt_rn(tl.sum(x32 * x32, axis=1) / HEAD_DIM + eps)
 
     @triton.jit
     def _normed(x, w, rstd, NORM: tl.constexpr):  # type: ignore[no-untyped-def]

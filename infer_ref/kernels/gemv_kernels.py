@@ -162,9 +162,11 @@ if HAVE_TRITON:
         elif PATH == 1:
             acc = tl.dot(wt, tl.trans(xt), acc, input_precision=DOT_PRECISION)
         elif ROWS_PAD == 1:
-            acc += wt.to(tl.float32) * xt.to(tl.float32)  # x [1, BLOCK_K] broadcast over the columns
+            # An explicit multiply-add: the launches turn contraction off (LAUNCH_OPTIONS), and a
+            # product of two 16-bit values is exact in float32, so fma(w, x, acc) == acc + w * x.
+            acc = tl.fma(wt.to(tl.float32), xt.to(tl.float32), acc)  # x [1, BLOCK_K] broadcast over the columns
         else:
-            acc += xt.to(tl.float32)[:, None, :] * wt.to(tl.float32)[None, :, :]
+            acc = tl.fma(xt.to(tl.float32)[:, None, :], wt.to(tl.float32)[None, :, :], acc)
         return acc
 
     @triton.jit
