@@ -6,6 +6,7 @@
 #   OUT=/some/dir scripts/gpu_decode.sh                      # from the repository root
 #   OUT=/some/dir STAGES="sweep" CONTEXTS="128 4096" scripts/gpu_decode.sh   # a part
 #   OUT=/some/dir STAGES="profile" scripts/gpu_decode.sh    # the compiled step's kernels (not by default)
+#   OUT=/some/dir STAGES="bench" scripts/gpu_decode.sh      # the fused kernels' benchmarks (not by default)
 #
 # Needs torch (CUDA), Triton, transformers, pytest, matplotlib; no network. The sweep alone takes
 # about 6 minutes on an H100 for two contexts (torch.compile of each decoder is most of it) and
@@ -20,6 +21,8 @@ PY=${PYTHON:-python3}
 STAGES=${STAGES:-tests sweep}
 CONTEXTS=${CONTEXTS:-128 1024 4096 16384}
 BUDGET_S=${BUDGET_S:-1500}
+# More workers compile faster but share the GPU's memory: at 10, the 4 GiB weight of the GEMV
+# int32-addressing test no longer fitted beside the others (H100, 80 GB).
 WORKERS=${WORKERS:-4}
 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-560}
 LOG="$OUT/log.txt"
@@ -43,6 +46,18 @@ if want profile; then
     TORCH_LOGS=output_code timeout 300 $PY benchmarks/profile_decode.py --model llama-3.2-1b --compile tuned \
         --compiled-only --top 40 --json "$OUT/profile.json" >"$OUT/profile.txt" 2>"$OUT/inductor_code.txt" || RC=1
     tail -45 "$OUT/profile.txt" | tee -a "$LOG"
+fi
+if want bench; then
+    # The fused attention against the chain it replaces, per family and context, with the tile
+    # knobs the head-dim table chose between; the projections swept with their fused stages; a
+    # layer's chain of fused projections.
+    say "bench: bench_decode_attention, bench_gemv --stages, bench_gemv --mode chain"
+    timeout 300 $PY benchmarks/bench_decode_attention.py --contexts 128 1024 4096 16384 \
+        --knobs block_n=16,num_warps=2 block_n=32,num_warps=4 block_n=64,num_warps=4 num_splits=32 \
+        --json "$OUT/decode_attention.json" 2>&1 | tee -a "$LOG" | tail -14
+    timeout 300 $PY benchmarks/bench_gemv.py --stages --rows 1 --json "$OUT/gemv_stages.json" >"$OUT/gemv_stages.txt" 2>&1 || RC=1
+    grep -A16 "^# best batch-1" "$OUT/gemv_stages.txt" | tee -a "$LOG"
+    timeout 300 $PY benchmarks/bench_gemv.py --mode chain --json "$OUT/gemv_chain.json" 2>&1 | tee -a "$LOG" | tail -40
 fi
 if want sweep; then
     say "sweep: contexts $CONTEXTS"
