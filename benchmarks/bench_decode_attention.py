@@ -37,11 +37,9 @@ import json
 import math
 import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from statistics import median
 from typing import Any
 
 import torch
@@ -49,7 +47,7 @@ import torch
 if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_kernels import graph_of
+from benchmarks.bench_kernels import graph_of, time_call
 from benchmarks.bench_utils import environment, pick_device, sync
 from infer_ref.kernels.decode_attention import decode_attention, decode_attention_triton
 from infer_ref.kernels.norm import NormSpec, rms_norm
@@ -158,26 +156,7 @@ def unfused(step: Step) -> list[torch.Tensor]:
 
 def time_replays(fn: Callable[[], Any], device: torch.device, iters: int, repeats: int) -> float:
     """Median seconds per call of ``fn``: replays of its CUDA graph on a GPU, eager calls elsewhere."""
-    call = graph_of(fn, device) if device.type == "cuda" else fn
-    for _ in range(3):
-        call()
-    sync(device)
-    per_call = []
-    for _ in range(repeats):
-        if device.type == "cuda":
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            for _ in range(iters):
-                call()
-            end.record()
-            end.synchronize()
-            per_call.append(start.elapsed_time(end) / 1e3 / iters)
-        else:
-            t0 = time.perf_counter()
-            for _ in range(iters):
-                call()
-            per_call.append((time.perf_counter() - t0) / iters)
-    return median(per_call)
+    return time_call(graph_of(fn, device) if device.type == "cuda" else fn, device, iters, repeats)
 
 
 def bench_one(family: str, context: int, args: argparse.Namespace, device: torch.device, dtype: torch.dtype) -> dict[str, Any]:

@@ -104,10 +104,10 @@ planted_bugs() {
     mutant gqa_heads_interleaved "q_heads = (kvh * GROUP + g).to(tl.int64)" "q_heads = (g * NUM_KV_HEADS + kvh).to(tl.int64)" "$FS"
     mutant reads_one_past_the_length "end = tl.minimum(start + chunk, n)" "end = tl.minimum(start + chunk, n + 1)" "$FS"
     # The in-kernel combine: every split, rescaled, by the last arrival, counters reset.
-    mutant combine_drops_last_split "for sp_i in range(0, used):" "for sp_i in range(0, used - 1):" "$FS"
+    mutant combine_drops_last_split "ok = (spc < used)[:, None] & gc_ok[None, :]" "ok = (spc < used - 1)[:, None] & gc_ok[None, :]" "$FS"
     mutant splits_not_rescaled \
-        "w = tl.exp(tl.load(part_max_ptr + idx, mask=g_ok, other=0.0, cache_modifier=\".cg\") - m_all)" \
-        "w = 1.0 + 0.0 * tl.load(part_max_ptr + idx, mask=g_ok, other=0.0, cache_modifier=\".cg\")" "$FS"
+        'w = tl.exp(tl.load(part_max_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg") - m_all[None, :])' \
+        'w = 1.0 + 0.0 * tl.load(part_max_ptr + idx, mask=ok, other=0.0, cache_modifier=".cg")' "$FS"
     mutant last_arrival_misdetected "if arrived == used - 1:" "if arrived == used - 2:" "$FS"
     mutant counter_not_reset "tl.store(counter_ptr + row_head, 0)  # ready for the next launch" "pass" "$FS"
     # Addressing: block ids times strides in int32 overflow past 2**31 elements.

@@ -100,8 +100,8 @@ all_mutants() {
     mutant no_dependency_wait "gdc_wait()" "pass" "chain" - pdl.py
     # -- the fused stages
     mutant norm_weight_ignored "w = w.to(tl.float32)[None, :]" "w = w.to(tl.float32)[None, :] * 0.0 + (0.0 if UNIT_OFFSET else 1.0)" "$FUSED_ODD" "$ISTAGES"
-    mutant rstd_from_own_k_slice "norm_start, norm_end = 0, k" "norm_start, norm_end = k_start, tl.minimum(k, k_start + tiles_per_split * BLOCK_K)" "$FUSED_ODD" "$ISTAGES"
-    mutant in_norm_mean_over_padded_k "rstd = _rstd(sum_sq, norm_end - norm_start, eps)" "rstd = _rstd(sum_sq, NORM_BLOCK, eps)" "$FUSED_ODD" "$ISTAGES"
+    mutant rstd_from_part_of_k "ok = (offs < k) & (r < rows)" "ok = (offs < k // 2) & (r < rows)" "$FUSED_ODD" "$ISTAGES"
+    mutant in_norm_mean_over_padded_k "_rstd(tl.sum(sum_sq, axis=0), k, eps)" "_rstd(tl.sum(sum_sq, axis=0), NORM_BLOCK, eps)" "$FUSED_ODD" "$ISTAGES"
     mutant gemma_formula_swapped "h = n * (1.0 + w) if UNIT_OFFSET else" "h = n * (1.0 + w) if not UNIT_OFFSET else" "$FUSED_ODD" "$ISTAGES"
     mutant llama_normalised_not_rounded "else w * n.to(t.dtype).to(tl.float32)" "else w * n" "in_norm_rounds_like_rms_norm and bf16" "in_norm_rounds_like_rms_norm_under_interpreter"
     mutant gemma_normalised_rounded_first "h = n * (1.0 + w) if UNIT_OFFSET" "h = n.to(t.dtype).to(tl.float32) * (1.0 + w) if UNIT_OFFSET" "in_norm_rounds_like_rms_norm and bf16" "in_norm_rounds_like_rms_norm_under_interpreter"

@@ -492,19 +492,7 @@ def _linear_op(
 
 
 @_linear_op.register_fake
-def _linear_fake(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    in_norm_weight: Tensor | None = None,
-    in_norm_eps: float = 0.0,
-    in_norm_unit_offset: bool = False,
-    residual: Tensor | None = None,
-    out_norm_weight: Tensor | None = None,
-    out_norm_eps: float = 0.0,
-    out_norm_unit_offset: bool = False,
-    weight_is_constant: bool = False,
-) -> Tensor:
+def _linear_fake(x: Tensor, weight: Tensor, *args: object, **kwargs: object) -> Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
@@ -525,15 +513,7 @@ def _gated_op(
 
 
 @_gated_op.register_fake
-def _gated_fake(
-    x: Tensor,
-    weight: Tensor,
-    act: str,
-    in_norm_weight: Tensor | None = None,
-    in_norm_eps: float = 0.0,
-    in_norm_unit_offset: bool = False,
-    weight_is_constant: bool = False,
-) -> Tensor:
+def _gated_fake(x: Tensor, weight: Tensor, *args: object, **kwargs: object) -> Tensor:
     return x.new_empty((*x.shape[:-1], weight.shape[0] // 2))
 
 
