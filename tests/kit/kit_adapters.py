@@ -81,9 +81,9 @@ SLIGHTLY_OFF = replace(ref.INFER_REF, name="slightly-off-transformers", forward=
 SPY_LOG = Path(os.environ.get("KIT_SPY_LOG", "spy.jsonl"))
 
 
-def _log(call: str, device: Any, dtype: Any) -> None:
+def _log(call: str, device: Any, dtype: Any, what: str = "") -> None:
     with SPY_LOG.open("a") as f:
-        f.write(json.dumps({"call": call, "device": str(device), "dtype": str(dtype)}) + "\n")
+        f.write(json.dumps({"call": call, "device": str(device), "dtype": str(dtype), "what": what}) + "\n")
 
 
 def _host(device: str) -> str:
@@ -92,7 +92,7 @@ def _host(device: str) -> str:
 
 
 def _spy_make_cache(spec: CacheSpec) -> KVCache:
-    _log("make_cache", spec.device, spec.dtype)
+    _log("make_cache", spec.device, spec.dtype, repr(replace(spec, device="", dtype=None)))  # the drawn geometry
     return ref.make_cache(replace(spec, device=_host(spec.device)))
 
 
@@ -101,4 +101,14 @@ def _spy_load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
     return ref.load_model(folder, dtype, _host(device))
 
 
-SPY = replace(ref.INFER_REF, name="device-dtype-spy", make_cache=_spy_make_cache, load_model=_spy_load_model)
+def _spy_make_model_cache(model: Any, max_seq_len: int, batch_size: int) -> Any:
+    c = model.config
+    _log("make_model_cache", "", "", f"layers {c.num_hidden_layers} head_dim {c.computed_head_dim} positions {max_seq_len} batch {batch_size}")
+    assert ref.INFER_REF.make_model_cache is not None
+    return ref.INFER_REF.make_model_cache(model, max_seq_len, batch_size)
+
+
+SPY = replace(
+    ref.INFER_REF, name="device-dtype-spy", make_cache=_spy_make_cache, load_model=_spy_load_model,
+    make_model_cache=_spy_make_model_cache,
+)  # fmt: skip
