@@ -347,88 +347,30 @@ if HAVE_TRITON:
         if ONE_BLOCK:  # the row fits one block: finished once, kept in registers
             offs_n = tl.arange(0, BLOCK)
             n_ok = offs_n < n_out
-            y = _finished_block(
-                part_ptr,
-                bias_ptr,
-                row,
-                offs_n,
-                n_ok,
-                splits,
-                stride_ps,
-                stride_pm,
-                out_dtype,
-                HAS_BIAS,
-                BLOCK,
-            )
+            y = _finished_block(part_ptr, bias_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, out_dtype, HAS_BIAS, BLOCK)
             y32 = y.to(tl.float32)
             rstd = _rstd(tl.sum(y32 * y32, axis=1), n_out, eps)  # [1]
             _store_normed(
-                y,
-                rstd,
-                norm_w_ptr,
-                res_ptr,
-                out_ptr,
-                row,
-                offs_n,
-                n_ok,
-                stride_om,
-                stride_rm,
-                stride_rn,
-                UNIT_OFFSET,
-                HAS_RESIDUAL,
-            )
+                y, rstd, norm_w_ptr, res_ptr, out_ptr, row, offs_n, n_ok, stride_om, stride_rm, stride_rn,
+                UNIT_OFFSET, HAS_RESIDUAL,
+            )  # fmt: skip
         else:  # two walks over the row's blocks: the squares, then the normalised values
             sum_sq = tl.zeros([1], tl.float32)
             for c in range(0, n_out, BLOCK):
                 offs_n = c + tl.arange(0, BLOCK)
                 n_ok = offs_n < n_out
-                y = _finished_block(
-                    part_ptr,
-                    bias_ptr,
-                    row,
-                    offs_n,
-                    n_ok,
-                    splits,
-                    stride_ps,
-                    stride_pm,
-                    out_dtype,
-                    HAS_BIAS,
-                    BLOCK,
-                )
+                y = _finished_block(part_ptr, bias_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, out_dtype, HAS_BIAS, BLOCK)
                 y32 = y.to(tl.float32)
                 sum_sq += tl.sum(y32 * y32, axis=1)
             rstd = _rstd(sum_sq, n_out, eps)
             for c in range(0, n_out, BLOCK):
                 offs_n = c + tl.arange(0, BLOCK)
                 n_ok = offs_n < n_out
-                y = _finished_block(
-                    part_ptr,
-                    bias_ptr,
-                    row,
-                    offs_n,
-                    n_ok,
-                    splits,
-                    stride_ps,
-                    stride_pm,
-                    out_dtype,
-                    HAS_BIAS,
-                    BLOCK,
-                )
+                y = _finished_block(part_ptr, bias_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, out_dtype, HAS_BIAS, BLOCK)
                 _store_normed(
-                    y,
-                    rstd,
-                    norm_w_ptr,
-                    res_ptr,
-                    out_ptr,
-                    row,
-                    offs_n,
-                    n_ok,
-                    stride_om,
-                    stride_rm,
-                    stride_rn,
-                    UNIT_OFFSET,
-                    HAS_RESIDUAL,
-                )
+                    y, rstd, norm_w_ptr, res_ptr, out_ptr, row, offs_n, n_ok, stride_om, stride_rm, stride_rn,
+                    UNIT_OFFSET, HAS_RESIDUAL,
+                )  # fmt: skip
 
 
 def launch(
