@@ -48,7 +48,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_kernels import graph_of, time_call
-from benchmarks.bench_utils import environment, pick_device, sync
+from benchmarks.bench_utils import environment, pick_device
 from infer_ref.kernels.decode_attention import decode_attention, decode_attention_triton
 from infer_ref.kernels.norm import NormSpec, rms_norm
 from infer_ref.kernels.paged_attention import paged_decode_attention, slots_through_tables
@@ -164,20 +164,33 @@ def bench_one(family: str, context: int, args: argparse.Namespace, device: torch
     step = build_step(family, context, args.batch, args.layers, dtype, device)
     # Agreement (and the first calls, which compile the kernels and allocate the counters before
     # any capture): both write the same slots, neither reads them back.
-    got, want = fused(step)[0].float(), unfused(step)[0].float()
-    sync(device)
-    max_err = float((got - want).abs().max())
+    want = unfused(step)[0].float()
     tol = 2e-2 if dtype != torch.float32 else 1e-5
-    agree = bool(torch.isfinite(got).all()) and bool(((got - want).abs() <= tol + tol * want.abs()).all())
-    row: dict[str, Any] = {
-        "family": family, "context": context, "batch": args.batch, "layers": args.layers, "heads": h, "kv_heads": hkv,
-        "head_dim": d, "norm": norm, "max_abs_diff": max_err, "agree": agree,
-    }  # fmt: skip
-    times = {}
+
+    def agrees(out: torch.Tensor) -> tuple[bool, float]:
+        got = out.float()
+        ok = bool(torch.isfinite(got).all()) and bool(((got - want).abs() <= tol + tol * want.abs()).all())
+        return ok, float((got - want).abs().max())
+
+    agree, max_err = agrees(fused(step)[0])
     variants: list[tuple[str, Callable[[], Any]]] = [("fused", lambda: fused(step)), ("unfused", lambda: unfused(step))]
     on_kernel = device.type == "cuda" or os.environ.get("TRITON_INTERPRET") == "1"
+    disagreeing, failing = [], {}
     for knob in args.knobs if on_kernel else []:
+        try:  # also the variant's compile, before any capture
+            ok = agrees(fused(step, parse_knob(knob))[0])[0]
+        except Exception as exc:  # a launch the GPU cannot run (shared memory, registers): reported, not timed
+            failing[knob] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            continue
         variants.append((f"fused_{knob}", lambda knob=knob: fused(step, parse_knob(knob))))
+        if not ok:
+            disagreeing.append(knob)
+    row: dict[str, Any] = {
+        "family": family, "context": context, "batch": args.batch, "layers": args.layers, "heads": h, "kv_heads": hkv,
+        "head_dim": d, "norm": norm, "max_abs_diff": max_err, "agree": agree and not disagreeing,
+        "disagreeing_knobs": disagreeing, "failing_knobs": failing,
+    }  # fmt: skip
+    times = {}
     for name, fn in variants:
         times[name] = time_replays(fn, device, args.iters, args.repeats) / args.layers * 1e6
     row["variants_us"] = {name: t for name, t in times.items() if name not in ("fused", "unfused")}
@@ -189,14 +202,21 @@ def bench_one(family: str, context: int, args: argparse.Namespace, device: torch
     return row
 
 
+INT_KNOBS = ("num_splits", "block_n", "first_n", "num_warps", "num_stages")
+
+
 def parse_knob(text: str) -> dict[str, Any]:
-    """``"num_warps=2,block_n=32"`` -> ``{"num_warps": 2, "block_n": 32}`` (integer values)."""
-    knobs = {}
+    """``"num_warps=2,block_n=32,preload=1"`` -> ``{"num_warps": 2, "block_n": 32, "preload": True}``
+    (integer values; ``preload`` 0 or 1)."""
+    knobs: dict[str, Any] = {}
     for part in text.split(","):
         name, _, value = part.partition("=")
-        if name not in ("num_splits", "block_n", "num_warps", "num_stages") or not value.lstrip("-").isdigit():
-            raise ValueError(f"--knobs: expected NAME=INT with NAME in num_splits, block_n, num_warps, num_stages; got {part!r}")
-        knobs[name] = int(value)
+        if name == "preload" and value in ("0", "1"):
+            knobs[name] = value == "1"
+        elif name in INT_KNOBS and value.lstrip("-").isdigit():
+            knobs[name] = int(value)
+        else:
+            raise ValueError(f"--knobs: expected NAME=INT with NAME in {', '.join(INT_KNOBS)}, or preload=0|1; got {part!r}")
     return knobs
 
 
@@ -212,6 +232,16 @@ def table(rows: list[dict[str, Any]]) -> str:
             f"{r['family']:<8} {r['context']:>7} {r['fused_us']:>9.2f} {r['unfused_us']:>10.2f} {r['speedup']:>7.2f}x "
             f"{r['fused_GBps']:>10.0f} {r['max_abs_diff']:>9.2e}{cells}{'' if r['agree'] else '  DISAGREE'}"
         )
+    return "\n".join(lines)
+
+
+def variant_lines(rows: list[dict[str, Any]]) -> str:
+    """Each row's knob variants, fastest first: ``family context us knobs``."""
+    lines = []
+    for r in rows:
+        ranked = sorted(r.get("variants_us", {}).items(), key=lambda kv: kv[1])
+        lines += [f"{r['family']:<8} {r['context']:>7} {us:>8.2f}  {name.removeprefix('fused_')}" for name, us in ranked]
+        lines += [f"{r['family']:<8} {r['context']:>7} {'failed':>8}  {knob}: {why}" for knob, why in r.get("failing_knobs", {}).items()]
     return "\n".join(lines)
 
 
@@ -248,6 +278,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     }  # fmt: skip
     print()
     print(table(rows))
+    if any(r.get("variants_us") or r.get("failing_knobs") for r in rows):
+        print("\nknob variants, fastest first:")
+        print(variant_lines(rows))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

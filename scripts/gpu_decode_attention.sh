@@ -102,7 +102,7 @@ planted_bugs() {
     # Attention: the window, GQA heads, the split ranges.
     mutant window_off_by_one "first = tl.where(window > 0, tl.maximum(n - window, 0), 0)" "first = tl.where(window > 0, tl.maximum(n - window + 1, 0), 0)" "$W"
     mutant gqa_heads_interleaved "q_heads = (kvh * GROUP + g).to(tl.int64)" "q_heads = (g * NUM_KV_HEADS + kvh).to(tl.int64)" "$FS"
-    mutant reads_one_past_the_length "end = tl.minimum(start + chunk, n)" "end = tl.minimum(start + chunk, n + 1)" "$FS"
+    mutant reads_one_past_the_length "return used, owner, start, tl.minimum(start + chunk, n)" "return used, owner, start, tl.minimum(start + chunk, n + 1)" "$FS"
     # The in-kernel combine: every split, rescaled, by the last arrival, counters reset.
     mutant combine_drops_last_split "ok = (spc < used)[:, None] & gc_ok[None, :]" "ok = (spc < used - 1)[:, None] & gc_ok[None, :]" "$FS"
     mutant splits_not_rescaled \
@@ -112,11 +112,17 @@ planted_bugs() {
     mutant counter_not_reset "tl.store(counter_ptr + row_head, 0)  # ready for the next launch" "pass" "$FS"
     # Addressing: block ids times strides in int32 overflow past 2**31 elements.
     mutant int32_pool_addressing \
-        "block = tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int64)" \
-        "block = tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int32)" "int32"
+        "return tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int64)" \
+        "return tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int32)" "int32"
     # Programmatic dependent launch: the kernel lets its successor start but no longer waits for its
     # predecessor (kernels/pdl.py): the chained-layers graph must show it.
     mutant no_dependency_wait "gdc_wait()" "pass" "$G" pdl.py
+    # The preload: a first tile read through stale lengths or tables must be read again. On a GPU
+    # the stale case is a race the tests cannot force, so only the interpreter tests (which pass
+    # stale hints on purpose) are asked to catch it.
+    [ "$MODE" = interpret ] && mutant stale_preload_kept "            if stale:" "            if stale & False:" "preload"
+    [ "$MODE" = interpret ] && mutant preload_table_not_checked \
+        "(tl.sum((check_block != hint_block).to(tl.int32), axis=0) != 0)" "(n < 0)" "preload"
 }
 
 if want mutants; then

@@ -26,10 +26,10 @@ The kernel (flash-decoding, grid ``(B * Hkv, NUM_SPLITS)`` as in the paged kerne
   slot, after its attention loop; attention never reads that slot back: in the tile holding
   ``n - 1`` the registers replace the (masked, unread) row, so no program depends on another's
   store (no read-after-write hazard inside the launch);
-- each program runs an online softmax in float32 over its share of the visible keys
-  (``NUM_SPLITS`` fixed on the host from shapes, each program reading ``seq_lens`` on the device
-  and returning at once when its split is empty); table entries past ``ceil(n / bs)`` and slots
-  outside ``[n - window, n)`` are never read;
+- each program runs an online softmax in float32 over its share of the visible keys (a first
+  tile of ``first_n`` keys, then tiles of ``block_n``; ``NUM_SPLITS`` fixed on the host from
+  shapes, each program reading ``seq_lens`` on the device and returning at once when its split is
+  empty); table entries past ``ceil(n / bs)`` and slots outside ``[n - window, n)`` are never read;
 - the combine happens in the same launch: each non-empty split writes float32 partials (output,
   max, sum) and increments a per-``(row, kv head)`` arrival counter (one atomic, acq_rel at gpu
   scope, after a barrier so every thread's partial stores are ordered before it); the program that
@@ -37,6 +37,20 @@ The kernel (flash-decoding, grid ``(B * Hkv, NUM_SPLITS)`` as in the paged kerne
   deterministic), writes ``[B, H, D]`` and resets the counter to zero for the next launch. Partials
   are loaded with ``.cg`` (L2, not a possibly stale L1 line). A row whose visible keys fit in one
   split, and every launch with ``NUM_SPLITS == 1``, skips partials and counter entirely.
+
+The preload (``preload=True``; the decode steps of ``infer_ref/kernels/decode_step.py`` launch
+with it). With programmatic dependent launch (``infer_ref/kernels/pdl.py``) the kernel may start
+while the one before it (the layer's qkv projection) still runs; until its dependency wait only
+data no earlier kernel is still writing may be read. The bulk of the kernel's reads, the cached
+K/V of positions before ``n - 1``, is such data in a model's step: only this kernel writes them,
+one step earlier. So each split reads its first tile (``first_n`` keys, :class:`Tile`) before the
+wait, through the lengths and the block table as they read then, clamped into the table and the
+pool (an unwritten or stale value only reads somewhere harmless). After the wait it reads the
+length and those table entries again with q/k/v (no extra round trip); if either changed (the
+kernel before was writing them), the tile is read again. A split's first tile is also its
+fewest keys, so short rows are one preloaded tile per split; the loop takes ``block_n`` keys at a
+time after it. Measured on an H100 (one run, a chain of 16 layers): Llama-3.2-1B's attention at
+128 positions 4.90 us a layer against 5.38 without the preload, at 4096 15.93 against 19.31.
 
 The counters (``[B * Hkv]`` int32, zero between launches) are allocated once per (device, size)
 and kept, so a CUDA graph captures their address; the first call of a shape must come before a
@@ -50,7 +64,7 @@ attention kernel in the codebase.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import Tensor
@@ -281,9 +295,65 @@ if HAVE_TRITON:
         return x
 
     @triton.jit
+    def _split_bounds(n, split, window, NUM_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, FIRST_N: tl.constexpr):  # type: ignore[no-untyped-def]  # fmt: skip
+        # Visible keys [first, n): the window's keys only, never a masked full scan. The splits share
+        # them in chunks of whole tiles, at least FIRST_N keys each (the first tile's size); the last
+        # non-empty split (the owner) holds n - 1. -> (used splits, owner, this split's [start, end)).
+        first = tl.where(window > 0, tl.maximum(n - window, 0), 0)
+        chunk = tl.maximum(tl.cdiv(tl.cdiv(n - first, NUM_SPLITS), BLOCK_N) * BLOCK_N, FIRST_N)
+        used = tl.maximum(tl.cdiv(n - first, chunk), 1)  # non-empty splits (1 for a length-0 row)
+        owner = (n - 1 - first) // chunk
+        start = first + split * chunk
+        return used, owner, start, tl.minimum(start + chunk, n)
+
+    @triton.jit
+    def _tile_blocks(table_row, pos, live, block_size, stride_tm):  # type: ignore[no-untyped-def]
+        # Block ids [N] (int64) of positions pos; entries past the live keys are never loaded
+        # (masked): stale table entries cannot matter.
+        return tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int64)
+
+    @triton.jit
+    def _load_tile(  # type: ignore[no-untyped-def]
+        k_head, v_head, block, pos, read, block_size, e, e_ok,
+        stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
+    ):  # fmt: skip
+        # K and V rows [N, DIM_PAD] of positions pos (zeros where not read).
+        offset = (pos % block_size).to(tl.int64)
+        kv_mask = read[:, None] & e_ok[None, :]
+        k = tl.load(
+            k_head + block[:, None] * stride_kb + offset[:, None] * stride_ko + e[None, :] * stride_kd,
+            mask=kv_mask, other=0.0,
+        )  # fmt: skip
+        v = tl.load(
+            v_head + block[:, None] * stride_vb + offset[:, None] * stride_vo + e[None, :] * stride_vd,
+            mask=kv_mask, other=0.0,
+        )  # fmt: skip
+        return k, v
+
+    @triton.jit
+    def _attend_tile(  # type: ignore[no-untyped-def]
+        q, k, v, pos, live, new_pos, k_new, v_new, m_i, l_i, acc, scale,
+        NEW_KV: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    ):  # fmt: skip
+        # One online-softmax step over a tile of keys [N, DIM_PAD]: -> (m_i, l_i, acc). The new
+        # token's row comes from registers (this launch writes its slot; it is never read).
+        if NEW_KV:
+            is_new = pos == new_pos
+            k = tl.where(is_new[:, None], k_new, k)
+            v = tl.where(is_new[:, None], v_new, v)
+        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        s = tl.where(live[None, :], s * scale, float("-inf"))  # [GROUP_PAD, N], fp32
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))  # finite: every tile holds a live key
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        return m_new, l_i, acc
+
+    @triton.jit
     def _decode_attention_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
         q_ptr, k_new_ptr, v_new_ptr, cos_ptr, sin_ptr, q_w_ptr, k_w_ptr,
-        k_ptr, v_ptr, table_ptr, lens_ptr,
+        k_ptr, v_ptr, table_ptr, lens_ptr, hint_table_ptr, hint_lens_ptr,
         out_ptr, part_out_ptr, part_max_ptr, part_sum_ptr, counter_ptr,
         stride_qb, stride_qh, stride_qd,  # q [B, H, D]
         stride_nkb, stride_nkh, stride_nkd,  # the new k [B, Hkv, D]
@@ -293,10 +363,13 @@ if HAVE_TRITON:
         stride_kb, stride_ko, stride_kh, stride_kd,  # k pool [num_blocks, bs, Hkv, D]
         stride_vb, stride_vo, stride_vh, stride_vd,  # v pool [num_blocks, bs, Hkv, D]
         stride_tb, stride_tm,  # block_tables [B, M]
+        stride_hb, stride_hm,  # the hint tables [B, M]
         stride_ob, stride_oh, stride_od,  # out [B, H, D]
         scale, block_size, window, q_eps, k_eps,  # window <= 0: none
+        num_blocks, capacity,  # the pool's blocks, the table's positions (M * bs): the preload's bounds
         NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
         GROUP_PAD: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
+        FIRST_N: tl.constexpr, PRELOAD: tl.constexpr,
         DOT_PRECISION: tl.constexpr, NEW_KV: tl.constexpr, ROPE: tl.constexpr, Q_NORM: tl.constexpr,
         K_NORM: tl.constexpr, GROUP_C: tl.constexpr, COMBINE_CHUNK: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
@@ -314,6 +387,9 @@ if HAVE_TRITON:
         partner = tl.where(first_half, e + HEAD_DIM // 2, e - HEAD_DIM // 2)  # rotate_half's pairing
         q_heads = (kvh * GROUP + g).to(tl.int64)
         qe_mask = g_ok[:, None] & e_ok[None, :]
+        k_head = k_ptr + kvh * stride_kh
+        v_head = v_ptr + kvh * stride_vh
+        table_row = table_ptr + row * stride_tb
 
         # The norm weights are constants: read before the dependency wait (kernels/pdl.py).
         if Q_NORM != 0:
@@ -329,11 +405,28 @@ if HAVE_TRITON:
             k_w = tl.zeros([DIM_PAD], tl.float32)
             k_w_partner = k_w
 
+        if PRELOAD:
+            # Speculative: the split's first tile of cached K/V, through the lengths and table as
+            # they read before the wait (the hints; module docstring). Clamped, so a stale or
+            # unwritten hint only ever reads inside the table and the pool; checked after the wait.
+            hint_n = tl.minimum(tl.maximum(tl.load(hint_lens_ptr + row).to(tl.int32), 1), capacity)
+            _, _, hint_start, hint_end = _split_bounds(hint_n, split, window, NUM_SPLITS, BLOCK_N, FIRST_N)
+            hint_pos = hint_start + tl.arange(0, FIRST_N)
+            hint_live = hint_pos < hint_end
+            hint_block = _tile_blocks(hint_table_ptr + row * stride_hb, hint_pos, hint_live, block_size, stride_hm)
+            safe_block = tl.minimum(tl.maximum(hint_block, 0), num_blocks - 1)
+            k0, v0 = _load_tile(
+                k_head, v_head, safe_block, hint_pos, hint_live & (hint_pos != hint_n - 1), block_size, e, e_ok,
+                stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
+            )  # fmt: skip
+
         pdl_prologue(USE_PDL)  # q/k/v, cos/sin, the lengths and the cache come from earlier kernels
 
         # The length, the new token's q/k/v and its RoPE row do not depend on one another: their
         # loads are all issued here, before anything waits on the length (one round trip, not two).
         n = tl.load(lens_ptr + row).to(tl.int32)
+        if PRELOAD:  # the table entries the preload used, as they are now (independent of n)
+            check_block = _tile_blocks(table_row, hint_pos, hint_live, block_size, stride_tm)
         if ROPE:
             cos = tl.load(cos_ptr + row * stride_cb + e * stride_cd, mask=e_ok, other=0.0)
             sin = tl.load(sin_ptr + row * stride_sb + e * stride_sd, mask=e_ok, other=0.0)
@@ -362,57 +455,55 @@ if HAVE_TRITON:
             k_new = tl.zeros([1, DIM_PAD], tl.float32)
             v_new = k_new
 
-        # Visible keys [first, n): the window's keys only, never a masked full scan. The splits
-        # share them in chunks of whole tiles; the last non-empty one (the owner) holds n - 1.
-        first = tl.where(window > 0, tl.maximum(n - window, 0), 0)
-        chunk = tl.maximum(tl.cdiv(tl.cdiv(n - first, NUM_SPLITS), BLOCK_N) * BLOCK_N, BLOCK_N)
-        used = tl.maximum(tl.cdiv(n - first, chunk), 1)  # non-empty splits (1 for a length-0 row)
+        used, owner, start, end = _split_bounds(n, split, window, NUM_SPLITS, BLOCK_N, FIRST_N)
         if split >= used:
             return
-        owner = (n - 1 - first) // chunk
-        start = first + split * chunk
-        end = tl.minimum(start + chunk, n)
+        if NEW_KV:  # the new slot's block, issued now: its round trip overlaps the attention
+            slot_block = tl.load(table_row + (new_pos // block_size) * stride_tm).to(tl.int64)
 
+        # The first tile: FIRST_N keys, preloaded (if the hints held: the same length, the same
+        # table entries) or loaded now.
+        pos = start + tl.arange(0, FIRST_N)
+        live = pos < end
+        read = live
+        if NEW_KV:
+            read = live & (pos != new_pos)  # the new slot is not read: this launch writes it
+        if PRELOAD:
+            stale = (n != hint_n) | (tl.sum((check_block != hint_block).to(tl.int32), axis=0) != 0)
+            if stale:
+                block = _tile_blocks(table_row, pos, live, block_size, stride_tm)
+                k0, v0 = _load_tile(
+                    k_head, v_head, block, pos, read, block_size, e, e_ok,
+                    stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
+                )  # fmt: skip
+        else:
+            block = _tile_blocks(table_row, pos, live, block_size, stride_tm)
+            k0, v0 = _load_tile(
+                k_head, v_head, block, pos, read, block_size, e, e_ok,
+                stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
+            )  # fmt: skip
         m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
         l_i = tl.zeros([GROUP_PAD], tl.float32)
         acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
-        k_head = k_ptr + kvh * stride_kh
-        v_head = v_ptr + kvh * stride_vh
-        table_row = table_ptr + row * stride_tb
-        for tile in range(start, end, BLOCK_N):
-            pos = tile + tl.arange(0, BLOCK_N)  # [BLOCK_N]
-            live = pos < end
-            # Table entries past ceil(n / bs) are never loaded (masked): stale ids cannot matter.
-            block = tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int64)
-            offset = (pos % block_size).to(tl.int64)
-            read = live
+        m_i, l_i, acc = _attend_tile(q, k0, v0, pos, live, new_pos, k_new, v_new, m_i, l_i, acc, scale, NEW_KV, DOT_PRECISION)
+
+        for tile in range(start + FIRST_N, end, BLOCK_N):  # the rest of the chunk, BLOCK_N keys at a time
+            tile_pos = tile + tl.arange(0, BLOCK_N)  # [BLOCK_N] (not `pos`: a loop may not reshape it)
+            tile_live = tile_pos < end
+            tile_read = tile_live
             if NEW_KV:
-                is_new = pos == new_pos
-                read = live & ~is_new  # the new slot is not read: this launch writes it
-            kv_mask = read[:, None] & e_ok[None, :]
-            k = tl.load(
-                k_head + block[:, None] * stride_kb + offset[:, None] * stride_ko + e[None, :] * stride_kd,
-                mask=kv_mask, other=0.0,
-            )  # [BLOCK_N, DIM_PAD]
-            v = tl.load(
-                v_head + block[:, None] * stride_vb + offset[:, None] * stride_vo + e[None, :] * stride_vd,
-                mask=kv_mask, other=0.0,
+                tile_read = tile_live & (tile_pos != new_pos)
+            tile_block = _tile_blocks(table_row, tile_pos, tile_live, block_size, stride_tm)
+            k, v = _load_tile(
+                k_head, v_head, tile_block, tile_pos, tile_read, block_size, e, e_ok,
+                stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
+            )  # fmt: skip
+            m_i, l_i, acc = _attend_tile(
+                q, k, v, tile_pos, tile_live, new_pos, k_new, v_new, m_i, l_i, acc, scale, NEW_KV, DOT_PRECISION
             )
-            if NEW_KV:
-                k = tl.where(is_new[:, None], k_new, k)
-                v = tl.where(is_new[:, None], v_new, v)
-            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-            s = tl.where(live[None, :], s * scale, float("-inf"))  # [GROUP_PAD, BLOCK_N], fp32
-            m_new = tl.maximum(m_i, tl.max(s, axis=1))  # finite: every tile holds a live key
-            alpha = tl.exp(m_i - m_new)
-            p = tl.exp(s - m_new[:, None])
-            l_i = l_i * alpha + tl.sum(p, axis=1)
-            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
-            m_i = m_new
 
         if NEW_KV:  # noqa: SIM102  # a compile-time branch around a runtime one
             if (split == owner) & (n > 0):  # the one program whose split holds n - 1 stores the new K/V
-                slot_block = tl.load(table_row + (new_pos // block_size) * stride_tm).to(tl.int64)
                 slot_offset = (new_pos % block_size).to(tl.int64)
                 k_dst = k_head + slot_block * stride_kb + slot_offset * stride_ko + e[None, :] * stride_kd
                 v_dst = v_head + slot_block * stride_vb + slot_offset * stride_vo + e[None, :] * stride_vd
@@ -535,43 +626,69 @@ def kernel_constexprs(
     rope: bool,
     q_norm: int,
     k_norm: int,
+    first_n: int | None = None,
+    preload: bool = False,
 ) -> dict[str, Any]:
     """The kernel's compile-time arguments for a launch of this shape (the launcher's, and what a
-    test compiling the kernel ahead of time for a GPU passes); ``q_norm``/``k_norm`` are NORM_* codes."""
+    test compiling the kernel ahead of time for a GPU passes); ``q_norm``/``k_norm`` are NORM_* codes,
+    ``first_n`` the first tile's keys (None: ``block_n``)."""
     group = num_heads // num_kv_heads
     dim_pad = triton.next_power_of_2(max(head_dim, 16))
     return {
         "NUM_KV_HEADS": num_kv_heads, "GROUP": group, "HEAD_DIM": head_dim, "NUM_SPLITS": num_splits,
         "GROUP_PAD": max(16, triton.next_power_of_2(group)),  # tl.dot's smallest tile
         "DIM_PAD": dim_pad, "SPLITS_PAD": triton.next_power_of_2(num_splits), "BLOCK_N": block_n,
+        "FIRST_N": block_n if first_n is None else first_n, "PRELOAD": preload,
         "GROUP_C": triton.next_power_of_2(group), "COMBINE_CHUNK": _combine_chunk(group, dim_pad, num_splits),
         "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
         "NEW_KV": new_kv, "ROPE": rope, "Q_NORM": q_norm, "K_NORM": k_norm,
     }  # fmt: skip
 
 
-# Keys per tile and warps per program by head dim: the H100 measurements of
-# benchmarks/bench_decode_attention.py (benchmarks/log/h100_decode_attention_knobs.txt, batch 1, the
-# three families at 128 / 1024 / 4096 / 16384 positions). Head dim 64 (Llama-3.2-1B): 64 keys on
-# 4 warps, no other setting better anywhere. 128 (Qwen3-1.7B): 32 keys on 4 warps, 6.4 / 11.0 /
-# 18.7 / 40.9 us a layer against 8.1 / 12.0 / 24.4 / 48.9 for 64 keys. 256 (Gemma-3-1b): 16 keys
-# on 2 warps, 7.9 / 15.9 / 23.6 us against 11.4 / 22.7 / 55.3 for 64 keys on 8 warps (more, smaller
-# splits: one KV head gives few programs otherwise).
-TILES_BY_HEAD_DIM: dict[int, tuple[int, int]] = {64: (64, 4), 128: (32, 4), 256: (16, 2)}
+class Tile(NamedTuple):
+    """A launch's tiling: keys per tile of the attention loop, keys of each split's first tile
+    (the one a preloading launch reads before its dependency wait; also every split's fewest keys),
+    warps per program."""
+
+    block_n: int
+    first_n: int
+    num_warps: int
 
 
-def default_tile(head_dim: int) -> tuple[int, int]:
-    """``(block_n, num_warps)`` for a head dim (padded to a power of two; the largest entry above
-    256, the smallest below 64)."""
+# The tiling by head dim, for the decode steps' preloading launches: H100 measurements (one run
+# each, 2026-11-24; benchmarks/log/DECODE_LOG.md). benchmarks/bench_decode_attention.py times a
+# chain of 16 layers' attention, us a layer at 128 / 4096 / 16384 positions; decode_compare.py the
+# compiled model step at 128 positions, where the kernel also shares the GPU with the projections.
+# Head dim 64 (Llama-3.2-1B): 64-key first tiles, 16-key tiles on 4 warps: 4.26 / 12.77 us against
+# 4.90 / 15.93 for 64-key tiles throughout (the step: 908 tok/s, 77.2% of copy bandwidth).
+# 128 (Qwen3-1.7B): 32-key first tiles, 16-key tiles on 2 warps, the one setting without register
+# spills (ptxas): 5.80 / 15.94 / 40.29 us against 5.83 / 22.83 / 49.02 for 32 keys on 4 warps.
+# 256 (Gemma-3-1b): 16-key tiles on 4 warps (224 registers, no spills; on 2 warps 255 and spills):
+# the compiled step 797.9 tok/s against 767.1 on 2 warps in one run, though the attention chain
+# alone is slower past a few thousand keys (32.5 against 23.9 us at 4096 positions).
+TILES_BY_HEAD_DIM: dict[int, Tile] = {64: Tile(16, 64, 4), 128: Tile(16, 32, 2), 256: Tile(16, 16, 4)}
+
+
+def default_tile(head_dim: int) -> Tile:
+    """The :class:`Tile` for a head dim (padded to a power of two; the largest entry above 256, the
+    smallest below 64)."""
     dim_pad = 1 << (max(head_dim, 1) - 1).bit_length()  # the next power of two
     return TILES_BY_HEAD_DIM[min(max(dim_pad, 64), 256)]
 
 
-def _check_launch_knobs(num_splits: int | None, block_n: int | None, num_warps: int | None, num_stages: int) -> None:
+def _is_tile_size(value: object) -> bool:
+    return not isinstance(value, bool) and isinstance(value, int) and value >= 16 and not value & (value - 1)
+
+
+def _check_launch_knobs(
+    num_splits: int | None, block_n: int | None, num_warps: int | None, num_stages: int, first_n: int | None = None
+) -> None:
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
-    if block_n is not None and (isinstance(block_n, bool) or not isinstance(block_n, int) or block_n < 16 or block_n & (block_n - 1)):
+    if block_n is not None and not _is_tile_size(block_n):
         raise ValueError(f"block_n must be a power of two >= 16 (a tl.dot tile) or None, got {block_n!r}")
+    if first_n is not None and not _is_tile_size(first_n):
+        raise ValueError(f"first_n must be a power of two >= 16 (a tl.dot tile) or None, got {first_n!r}")
     if num_warps is not None and num_warps not in (1, 2, 4, 8, 16):
         raise ValueError(f"num_warps must be one of (1, 2, 4, 8, 16) or None, got {num_warps!r}")
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
@@ -597,11 +714,25 @@ def launch_decode_attention(
     num_warps: int | None,
     num_stages: int,
     out: Tensor | None = None,
+    *,
+    first_n: int | None = None,
+    preload: bool = False,
+    hints: tuple[Tensor, Tensor] | None = None,
 ) -> Tensor:
     """Launch the kernel (arguments already checked). ``k``/``v`` None: no new token (the paged
     attention of a prefix already stored, q already rotated): prep stages off by constexprs.
-    ``out``: a ``[B, H, D]`` buffer in q's dtype to write into (None: a new contiguous one)."""
-    _check_launch_knobs(num_splits, block_n, num_warps, num_stages)
+    ``out``: a ``[B, H, D]`` buffer in q's dtype to write into (None: a new contiguous one).
+    ``first_n``, ``preload``: :func:`decode_attention_triton`. ``hints``: ``(seq_lens, block_tables)``
+    the preload reads before its dependency wait instead of the real ones (tests use it to exercise
+    stale hints; None: the real ones, which is what a launch does)."""
+    _check_launch_knobs(num_splits, block_n, num_warps, num_stages, first_n)
+    if not isinstance(preload, bool):
+        raise TypeError(f"preload must be a bool, got {type(preload).__name__}")
+    if preload and (k is None or v is None):
+        raise ValueError(
+            "preload needs the new token's k and v: without them the kernel reads the slot n - 1 from the cache, "
+            "which the kernel launched just before (the store) writes"
+        )
     if q.dtype not in KERNEL_DTYPES:
         raise TypeError(f"the kernel takes bfloat16, float16 or float32, got {q.dtype} (the reference takes any float)")
     b, h, d = q.shape
@@ -612,15 +743,24 @@ def launch_decode_attention(
         raise ValueError(f"out must be a [B, H, D] = {tuple(q.shape)} tensor of {q.dtype} on {q.device}, got {what}")
     _, block_size, hkv, _ = k_cache.shape
     group = h // hkv
-    tile_keys, tile_warps = default_tile(d)
-    block_n = tile_keys if block_n is None else block_n
-    num_warps = tile_warps if num_warps is None else num_warps
+    tile = default_tile(d)
+    block_n = tile.block_n if block_n is None else block_n
+    first_n = max(tile.first_n, block_n) if first_n is None else first_n
+    if first_n < block_n:
+        raise ValueError(f"first_n ({first_n}) must be at least block_n ({block_n}): chunks are whole tiles")
+    num_warps = tile.num_warps if num_warps is None else num_warps
     capacity = block_tables.shape[1] * block_size
     max_visible = capacity if window is None else min(capacity, window)
     if num_splits is None:
         # Off a GPU (the interpreter) there are no SMs to fill: one wave's worth.
         sms = _sm_count(q.device.index or 0) if q.device.type == "cuda" else 1
-        num_splits = decode_num_splits(b, hkv, max_visible, block_n, sms)
+        num_splits = decode_num_splits(b, hkv, max_visible, first_n, sms)
+    hint_lens, hint_tables = (seq_lens, block_tables) if hints is None else hints
+    if hint_tables.shape != block_tables.shape or hint_lens.shape != seq_lens.shape:
+        raise ValueError(
+            f"hints must be shaped like (seq_lens, block_tables) {tuple(seq_lens.shape)}, {tuple(block_tables.shape)}, "
+            f"got {tuple(hint_lens.shape)}, {tuple(hint_tables.shape)}"
+        )
     if b == 0:
         return out
     new_kv = k is not None and v is not None
@@ -639,17 +779,19 @@ def launch_decode_attention(
     s = sin if sin is not None else q
     qw = q_norm.weight if q_norm is not None else q
     kw = k_norm.weight if k_norm is not None else q
-    args: list[Any] = [q, nk, nv, c, s, qw, kw, k_cache, v_cache, block_tables, seq_lens, out, part_out, part_max, part_sum, counters]
+    args: list[Any] = [q, nk, nv, c, s, qw, kw, k_cache, v_cache, block_tables, seq_lens, hint_tables, hint_lens]
+    args += [out, part_out, part_max, part_sum, counters]
     args += [*q.stride(), *nk.stride()[:3], *nv.stride()[:3]]
     args += [(c.stride(0) if c.shape[0] > 1 else 0) if rope else 0, c.stride(-1) if rope else 0]
     args += [(s.stride(0) if s.shape[0] > 1 else 0) if rope else 0, s.stride(-1) if rope else 0]
     args += [qw.stride(0) if q_norm is not None else 0, kw.stride(0) if k_norm is not None else 0]
-    args += [*k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *out.stride()]
+    args += [*k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *hint_tables.stride(), *out.stride()]
     args += [float(scale), block_size, 0 if window is None else window]
     args += [float(q_norm.eps) if q_norm is not None else 1.0, float(k_norm.eps) if k_norm is not None else 1.0]
+    args += [k_cache.shape[0], capacity]
     constexprs = kernel_constexprs(
         h, hkv, d, num_splits, block_n, q.dtype, new_kv=new_kv, rope=rope,
-        q_norm=_norm_code(q_norm), k_norm=_norm_code(k_norm if new_kv else None),
+        q_norm=_norm_code(q_norm), k_norm=_norm_code(k_norm if new_kv else None), first_n=first_n, preload=preload,
     )  # fmt: skip
     _decode_attention_kernel[(b * hkv, num_splits)](
         *args,
@@ -681,13 +823,21 @@ def decode_attention_triton(
     num_warps: int | None = None,
     num_stages: int = 2,
     out: Tensor | None = None,
+    first_n: int | None = None,
+    preload: bool = False,
 ) -> Tensor:
     """The fused kernel (CUDA tensors, or CPU ones under ``TRITON_INTERPRET=1``): the contract of
     :func:`decode_attention_reference`, ``[B, H, D]``. ``num_splits`` overrides the split heuristic
-    (tests use it); ``block_n`` (keys per tile), ``num_warps`` and ``num_stages`` are launch knobs
-    (None: :func:`default_tile` of the head dim);
-    ``out`` (``[B, H, D]``, q's dtype, any strides) receives the result when given (tests pass
-    NaN-filled buffers, so an element the kernel never writes shows).
+    (tests use it); ``block_n`` (keys per tile), ``first_n`` (keys of each split's first tile, at
+    least ``block_n``), ``num_warps`` and ``num_stages`` are launch knobs (None: :func:`default_tile`
+    of the head dim); ``out`` (``[B, H, D]``, q's dtype, any strides) receives the result when
+    given (tests pass NaN-filled buffers, so an element the kernel never writes shows).
+
+    ``preload``: read each split's first tile of cached K/V before the dependency wait (module
+    docstring), so it overlaps the previous kernel's tail. A promise of the caller's: the kernel
+    launched just before this one does not write this layer's cached K/V (positions before
+    ``seq_lens - 1``). The lengths and table may be written by it: they are read again after the
+    wait, and a tile read through stale ones is read again.
 
     Host checks only: no sync, allocations sized by shapes alone, so the call can be captured once
     a first call has allocated the arrival counters. ``seq_lens`` must be in ``[1, M * block_size]``,
@@ -697,7 +847,7 @@ def decode_attention_triton(
     check_decode_attention_args(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
     return launch_decode_attention(
         q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm,
-        num_splits, block_n, num_warps, num_stages, out,
+        num_splits, block_n, num_warps, num_stages, out, first_n=first_n, preload=preload,
     )  # fmt: skip
 
 

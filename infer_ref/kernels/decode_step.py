@@ -37,6 +37,11 @@ from infer_ref.kernels.store import store_kvcache_reference
 
 # A contiguous layer [B, Hkv, S, D] is read as a paged pool of blocks this long (identity tables).
 IDENTITY_BLOCK = 64
+# The kernel reads each split's first tile of cached K/V before its dependency wait (the
+# ``preload`` of decode_attention_triton). Its promise holds here: inside a model's forward the
+# kernel launched just before a layer's step is that layer's q/k/v projection (or something after
+# it), never a write of the layer's cached K/V, which only this step itself writes.
+PRELOAD = True
 
 
 def contiguous_decode_step(
@@ -171,8 +176,9 @@ def _contiguous_step_op(
     k_pool, v_pool, tables = _contiguous_pools(k_all, v_all, layer)
     q_norm, k_norm = _norms(q_norm_weight, k_norm_weight, norm_eps, norm_unit_offset)
     return decode_attention_triton(
-        q, k, v, cos, sin, k_pool, v_pool, tables, lengths, scale, window or None, q_norm=q_norm, k_norm=k_norm
-    )
+        q, k, v, cos, sin, k_pool, v_pool, tables, lengths, scale, window or None, q_norm=q_norm, k_norm=k_norm,
+        preload=PRELOAD,
+    )  # fmt: skip
 
 
 @_contiguous_step_op.register_fake
@@ -202,7 +208,7 @@ def _paged_step_op(
     q_norm, k_norm = _norms(q_norm_weight, k_norm_weight, norm_eps, norm_unit_offset)
     return decode_attention_triton(
         q, k, v, cos, sin, k_pools[layer], v_pools[layer], block_tables, lengths, scale, window or None,
-        q_norm=q_norm, k_norm=k_norm,
+        q_norm=q_norm, k_norm=k_norm, preload=PRELOAD,
     )  # fmt: skip
 
 

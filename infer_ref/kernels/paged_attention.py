@@ -205,9 +205,10 @@ def _sm_count(device_index: int) -> int:
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
 
 
-def decode_num_splits(batch: int, num_kv_heads: int, max_visible: int, block_n: int, sm_count: int) -> int:
+def decode_num_splits(batch: int, num_kv_heads: int, max_visible: int, min_chunk: int, sm_count: int) -> int:
     """Splits per ``(row, kv head)``: enough programs for about four waves of the GPU, but no
-    split shorter than one tile of the longest possible visible range (shapes only, no lengths).
+    split shorter than ``min_chunk`` keys (a split's first tile) of the longest possible visible
+    range (shapes only, no lengths).
 
     Of twelve settings tried on an H200 (2, 4 or 8 waves; 32-key tiles on 2 warps, 64 on 4 or 8,
     128 on 4) over batch 1..64, contexts 1K..16K and the three families' shapes, four waves was the
@@ -217,7 +218,7 @@ def decode_num_splits(batch: int, num_kv_heads: int, max_visible: int, block_n: 
     tile itself (keys, warps) depends on the head dim: ``decode_attention.default_tile``.
     """
     wanted = -(-4 * sm_count // max(1, batch * num_kv_heads))
-    useful = max(1, -(-max_visible // block_n))
+    useful = max(1, -(-max_visible // min_chunk))
     return max(1, min(wanted, useful, 128))
 
 

@@ -406,6 +406,78 @@ def test_graph_of_chained_layers_sharing_counters() -> None:
         assert_counters_zero(f"replay {replay}")
 
 
+# -- the preload: each split's first tile read before the dependency wait ----------------------------
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("first_n", [None, 64, 128])
+@pytest.mark.parametrize("bs", [1, 16])
+def test_preloading_launches_equal_the_reference(family: str, dtype: torch.dtype, first_n: int | None, bs: int) -> None:
+    """The decode steps' launch (``preload=True``) at block boundaries, with one row past one
+    split's first tile and one long row (several splits, each with a preloaded first tile and
+    tiles after it), the tile table's first tiles and larger ones; Gemma's shape also with its
+    sliding window."""
+    shape, norms = FAMILIES[family]
+    k = 3 if bs > 1 else 70
+    lengths = [k * bs - 1, k * bs, k * bs + 1, 1, 300, 2000]
+    for window in [None, 512] if family == "gemma3" else [None]:
+        args, slots = build(shape, norms, lengths, bs, dtype, _seed("preload", family, dtype, first_n, bs, window), window=window)
+        what = f"preload {family} {dtype} first_n={first_n} bs={bs} window={window}"
+        check(args, slots, what, preload=True, first_n=first_n)
+        check(args, slots, what + " splits=5", preload=True, first_n=first_n, num_splits=5)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_preload_after_a_kernel_writing_lengths_and_tables(family: str) -> None:
+    """In one captured graph, each layer's preloading launch comes right after a copy kernel that
+    writes the lengths and the block tables it reads (as a cache updating them just before the
+    step would): the values the preload saw before its wait may be the old ones, and each replay
+    changes both (other lengths, the rows' blocks relabelled). Every output equals the reference's
+    on the new lengths and tables."""
+    shape, norms = FAMILIES[family]
+    layers = 6
+    base, _ = build(shape, norms, [900, 1500, 40], 16, torch.bfloat16, _seed("preload chain", family))
+    pools = [_fresh_caches(base) for _ in range(layers)]
+    num_blocks = base["k_cache"].shape[0]
+    static_lens = base["seq_lens"].clone()
+    static_tables = base["block_tables"].clone()
+    next_lens, next_tables = static_lens.clone(), static_tables.clone()  # what the copies write
+
+    def chain() -> list[torch.Tensor]:
+        outs = []
+        for p in pools:
+            static_lens.copy_(next_lens)  # the kernel right before each launch writes its lengths...
+            static_tables.copy_(next_tables)  # ...and its table
+            outs.append(decode_attention_triton(**dict(p, seq_lens=static_lens, block_tables=static_tables), preload=True))
+        return outs
+
+    chain()  # compiles, allocates the counters
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        outs = chain()
+    g = torch.Generator().manual_seed(_seed("relabel", family))
+    for replay, lengths in enumerate(([901, 1500, 41], [300, 1501, 1], [902, 17, 42])):
+        relabel = torch.randperm(num_blocks, generator=g).to(CUDA)  # a new physical home for every block
+        for p in pools:  # move the contents so the relabelled tables point at them
+            for name in ("k_cache", "v_cache"):
+                moved = torch.empty_like(p[name])
+                moved[relabel] = p[name]
+                p[name].copy_(moved)
+        new_tables = relabel[next_tables.long()].to(next_tables.dtype)
+        next_tables.copy_(new_tables)
+        next_lens.copy_(torch.tensor(lengths, dtype=next_lens.dtype))
+        refs = [_fresh_caches(dict(p, seq_lens=next_lens.clone(), block_tables=new_tables.clone())) for p in pools]
+        graph.replay()
+        for i, ref in enumerate(refs):
+            want = decode_attention_reference(**ref)
+            assert_close(outs[i], want, TOLERANCE[torch.bfloat16], f"{family} replay {replay} layer {i} lengths {lengths}")
+            assert torch.equal(_bits(pools[i]["v_cache"]), _bits(ref["v_cache"])), f"replay {replay} layer {i}: V caches differ"
+        torch.cuda.synchronize()
+        assert_counters_zero(f"{family} replay {replay}")
+
+
 def test_first_call_of_a_shape_inside_a_capture_is_refused() -> None:
     """The counters are allocated by the first call of a (device, B * Hkv): inside a capture that
     would leave them uninitialised outside the graph, so it is refused with a clear error."""

@@ -200,14 +200,20 @@ def assert_counters_zero(what: str) -> None:
         assert not counters.any(), f"{what}: arrival counters for {size} (row, kv head) pairs on {device} not reset: {counters.tolist()}"
 
 
-def check(case: Case, dtype: torch.dtype, seed: int, **knobs: Any) -> None:
-    """Kernel and reference on clones of the same poisoned inputs."""
+def check(case: Case, dtype: torch.dtype, seed: int, hints: Any = None, **knobs: Any) -> None:
+    """Kernel and reference on clones of the same poisoned inputs. ``hints``: a function of the
+    inputs giving the ``(seq_lens, block_tables)`` a preloading launch reads before its wait."""
     inputs = build(case, dtype, seed)
     a = inputs.args
     ref = dict(a, k_cache=a["k_cache"].clone(), v_cache=a["v_cache"].clone())
     want = decode_attention_reference(**ref)
     out = torch.full(a["q"].shape, float("nan"), dtype=dtype)
-    got = decode_attention_triton(**a, num_splits=case.splits, block_n=case.block_n, out=out, **knobs)
+    if hints is None:
+        got = decode_attention_triton(**a, num_splits=case.splits, block_n=case.block_n, out=out, **knobs)
+    else:
+        got = da.launch_decode_attention(
+            *a.values(), case.splits, case.block_n, None, 2, out, preload=True, hints=hints(a), **knobs
+        )
     what = f"{case} {dtype} seed {seed}"
     assert got is out
     _assert_close(got, want, TOLERANCE[dtype], what)
@@ -250,6 +256,74 @@ CASES = [
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_kernel_equals_reference(case: Case, dtype: torch.dtype) -> None:
     check(case, dtype, seed=zlib.crc32(f"{case} {dtype}".encode()))
+
+
+# Preloading launches: first tiles of one tile and of several (a split's fewest keys grows with them).
+PRELOAD_CASES = [
+    (Case(G2, (47, 48, 49, 1), 16, splits=3), 16),
+    (Case(G2, (47, 48, 49, 1), 16, splits=64), 32),
+    (Case(G4, (15, 16, 17, 33), 16, norms="llama", splits=3), 64),
+    (Case(G2, (50, 23, 7), 12, window=7, splits=3), 16),
+    (Case(G1, (45, 21, 19), 1, window=20, norms="gemma", splits=5), 32),
+    (Case(G2, (35, 36, 37, 12, 13), 12, norms="gemma", splits=1), 32),
+    (Case(GEMMA, (40, 17), 16, window=16, norms="gemma", splits=3), 32),
+]
+
+
+@interpret
+@needs_interpreter
+@pytest.mark.parametrize(("case", "first_n"), PRELOAD_CASES, ids=lambda c: str(c))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+def test_preloading_launch_equals_reference(case: Case, first_n: int, dtype: torch.dtype) -> None:
+    check(case, dtype, seed=zlib.crc32(f"preload {case} {first_n} {dtype}".encode()), preload=True, first_n=first_n)
+
+
+def _lengths_off_by(delta: int) -> Any:
+    return lambda a: ((a["seq_lens"] + delta).to(a["seq_lens"].dtype), a["block_tables"])
+
+
+def _tables_shifted(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    # The right lengths, every table entry another block (some of them spare, NaN-filled ones).
+    tables = a["block_tables"]
+    return a["seq_lens"], (tables + 1) % a["k_cache"].shape[0]
+
+
+def _garbage(a: dict[str, Any]) -> tuple[torch.Tensor, torch.Tensor]:
+    # What an unwritten buffer may hold: lengths and block ids far out of range, both signs.
+    lens = torch.tensor([10**9, -7, 3, 2**31 - 1][: a["seq_lens"].numel()], dtype=a["seq_lens"].dtype)
+    tables = torch.full_like(a["block_tables"], -(2**31))
+    tables[:, ::2] = 2**31 - 1
+    return lens, tables
+
+
+STALE_HINTS = {"lengths+1": _lengths_off_by(1), "lengths-5": _lengths_off_by(-5), "tables": _tables_shifted, "garbage": _garbage}
+
+
+@interpret
+@needs_interpreter
+@pytest.mark.parametrize("hints", list(STALE_HINTS), ids=str)
+@pytest.mark.parametrize("first_n", [16, 32])
+def test_preload_through_stale_hints_reads_again(hints: str, first_n: int) -> None:
+    """A preload through lengths and tables that the kernel launched just before was still writing
+    (here: hints that differ from the real ones) reads the tile again after the wait: the output
+    and the pools equal the reference's. Without the check it would attend other (NaN-filled)
+    blocks and other positions."""
+    case = Case(G2, (47, 48, 33, 5), 16, norms="llama", splits=3)
+    check(case, torch.float32, seed=zlib.crc32(f"stale {hints} {first_n}".encode()), hints=STALE_HINTS[hints], first_n=first_n)
+
+
+@interpret
+@needs_interpreter
+def test_preload_is_refused_without_the_new_token() -> None:
+    """Without the new k/v the kernel reads slot ``n - 1`` from the cache, which the store launched
+    just before writes: a preload there would race it, so it is refused."""
+    inputs = build(Case(G2, (20, 9), 16, rope="none"), torch.float32, 1)
+    a = inputs.args
+    with pytest.raises(ValueError, match="preload needs the new token's k and v"):
+        da.launch_decode_attention(
+            a["q"], None, None, None, None, a["k_cache"], a["v_cache"], a["block_tables"], a["seq_lens"], 0.1, None,
+            None, None, 2, 16, None, 2, None, preload=True,
+        )  # fmt: skip
 
 
 @interpret
@@ -406,7 +480,15 @@ FAMILY_NORMS = {"llama": da.NORM_NONE, "qwen3": da.NORM_LLAMA, "gemma3": da.NORM
 
 
 def compile_for_sm90(
-    family: str, dtype: str, splits: int, prep: bool, *, block_n: int | None = None, fp_fusion: bool | None = None
+    family: str,
+    dtype: str,
+    splits: int,
+    prep: bool,
+    *,
+    block_n: int | None = None,
+    fp_fusion: bool | None = None,
+    preload: bool = False,
+    first_n: int | None = None,
 ) -> Any:
     """Compile the kernel as a launch of this family's shape would (the heuristic's warps, strides
     of 1 and lengths specialised as Triton's launcher does, 16-byte aligned pointers) for sm_90."""
@@ -415,18 +497,20 @@ def compile_for_sm90(
     from triton.compiler import ASTSource
 
     h, hkv, d = FAMILY_SHAPES[family]
-    tile_keys, warps = da.default_tile(d)
-    block_n = tile_keys if block_n is None else block_n
+    tile = da.default_tile(d)
+    block_n = tile.block_n if block_n is None else block_n
     norm = FAMILY_NORMS[family] if prep else da.NORM_NONE
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
     constexprs = da.kernel_constexprs(
-        h, hkv, d, splits, block_n, torch_dtype, new_kv=prep, rope=prep, q_norm=norm, k_norm=norm
-    )
+        h, hkv, d, splits, block_n, torch_dtype, new_kv=prep, rope=prep, q_norm=norm, k_norm=norm,
+        first_n=max(tile.first_n, block_n) if first_n is None else first_n, preload=preload,
+    )  # fmt: skip
     constexprs["USE_PDL"] = True  # as an H100 launch compiles it
     unit_strides = {"stride_qd", "stride_nkd", "stride_nvd", "stride_cd", "stride_sd", "stride_qw", "stride_kw",
-                    "stride_kd", "stride_vd", "stride_tm", "stride_od"}  # fmt: skip
+                    "stride_kd", "stride_vd", "stride_tm", "stride_hm", "stride_od"}  # fmt: skip
     pointer_types = {"part_out_ptr": "*fp32", "part_max_ptr": "*fp32", "part_sum_ptr": "*fp32",
-                     "counter_ptr": "*i32", "lens_ptr": "*i32", "table_ptr": "*i32"}  # fmt: skip
+                     "counter_ptr": "*i32", "lens_ptr": "*i32", "table_ptr": "*i32", "hint_lens_ptr": "*i32",
+                     "hint_table_ptr": "*i32"}  # fmt: skip
     signature: dict[str, str] = {}
     consts: dict[tuple[int, ...], Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
@@ -440,28 +524,34 @@ def compile_for_sm90(
         else:
             signature[name] = "fp32" if name in ("scale", "q_eps", "k_eps") else "i32"
     source = ASTSource(fn=da._decode_attention_kernel, signature=signature, constexprs=consts, attrs=attrs)
-    options = {"num_warps": warps, "num_stages": 2, **da.LAUNCH_OPTIONS}
+    options = {"num_warps": tile.num_warps, "num_stages": 2, **da.LAUNCH_OPTIONS}
     if fp_fusion is not None:
         options["enable_fp_fusion"] = fp_fusion
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
 
 
+# (family, dtype, splits, prep stages, preload): the decode steps' launches (prep and preload on),
+# the dispatching entry point's (no preload), the paged attention's (prep off, never a preload).
 SM90_CASES = [
-    ("llama", "bf16", 64, True), ("qwen3", "bf16", 64, True), ("gemma3", "bf16", 128, True),
-    ("qwen3", "fp16", 1, True), ("llama", "fp32", 8, True), ("llama", "bf16", 64, False), ("gemma3", "bf16", 1, False),
+    ("llama", "bf16", 64, True, True), ("qwen3", "bf16", 64, True, True), ("gemma3", "bf16", 128, True, True),
+    ("gemma3", "bf16", 32, True, True), ("llama", "bf16", 1, True, True), ("llama", "bf16", 64, True, False),
+    ("qwen3", "fp16", 1, True, False), ("llama", "fp32", 8, True, False), ("llama", "bf16", 64, False, False),
+    ("gemma3", "bf16", 1, False, False),
 ]  # fmt: skip
 
 
 @interpret
 @pytest.mark.skipif(not da.HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter")
-@pytest.mark.parametrize(("family", "dtype", "splits", "prep"), SM90_CASES)
-def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bool) -> None:
-    """Fits one H100 block's shared memory; in the PTX: the dependency wait comes before any global
-    store or atomic (and, without norm weights to prefetch, before any global load); with several
-    splits exactly one arrival atomic, acq_rel at gpu scope, preceded by a barrier, and the
-    partials read through L2 (``ld.global.cg``); with one split no atomic at all."""
-    compiled = compile_for_sm90(family, dtype, splits, prep)
+@pytest.mark.parametrize(("family", "dtype", "splits", "prep", "preload"), SM90_CASES)
+def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bool, preload: bool) -> None:
+    """Fits one H100 block's shared memory; in the PTX: the dependency
+    wait comes before any global store or atomic; before it, a preloading launch issues the first
+    tile's vector loads of K/V (the compiler did not sink them past the wait), and a launch without
+    preload and without norm weights to prefetch loads nothing; with several splits exactly one
+    arrival atomic, acq_rel at gpu scope, preceded by a barrier, and the partials read through L2
+    (``ld.global.cg``); with one split no atomic at all."""
+    compiled = compile_for_sm90(family, dtype, splits, prep, preload=preload)
     assert compiled.metadata.shared <= H100_SHARED_MEMORY, f"{compiled.metadata.shared} bytes of shared memory"
     ptx = compiled.asm["ptx"]
     # Eager torch rounds every 16-bit product and sum; a 16-bit multiply-add rounds them once.
@@ -469,7 +559,10 @@ def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bo
     wait = ptx.index("griddepcontrol.wait")
     before = ptx[:wait]
     assert not re.search(r"st\.global|atom\.", before), "a global store or atomic before the dependency wait"
-    if FAMILY_NORMS[family] == da.NORM_NONE or not prep:
+    if preload:
+        # K/V elements are 16-bit (scalar loads here: the compile has no stride divisibility hints).
+        assert re.search(r"ld\.global(\.\w+)*\.(v[248]|b16)", before), "a preloading launch issues no K/V load before the wait"
+    elif FAMILY_NORMS[family] == da.NORM_NONE or not prep:
         assert "ld.global" not in before, "a global load before the dependency wait (only norm weights may come first)"
     atomics = re.findall(r"atom\.[\w.]+", ptx)
     if splits == 1:
@@ -479,6 +572,18 @@ def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bo
     arrival = ptx.index("atom.global.gpu.acq_rel")
     assert "bar.sync" in ptx[ptx.rindex("st.global", 0, arrival) : arrival], "no barrier between the partial stores and the arrival"
     assert "ld.global.cg" in ptx[arrival:], "the combine does not read the partials through L2"
+
+
+@interpret
+@pytest.mark.skipif(not da.HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter")
+@pytest.mark.parametrize(("family", "block_n", "first_n"), [("llama", 64, 128), ("gemma3", 16, 64), ("qwen3", 32, 32)])
+def test_first_tile_larger_than_the_loop_tile_compiles(family: str, block_n: int, first_n: int) -> None:
+    """A first tile of more keys than the loop's tiles (the interpreter does not check the types
+    of loop-carried values; the compiler does): compiles for sm_90, preloading and not."""
+    for preload in (False, True):
+        compiled = compile_for_sm90(family, "bf16", 16, True, block_n=block_n, first_n=first_n, preload=preload)
+        assert compiled.metadata.shared <= H100_SHARED_MEMORY, f"{compiled.metadata.shared} bytes of shared memory"
 
 
 @interpret
