@@ -53,7 +53,8 @@ if want bench; then
     # layer's chain of fused projections.
     say "bench: bench_decode_attention, bench_gemv --stages, bench_gemv --mode chain"
     timeout 300 $PY benchmarks/bench_decode_attention.py --contexts 128 1024 4096 16384 \
-        --knobs block_n=16,num_warps=2 block_n=32,num_warps=4 block_n=64,num_warps=4 num_splits=32 \
+        --knobs preload=0 preload=1 preload=1,block_n=64,first_n=64,num_warps=4 preload=1,block_n=32,first_n=32,num_warps=4 \
+        preload=1,block_n=16,first_n=16,num_warps=2 preload=1,block_n=16,first_n=32,num_warps=2 preload=1,block_n=16,first_n=128,num_warps=4 \
         --json "$OUT/decode_attention.json" 2>&1 | tee -a "$LOG" | tail -14
     timeout 300 $PY benchmarks/bench_gemv.py --stages --rows 1 --json "$OUT/gemv_stages.json" >"$OUT/gemv_stages.txt" 2>&1 || RC=1
     grep -A16 "^# best batch-1" "$OUT/gemv_stages.txt" | tee -a "$LOG"

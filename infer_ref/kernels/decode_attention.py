@@ -660,7 +660,7 @@ class Tile(NamedTuple):
 # chain of 16 layers' attention, us a layer at 128 / 4096 / 16384 positions; decode_compare.py the
 # compiled model step at 128 positions, where the kernel also shares the GPU with the projections.
 # Head dim 64 (Llama-3.2-1B): 64-key first tiles, 16-key tiles on 4 warps: 4.26 / 12.77 us against
-# 4.90 / 15.93 for 64-key tiles throughout (the step: 908 tok/s, 77.2% of copy bandwidth).
+# 4.90 / 15.93 for 64-key tiles throughout (the compiled step: 889-908 tok/s in three runs).
 # 128 (Qwen3-1.7B): 32-key first tiles, 16-key tiles on 2 warps, the one setting without register
 # spills (ptxas): 5.80 / 15.94 / 40.29 us against 5.83 / 22.83 / 49.02 for 32 keys on 4 warps.
 # 256 (Gemma-3-1b): 16-key tiles on 4 warps (224 registers, no spills; on 2 warps 255 and spills):

@@ -12,7 +12,12 @@ The rule every kernel here follows when its ``USE_PDL`` constexpr is set (see :f
 call ``gdc_wait`` before the first load of anything an earlier kernel may write and before the
 first store (a store before it could overwrite what the predecessor still reads), then
 ``gdc_launch_dependents`` so the successor may be scheduled. Loads of constant data (weights) may
-come before the wait. A kernel without PDL is ordered as usual, so kernels from anywhere else
+come before the wait. So may loads of data that only kernels before the predecessor wrote: when
+a kernel starts, its predecessor has passed its own wait (or, without PDL, finished), so every
+earlier kernel has completed and its writes are visible; only the predecessor's writes may still
+be in flight. A kernel that reads before the wait through an index the predecessor may be writing
+(the decode attention's lengths and block table) treats what it read as a hint: it reads the
+index again after the wait and redoes what it read through a stale one. A kernel without PDL is ordered as usual, so kernels from anywhere else
 (cuBLAS, Inductor) mix freely with these in one stream or graph.
 
 :func:`pdl_launch` says whether a launch on ``device`` uses PDL; ``INFER_REF_PDL=0`` turns it off

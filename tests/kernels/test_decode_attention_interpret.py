@@ -574,6 +574,36 @@ def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bo
     assert "ld.global.cg" in ptx[arrival:], "the combine does not read the partials through L2"
 
 
+def ptxas_report(ptx: str, tmp_path: Any) -> str:
+    """``ptxas -v`` on the kernel's PTX (the assembler Triton ships): registers and spills."""
+    import subprocess
+
+    import triton
+
+    ptxas = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    if not os.path.exists(ptxas):
+        pytest.skip(f"no ptxas at {ptxas}")
+    target = re.search(r"^\.target\s+(\w+)", ptx, re.MULTILINE)
+    source = tmp_path / "kernel.ptx"
+    source.write_text(ptx)
+    arch = target.group(1) if target else "sm_90a"
+    done = subprocess.run([ptxas, f"-arch={arch}", "-v", str(source), "-o", os.devnull], capture_output=True, text=True, check=True)
+    return done.stderr
+
+
+@interpret
+@pytest.mark.skipif(not da.HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
+@pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter")
+@pytest.mark.parametrize("family", sorted(FAMILY_SHAPES))
+def test_the_tile_table_does_not_spill_registers(family: str, tmp_path: Any) -> None:
+    """The decode steps' launch of each family's shape, with the tiling the head-dim table picks,
+    assembles for sm_90a without spilling registers to local memory (the table was chosen so: a
+    spilling setting was the slower one on the H100, benchmarks/log/DECODE_LOG.md)."""
+    report = ptxas_report(compile_for_sm90(family, "bf16", 64, True, preload=True).asm["ptx"], tmp_path)
+    spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", report)
+    assert spills and all(int(n) == 0 for n in spills), f"{family}: registers spill\n{report}"
+
+
 @interpret
 @pytest.mark.skipif(not da.HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter")
