@@ -471,16 +471,14 @@ if HAVE_TRITON:
         if PRELOAD:
             stale = (n != hint_n) | (tl.sum((check_block != hint_block).to(tl.int32), axis=0) != 0)
             if stale:
-                block = _tile_blocks(table_row, pos, live, block_size, stride_tm)
                 k0, v0 = _load_tile(
-                    k_head, v_head, block, pos, read, block_size, e, e_ok,
-                    stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
+                    k_head, v_head, _tile_blocks(table_row, pos, live, block_size, stride_tm), pos, read, block_size,
+                    e, e_ok, stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
                 )  # fmt: skip
         else:
-            block = _tile_blocks(table_row, pos, live, block_size, stride_tm)
             k0, v0 = _load_tile(
-                k_head, v_head, block, pos, read, block_size, e, e_ok,
-                stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
+                k_head, v_head, _tile_blocks(table_row, pos, live, block_size, stride_tm), pos, read, block_size,
+                e, e_ok, stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
             )  # fmt: skip
         m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
         l_i = tl.zeros([GROUP_PAD], tl.float32)

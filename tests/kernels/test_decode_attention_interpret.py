@@ -314,20 +314,6 @@ def test_preload_through_stale_hints_reads_again(hints: str, first_n: int) -> No
 
 @interpret
 @needs_interpreter
-def test_preload_is_refused_without_the_new_token() -> None:
-    """Without the new k/v the kernel reads slot ``n - 1`` from the cache, which the store launched
-    just before writes: a preload there would race it, so it is refused."""
-    inputs = build(Case(G2, (20, 9), 16, rope="none"), torch.float32, 1)
-    a = inputs.args
-    with pytest.raises(ValueError, match="preload needs the new token's k and v"):
-        da.launch_decode_attention(
-            a["q"], None, None, None, None, a["k_cache"], a["v_cache"], a["block_tables"], a["seq_lens"], 0.1, None,
-            None, None, 2, 16, None, 2, None, preload=True,
-        )  # fmt: skip
-
-
-@interpret
-@needs_interpreter
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_launches_in_a_row_share_the_counters(dtype: torch.dtype) -> None:
     """Several launches of one size (the layers of a step): each starts from zeroed counters, so

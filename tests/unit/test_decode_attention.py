@@ -313,6 +313,10 @@ def test_good_arguments_pass_and_the_checks_never_sync() -> None:
         ({"block_n": 8}, ValueError, "block_n must be a power of two >= 16"),
         ({"num_warps": 3}, ValueError, "num_warps must be one of (1, 2, 4, 8, 16) or None, got 3"),
         ({"num_stages": 0}, ValueError, "num_stages must be a positive int, got 0"),
+        ({"first_n": 24}, ValueError, "first_n must be a power of two >= 16 (a tl.dot tile) or None, got 24"),
+        ({"first_n": 8}, ValueError, "first_n must be a power of two >= 16"),
+        ({"first_n": 16, "block_n": 32}, ValueError, "first_n (16) must be at least block_n (32): chunks are whole tiles"),
+        ({"preload": 1}, TypeError, "preload must be a bool, got int"),
         ({"out": torch.empty(2, 4, 7)}, ValueError, "out must be a [B, H, D] = (2, 4, 8) tensor of torch.float32"),
         ({"out": torch.empty(2, 4, 8, dtype=torch.float16)}, ValueError, "out must be a [B, H, D]"),
     ],
@@ -322,6 +326,28 @@ def test_kernel_knobs_are_checked_before_any_launch(knobs: dict[str, Any], error
     before = args["k_cache"].clone()
     with pytest.raises(error, match=re.escape(message)):
         decode_attention_triton(**args, **knobs)
+    assert torch.equal(_bits(args["k_cache"]), _bits(before))
+
+
+def test_a_preload_without_the_new_token_is_refused() -> None:
+    """Without the new k/v the kernel reads slot ``n - 1`` from the cache, which the store launched
+    just before writes: reading it before the dependency wait would race that store."""
+    args = _good()
+    before = args["k_cache"].clone()
+    with pytest.raises(ValueError, match=re.escape("preload needs the new token's k and v")):
+        da.launch_decode_attention(
+            args["q"], None, None, None, None, args["k_cache"], args["v_cache"], args["block_tables"], args["seq_lens"],
+            0.5, None, None, None, None, None, None, 2, preload=True,
+        )  # fmt: skip
+    assert torch.equal(_bits(args["k_cache"]), _bits(before))
+
+
+def test_hints_of_another_shape_are_refused() -> None:
+    args = _good()
+    before = args["k_cache"].clone()
+    hints = (args["seq_lens"][:1], args["block_tables"])
+    with pytest.raises(ValueError, match=re.escape("hints must be shaped like (seq_lens, block_tables)")):
+        da.launch_decode_attention(*args.values(), None, None, None, 2, preload=True, hints=hints)
     assert torch.equal(_bits(args["k_cache"]), _bits(before))
 
 
