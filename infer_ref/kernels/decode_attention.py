@@ -52,11 +52,10 @@ fewest keys, so short rows are one preloaded tile per split; the loop takes ``bl
 time after it. Measured on an H100 (one run, a chain of 16 layers): Llama-3.2-1B's attention at
 128 positions 4.90 us a layer against 5.38 without the preload, at 4096 15.93 against 19.31.
 
-The counters (``[B * Hkv]`` int32, :mod:`infer_ref.kernels.arrival`) are allocated once per
-(device, size) and kept, so a CUDA graph captures their address; the first call of a shape must
-come before a capture (it allocates them), which is what every caller's warm-up does. Two launches
-of the same ``B * Hkv`` on one device must not run concurrently on different streams (they share
-counters).
+The counters (``[B * Hkv]`` int32, zero between launches) are allocated once per (device, size)
+and kept, so a CUDA graph captures their address; the first call of a shape must come before a
+capture (it allocates them), which is what every caller's warm-up does. Two launches of the same
+``B * Hkv`` on one device must not run concurrently on different streams (they share counters).
 
 With the prep stages switched off by constexprs (no norm, no RoPE, no new K/V) the same kernel
 serves :func:`~infer_ref.kernels.paged_attention.paged_decode_attention`: there is one decode
@@ -70,7 +69,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.arrival import arrival_counters
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.paged_attention import (
     _sm_count,
@@ -579,11 +577,26 @@ if HAVE_TRITON:
         tl.store(counter_ptr + row_head, 0)  # ready for the next launch
 
 
+# Arrival counters, one per (row, kv head), zero between launches: allocated once per (device,
+# size) and kept, so a captured graph holds their address (module docstring).
+_COUNTERS: dict[tuple[torch.device, int], Tensor] = {}
+
+
+def _counters(device: torch.device, size: int) -> Tensor:
+    key = (device, size)
+    if key not in _COUNTERS:
+        if device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            raise RuntimeError(
+                f"decode attention for batch x num_kv_heads = {size} on {device} was first called inside a CUDA graph "
+                "capture: call it once before capturing (that call allocates the kernel's arrival counters)"
+            )
+        _COUNTERS[key] = torch.zeros(size, dtype=torch.int32, device=device)
+    return _COUNTERS[key]
+
+
 # Splits whose partials the combine loads at once: [chunk, group, head_dim] float32 elements, about
 # 4096 of them (32 registers a thread on 4 warps).
 COMBINE_ELEMENTS = 4096
-# The arrival counters' family name (infer_ref/kernels/arrival.py).
-COUNTER_NAME = "decode attention"
 
 
 # Compile options of every launch. No multiply-add contraction, in any dtype: the roundings eager
@@ -753,7 +766,7 @@ def launch_decode_attention(
         part_out = torch.empty((b * hkv, num_splits, group, d), device=q.device, dtype=torch.float32)
         part_max = torch.empty((b * hkv, num_splits, group), device=q.device, dtype=torch.float32)
         part_sum = torch.empty_like(part_max)
-        counters = arrival_counters(COUNTER_NAME, q.device, b * hkv)
+        counters = _counters(q.device, b * hkv)
     else:  # one split: no partials, no counter (the pointers are never dereferenced)
         part_out = part_max = part_sum = out
         counters = seq_lens

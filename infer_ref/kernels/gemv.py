@@ -27,8 +27,7 @@ small-batch GEMMs: tensor cores prefer many rows there); ``"fma"``, a multiply-a
 ``[M, BLOCK_N, BLOCK_K]`` float32 accumulator reduced once at the end (the classic GEMV form). When
 K and N divide into whole tiles and blocks, weight loads carry no masks. With one split the
 program finishes the output itself; with several, each writes float32 partials ``[SPLIT_K, M, N]``
-and the last slice of a column block to arrive (an arrival counter, ``infer_ref/kernels/arrival.py``)
-sums them in split order and finishes (deterministic: the same sums whichever slice is last). Finishing
+and a second kernel sums them in split order (deterministic: no atomics) and finishes. Finishing
 means: add the bias, round to x's dtype; for the gated variant, where a program owns gate rows
 ``j`` and up rows ``I + j`` together, round ``g`` and ``u`` to the dtype, compute the activation in
 float32 from the rounded ``g`` and round it, multiply the two rounded values in float32 and round —
@@ -42,12 +41,12 @@ The fused stages:
   normalises each x tile as it loads it: Llama's ``round(w * round(x32 * rstd))`` or Gemma's
   ``round(x32 * rstd * (1 + w32))``, ``rstd = 1 / sqrt(mean(x32^2) + eps)`` per row. Reading x
   twice costs little: it is a few KB, resident in L2 after the first program.
-- ``out_norm`` needs every column of a row, so the programs always write float32 partials (even
-  with one split) and the last program of the launch to arrive finishes whole rows: it sums the
-  partials in split order, finishes (bias, rounding), sums the squares of the rounded row and
+- ``out_norm`` needs every column of a row, so it runs in a combine kernel whose program owns whole
+  rows; the main kernel then always writes float32 partials (even with one split). The combine
+  sums them in split order, finishes (bias, rounding), sums the squares of the rounded row and
   normalises it.
-- ``residual`` ``[..., N]``: ``round(residual32 + round(y))``, last, in whichever program finishes
-  the output.
+- ``residual`` ``[..., N]``: ``round(residual32 + round(y))``, last, in whichever kernel finishes
+  the output (the main kernel with one split and no out_norm, else the combine).
 - ``weight_is_constant``: no earlier kernel of the stream writes the weight, so the program may
   issue its first weight tile's loads before its programmatic-dependent-launch wait
   (``infer_ref/kernels/pdl.py`` allows loads of constant data there): the first K tile is peeled

@@ -1,15 +1,11 @@
 """The Triton kernels of the decode matrix-vector products and their launch (``gemv.py`` holds the
 definitions, the checks and the dispatch; its docstring describes what the kernels compute).
 
-:func:`launch` takes arguments ``gemv.py`` has already checked and launches one kernel
+:func:`launch` takes arguments ``gemv.py`` has already checked and launches the main kernel
 (``_gemv_kernel``: a program per column block and K slice, the in_norm prologue, the weight-tile
-prefetch, the residual epilogue). Where one program cannot finish its columns alone (split K, or an
-out_norm that needs whole rows) the programs write float32 partials and the last one to arrive
-finishes from them (:mod:`infer_ref.kernels.arrival`): the last slice of a column block sums its
-partials in slice order, finishes and adds the residual; with out_norm the last program of the
-launch does that for whole rows, then normalises them. Once a second kernel did this; in a decode
-step's chain of dependent launches each launch costs a dependency round trip (Gemma 3 ran 52 such
-combine kernels a step).
+prefetch, the residual epilogue with one slice) and, where needed, a combine kernel: the split-K
+combine (``_combine_kernel``: partials summed in slice order, then finished, then the residual) or
+the out_norm combine (``_combine_norm_kernel``: a program per whole row).
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.arrival import arrival_counters
 from infer_ref.kernels.gemv_config import PATHS, GemvConfig, split_plan
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.pdl import pdl_options
@@ -36,8 +31,7 @@ except ImportError:  # pragma: no cover - depends on the install
 
 # The kernels' activation codes (a Triton constexpr), one per name of gemv.ACTIVATIONS.
 ACT_CODES = {"silu": 0, "gelu_pytorch_tanh": 1}
-# The arrival counters' family name (infer_ref/kernels/arrival.py).
-COUNTER_NAME = "matrix-vector product"
+COMBINE_BLOCK = 256  # columns per program of the split-K combine kernel
 # Columns the out_norm combine holds at once: a row up to this wide is finished, squared and
 # normalised from registers; a wider one is walked twice (squares, then normalise), its partials
 # summed again in the same order (so to the same values) on the second walk.
@@ -190,16 +184,14 @@ if HAVE_TRITON:
 
     @triton.jit
     def _gemv_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
-        x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, norm_w_ptr, res_ptr, out_norm_w_ptr, counter_ptr,
-        rows, n_out, k, tiles_per_split, up_offset, eps, out_eps,  # up_offset: rows from gate row j to up row j (I)
+        x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, norm_w_ptr, res_ptr,
+        rows, n_out, k, tiles_per_split, up_offset, eps,  # up_offset: rows from gate row j to up row j (I)
         stride_xm, stride_xk, stride_om, stride_ps, stride_pm, stride_rm, stride_rn,  # x [M, K], out, parts [S, M, *], residual
         ROWS_PAD: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PATH: tl.constexpr,
         EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, IN_NORM: tl.constexpr, UNIT_OFFSET: tl.constexpr,
         NORM_ROWS: tl.constexpr, NORM_BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-        PREFETCH: tl.constexpr, WRITE_PARTIALS: tl.constexpr, OUT_NORM: tl.constexpr,
-        OUT_UNIT_OFFSET: tl.constexpr, ROW_BLOCK: tl.constexpr, ONE_ROW_BLOCK: tl.constexpr,
-        USE_PDL: tl.constexpr,
+        PREFETCH: tl.constexpr, WRITE_PARTIALS: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (column block, K slice): columns [n0, n0 + BLOCK_N) of every row over one slice of K.
         pid_n = tl.program_id(0)
@@ -251,73 +243,63 @@ if HAVE_TRITON:
         sums = _acc_rows(acc, PATH, ROWS_PAD)  # [ROWS_PAD, BLOCK_N]
         sums_up = _acc_rows(acc_up, PATH, ROWS_PAD)
         mask = m_ok[:, None] & n_ok[None, :]
-        if not WRITE_PARTIALS:  # one slice and no out_norm: this program finishes its columns
-            _store_finished(
-                sums, sums_up, bias_ptr, out_ptr, res_ptr, offs_m, offs_n, n_ok, mask, stride_om, stride_rm, stride_rn,
-                GATED, ACT, HAS_BIAS, HAS_RESIDUAL,
-            )  # fmt: skip
-        else:
+        if WRITE_PARTIALS:
             part = part_ptr + split * stride_ps + offs_m[:, None] * stride_pm + offs_n[None, :]
             tl.store(part, sums, mask=mask)
             if GATED:
                 tl.store(part + up_offset, sums_up, mask=mask)
-            # The last program to arrive finishes from the partials (infer_ref/kernels/arrival.py):
-            # with out_norm the last of the whole launch (it needs whole rows), else the last slice
-            # of this column block. Every thread's stores are issued before the arrival.
-            if OUT_NORM:
-                slot = 0
-                expected = tl.num_programs(0) * tl.num_programs(1)
-            else:
-                slot = pid_n
-                expected = tl.num_programs(1)
-            tl.debug_barrier()
-            arrived = tl.atomic_add(counter_ptr + slot, 1, sem="acq_rel", scope="gpu")
-            if arrived == expected - 1:
-                splits = tl.num_programs(1)
-                if OUT_NORM:
-                    for row in range(0, rows):
-                        _finish_normed_row(
-                            part_ptr, bias_ptr, out_ptr, out_norm_w_ptr, res_ptr, row,
-                            splits, n_out, out_eps, stride_ps, stride_pm, stride_om, stride_rm, stride_rn,
-                            ROW_BLOCK, ONE_ROW_BLOCK, OUT_UNIT_OFFSET, HAS_BIAS, HAS_RESIDUAL,
-                        )  # fmt: skip
-                else:
-                    total, total_up = _sum_partials(
-                        part_ptr, offs_m, offs_n, mask, splits, stride_ps, stride_pm, up_offset, GATED, ROWS_PAD, BLOCK_N
-                    )
-                    _store_finished(
-                        total, total_up, bias_ptr, out_ptr, res_ptr, offs_m, offs_n, n_ok, mask, stride_om, stride_rm,
-                        stride_rn, GATED, ACT, HAS_BIAS, HAS_RESIDUAL,
-                    )  # fmt: skip
-                tl.store(counter_ptr + slot, 0)  # ready for the next launch
+        else:
+            y = _finish(sums, sums_up, bias_ptr, offs_n, n_ok, out_ptr.dtype.element_ty, GATED, ACT, HAS_BIAS)
+            if HAS_RESIDUAL:
+                y = _add_residual(
+                    y.to(tl.float32), res_ptr, offs_m, offs_n, mask, stride_rm, stride_rn, y.dtype
+                )
+            tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y, mask=mask)
 
     @triton.jit
     def _sum_partials(  # type: ignore[no-untyped-def]
-        part_ptr, offs_m, offs_n, mask, splits, stride_ps, stride_pm, up_offset,
-        GATED: tl.constexpr, ROWS: tl.constexpr, BLOCK: tl.constexpr,
+        part_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, up_offset,
+        GATED: tl.constexpr, BLOCK: tl.constexpr,
     ):  # fmt: skip
-        # Rows offs_m [ROWS], columns offs_n [BLOCK]: the split partials summed in split order 0, 1,
-        # ... -> [ROWS, BLOCK] (and the up half's). Loaded with .cg: other programs stored them, and
-        # an L1 line of this SM could be stale (infer_ref/kernels/arrival.py).
-        base = part_ptr + offs_m[:, None] * stride_pm + offs_n[None, :]
-        acc = tl.zeros([ROWS, BLOCK], tl.float32)
-        acc_up = tl.zeros([ROWS, BLOCK], tl.float32)
+        # Row `row`, columns offs_n [BLOCK]: the split partials summed in split order 0, 1, ... -> [1, BLOCK].
+        base = part_ptr + row * stride_pm + offs_n[None, :]  # [1, BLOCK]
+        acc = tl.zeros([1, BLOCK], tl.float32)
+        acc_up = tl.zeros([1, BLOCK], tl.float32)
         for s in range(0, splits):
-            acc += tl.load(base + s * stride_ps, mask=mask, other=0.0, cache_modifier=".cg")
+            acc += tl.load(base + s * stride_ps, mask=n_ok[None, :], other=0.0)
             if GATED:
-                acc_up += tl.load(base + s * stride_ps + up_offset, mask=mask, other=0.0, cache_modifier=".cg")
+                acc_up += tl.load(base + s * stride_ps + up_offset, mask=n_ok[None, :], other=0.0)
         return acc, acc_up
 
     @triton.jit
-    def _store_finished(  # type: ignore[no-untyped-def]
-        sums, sums_up, bias_ptr, out_ptr, res_ptr, offs_m, offs_n, n_ok, mask, stride_om, stride_rm, stride_rn,
-        GATED: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    def _combine_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
+        part_ptr, bias_ptr, out_ptr, res_ptr,
+        splits, n_out, up_offset, stride_ps, stride_pm, stride_om, stride_rm, stride_rn,
+        BLOCK: tl.constexpr, GATED: tl.constexpr, ACT: tl.constexpr, HAS_BIAS: tl.constexpr,
+        HAS_RESIDUAL: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
-        # The float32 sums [R, C] of rows offs_m, columns offs_n -> finished, plus the residual, stored.
-        y = _finish(sums, sums_up, bias_ptr, offs_n, n_ok, out_ptr.dtype.element_ty, GATED, ACT, HAS_BIAS)
+        # Program (column block, row): sum the split partials in split order 0, 1, ... and finish.
+        pdl_prologue(USE_PDL)
+        pid = tl.program_id(0)
+        row = tl.program_id(1)
+        offs_n = pid * BLOCK + tl.arange(0, BLOCK)
+        n_ok = offs_n < n_out
+        acc, acc_up = _sum_partials(
+            part_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, up_offset, GATED, BLOCK
+        )
+        y = _finish(acc, acc_up, bias_ptr, offs_n, n_ok, out_ptr.dtype.element_ty, GATED, ACT, HAS_BIAS)
         if HAS_RESIDUAL:
-            y = _add_residual(y.to(tl.float32), res_ptr, offs_m, offs_n, mask, stride_rm, stride_rn, y.dtype)
-        tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y, mask=mask)
+            y = _add_residual(
+                y.to(tl.float32),
+                res_ptr,
+                row + tl.arange(0, 1),
+                offs_n,
+                n_ok[None, :],
+                stride_rm,
+                stride_rn,
+                y.dtype,
+            )
+        tl.store(out_ptr + row * stride_om + offs_n[None, :], y, mask=n_ok[None, :])
 
     @triton.jit
     def _finished_block(  # type: ignore[no-untyped-def]
@@ -326,7 +308,7 @@ if HAVE_TRITON:
     ):  # fmt: skip
         # The linear output y [1, BLOCK] of row `row` at columns offs_n, rounded to OUT_DTYPE.
         acc, acc_up = _sum_partials(
-            part_ptr, row + tl.arange(0, 1), offs_n, n_ok[None, :], splits, stride_ps, stride_pm, 0, False, 1, BLOCK
+            part_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, 0, False, BLOCK
         )
         return _finish(acc, acc_up, bias_ptr, offs_n, n_ok, OUT_DTYPE, False, 0, HAS_BIAS)
 
@@ -339,21 +321,30 @@ if HAVE_TRITON:
         o = _normalise(y, norm_w_ptr, offs_n, n_ok, rstd, False, UNIT_OFFSET)
         if HAS_RESIDUAL:
             o = _add_residual(
-                o.to(tl.float32), res_ptr, row + tl.arange(0, 1), offs_n, n_ok[None, :], stride_rm, stride_rn, o.dtype
+                o.to(tl.float32),
+                res_ptr,
+                row + tl.arange(0, 1),
+                offs_n,
+                n_ok[None, :],
+                stride_rm,
+                stride_rn,
+                o.dtype,
             )
         tl.store(out_ptr + row * stride_om + offs_n[None, :], o, mask=n_ok[None, :])
 
     @triton.jit
-    def _finish_normed_row(  # type: ignore[no-untyped-def]
-        part_ptr, bias_ptr, out_ptr, norm_w_ptr, res_ptr, row,
+    def _combine_norm_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
+        part_ptr, bias_ptr, out_ptr, norm_w_ptr, res_ptr,
         splits, n_out, eps, stride_ps, stride_pm, stride_om, stride_rm, stride_rn,
         BLOCK: tl.constexpr, ONE_BLOCK: tl.constexpr, UNIT_OFFSET: tl.constexpr, HAS_BIAS: tl.constexpr,
-        HAS_RESIDUAL: tl.constexpr,
+        HAS_RESIDUAL: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
-        # Row `row` from its partials: finish it, rms_norm it over all N columns, then add the
-        # residual. The norm's mean square is of the ROUNDED row, as eager's norm reads it.
+        # Program `row` owns the whole output row: finish it, rms_norm it over all N columns, then
+        # add the residual. The norm's mean square is of the ROUNDED row, as eager's norm reads it.
+        pdl_prologue(USE_PDL)
+        row = tl.program_id(0)
         out_dtype = out_ptr.dtype.element_ty
-        if ONE_BLOCK:  # the row fits one block (n_out <= BLOCK): finished once, kept in registers
+        if ONE_BLOCK:  # the row fits one block: finished once, kept in registers
             offs_n = tl.arange(0, BLOCK)
             n_ok = offs_n < n_out
             y = _finished_block(part_ptr, bias_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, out_dtype, HAS_BIAS, BLOCK)
@@ -410,40 +401,49 @@ def launch(
     k_per_split, splits = split_plan(k, config.block_k, config.split_k)
     # tl.dot needs 16 rows at least (zero-padded); the multiply-and-add path pads to a power of two.
     rows_pad = triton.next_power_of_2(rows) if config.path == "fma" else max(16, triton.next_power_of_2(rows))
-    column_blocks = triton.cdiv(n_out, config.block_n)
-    # out_norm needs whole rows: the launch's last program does it from partials, so the programs
-    # write partials even with one split. Partials hold gate and up columns side by side ([S, M, 2I])
-    # for the gated kernel. Arrival counters: one for the launch (out_norm), else one per column block.
+    # out_norm needs whole rows: the combine kernel does it, so the main kernel writes partials even
+    # with one split. Partials hold gate and up columns side by side ([S, M, 2I]) for the gated kernel.
     partials = splits > 1 or out_norm is not None
     part = torch.empty((splits, rows, n), dtype=torch.float32, device=x.device) if partials else out2
-    counters = (
-        arrival_counters(COUNTER_NAME, x.device, 1 if out_norm is not None else column_blocks) if partials else out2
-    )
     # The kernels read the bias and norm weights with unit stride: a strided view is copied (by
     # shape: capturable). out2 stands in for an absent one (never read: its constexpr is off).
     bias_arg = bias.contiguous() if bias is not None else out2
     in_w = in_norm.weight.contiguous() if in_norm is not None else out2
-    out_w = out_norm.weight.contiguous() if out_norm is not None else out2
     res2 = residual.reshape(rows, n_out) if residual is not None else out2  # a view of out if it is out
     norm_block = min(triton.next_power_of_2(k), NORM_TILE_ELEMENTS)
-    row_block = min(triton.next_power_of_2(n_out), OUT_NORM_BLOCK)
-    pdl = {**pdl_options(x.device), **LAUNCH_OPTIONS}
-    _gemv_kernel[(column_blocks, splits)](
-        x2, weight, bias_arg, out2, part, in_w, res2, out_w, counters,
+    pdl = pdl_options(x.device)
+    pdl = {**pdl, **LAUNCH_OPTIONS}
+    common: dict[str, Any] = {"GATED": gated, "ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, **pdl}
+    _gemv_kernel[(triton.cdiv(n_out, config.block_n), splits)](
+        x2, weight, bias_arg, out2, part, in_w, res2,
         rows, n_out, k, k_per_split // config.block_k, up_offset, in_norm.eps if in_norm is not None else 0.0,
-        out_norm.eps if out_norm is not None else 0.0,
         x2.stride(0), x2.stride(1), out2.stride(0), part.stride(0) if partials else 0, part.stride(-2),
         res2.stride(0), res2.stride(1),
         ROWS_PAD=rows_pad, BLOCK_N=config.block_n, BLOCK_K=config.block_k, PATH=PATHS.index(config.path),
         EVEN_N=n_out % config.block_n == 0, EVEN_K=splits * k_per_split == k,
-        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32", GATED=gated, ACT=ACT_CODES[act],
-        HAS_BIAS=bias is not None, IN_NORM=in_norm is not None, UNIT_OFFSET=in_norm is not None and in_norm.unit_offset,
-        NORM_ROWS=triton.next_power_of_2(rows), NORM_BLOCK=norm_block, HAS_RESIDUAL=residual is not None,
-        PREFETCH=weight_is_constant, WRITE_PARTIALS=partials, OUT_NORM=out_norm is not None,
-        OUT_UNIT_OFFSET=out_norm is not None and out_norm.unit_offset, ROW_BLOCK=row_block,
-        ONE_ROW_BLOCK=n_out <= row_block, num_warps=config.num_warps, num_stages=config.num_stages, **pdl,
+        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
+        IN_NORM=in_norm is not None, UNIT_OFFSET=in_norm is not None and in_norm.unit_offset,
+        NORM_ROWS=triton.next_power_of_2(rows), NORM_BLOCK=norm_block,
+        HAS_RESIDUAL=residual is not None and not partials, PREFETCH=weight_is_constant,
+        WRITE_PARTIALS=partials, num_warps=config.num_warps, num_stages=config.num_stages, **common,
     )  # fmt: skip
+    if out_norm is not None:
+        block = min(triton.next_power_of_2(n_out), OUT_NORM_BLOCK)
+        out_w = out_norm.weight.contiguous()
+        _combine_norm_kernel[(rows,)](
+            part, bias_arg, out2, out_w, res2,
+            splits, n_out, out_norm.eps, part.stride(0), part.stride(1), out2.stride(0),
+            res2.stride(0), res2.stride(1),
+            BLOCK=block, ONE_BLOCK=n_out <= block, UNIT_OFFSET=out_norm.unit_offset, HAS_BIAS=bias is not None,
+            HAS_RESIDUAL=residual is not None, num_warps=8 if block >= 2048 else 4, **pdl,
+        )  # fmt: skip
+    elif splits > 1:
+        _combine_kernel[(triton.cdiv(n_out, COMBINE_BLOCK), rows)](
+            part, bias_arg, out2, res2, splits, n_out, up_offset, part.stride(0), part.stride(1), out2.stride(0),
+            res2.stride(0), res2.stride(1),
+            BLOCK=COMBINE_BLOCK, HAS_RESIDUAL=residual is not None, num_warps=4, **common,
+        )  # fmt: skip
     return out
 
 
-__all__ = ["ACT_CODES", "COUNTER_NAME", "HAVE_TRITON", "LAUNCH_OPTIONS", "NORM_TILE_ELEMENTS", "OUT_NORM_BLOCK", "launch"]
+__all__ = ["ACT_CODES", "COMBINE_BLOCK", "HAVE_TRITON", "LAUNCH_OPTIONS", "NORM_TILE_ELEMENTS", "OUT_NORM_BLOCK", "launch"]

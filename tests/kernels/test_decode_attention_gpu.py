@@ -29,7 +29,6 @@ import pytest
 import torch
 
 from infer_ref.kernels import decode_attention as da
-from infer_ref.kernels.arrival import counters_in_use, forget_counters
 from infer_ref.kernels.decode_attention import (
     decode_attention,
     decode_attention_reference,
@@ -160,9 +159,9 @@ def assert_caches_match(got: dict[str, Any], want: dict[str, Any], new_slots: li
 
 
 def assert_counters_zero(what: str) -> None:
-    for (kernel, device, size), counters in counters_in_use().items():
+    for (device, size), counters in da._COUNTERS.items():
         if device.type == "cuda":
-            assert not counters.any(), f"{what}: {kernel} arrival counters ({size} on {device}) not reset: {counters.nonzero().flatten().tolist()[:8]}"
+            assert not counters.any(), f"{what}: arrival counters ({size} pairs on {device}) not reset: {counters.nonzero().flatten().tolist()[:8]}"
 
 
 def check(args: dict[str, Any], new_slots: list[tuple[int, int]], what: str, **knobs: Any) -> torch.Tensor:
@@ -487,8 +486,8 @@ def test_first_call_of_a_shape_inside_a_capture_is_refused() -> None:
     shape, norms = FAMILIES["gemma3"]
     b = 13  # a batch size no other test uses: its counters do not exist yet
     args, _ = build(shape, norms, [300] * b, 16, torch.bfloat16, 31)
-    forget_counters(da.COUNTER_NAME, torch.device(CUDA, torch.cuda.current_device()), b)
-    forget_counters(da.COUNTER_NAME, torch.device(CUDA), b)
+    da._COUNTERS.pop((torch.device(CUDA, torch.cuda.current_device()), b), None)
+    da._COUNTERS.pop((torch.device(CUDA), b), None)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), pytest.raises(RuntimeError, match="call it once before capturing"):
         decode_attention_triton(**args, num_splits=4)

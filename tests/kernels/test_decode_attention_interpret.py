@@ -39,7 +39,6 @@ import pytest
 import torch
 
 from infer_ref.kernels import decode_attention as da
-from infer_ref.kernels.arrival import counters_in_use
 from infer_ref.kernels.decode_attention import decode_attention_reference, decode_attention_triton
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.paged_attention import (
@@ -197,8 +196,8 @@ def assert_pools_match(
 
 
 def assert_counters_zero(what: str) -> None:
-    for (kernel, device, size), counters in counters_in_use().items():
-        assert not counters.any(), f"{what}: {kernel} arrival counters ({size} on {device}) not reset: {counters.tolist()}"
+    for (device, size), counters in da._COUNTERS.items():
+        assert not counters.any(), f"{what}: arrival counters for {size} (row, kv head) pairs on {device} not reset: {counters.tolist()}"
 
 
 def check(case: Case, dtype: torch.dtype, seed: int, hints: Any = None, **knobs: Any) -> None:

@@ -41,7 +41,6 @@ import torch.nn.functional as F
 from benchmarks.bench_gemv import FMA_MAX_ROWS, TILES
 from infer_ref.config import ModelConfig
 from infer_ref.kernels import gemv, gemv_kernels, switch
-from infer_ref.kernels.arrival import counters_in_use
 from infer_ref.kernels.gemv import (
     MAX_ROWS,
     GemvConfig,
@@ -994,13 +993,6 @@ def _config_id(c: GemvConfig) -> str:
     return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-{c.path}"
 
 
-def assert_gemv_counters_zero(what: str) -> None:
-    """Every launch's last arrival put its arrival counters back to zero (the next launch counts from it)."""
-    for (kernel, device, size), counters in counters_in_use().items():
-        if kernel == gemv_kernels.COUNTER_NAME:
-            assert not counters.any(), f"{what}: {size} arrival counter(s) on {device} not reset: {counters.tolist()}"
-
-
 @interpret
 @needs_interpreter
 @pytest.mark.parametrize("config", INTERPRET_CONFIGS, ids=_config_id)
@@ -1024,7 +1016,6 @@ def test_kernels_under_interpreter(config: GemvConfig, dtype: torch.dtype) -> No
                 gated_mlp_triton(x, w, act, out=out, config=config)
                 problem = violations(out, *gated_oracle(x, w, act))
                 assert problem is None, f"gated {act} {what}: {problem}"
-    assert_gemv_counters_zero(str(config))
 
 
 @interpret
@@ -1074,7 +1065,6 @@ def test_fused_stages_under_interpreter(config: GemvConfig, dtype: torch.dtype) 
                 )
                 problem = violations(out, *gated_oracle(x, w, act, in_norm=norm))
                 assert problem is None, f"gated {act} in_norm={formula} [{n}, {k}] rows {rows}: {problem}"
-    assert_gemv_counters_zero(str(config))
 
 
 EXACT_CONFIGS = [
@@ -1240,7 +1230,7 @@ def _compile_for_sm90(
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
     for i, name in enumerate(kernel.arg_names):
         if name.endswith("_ptr"):
-            signature[name] = {"part_ptr": "*fp32", "counter_ptr": "*i32"}.get(name, "*bf16")
+            signature[name] = "*fp32" if name == "part_ptr" else "*bf16"
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif name in runtime and isinstance(runtime[name], float):
             signature[name] = "fp32"
@@ -1273,7 +1263,7 @@ class Launch:
         self.prefetch = prefetch
 
     def compile(self) -> list[tuple[str, Any]]:
-        """The kernel (its last-arrival combine included), compiled: ``[(kernel name, compiled)]``."""
+        """The main kernel and the combine it launches (if any), compiled: ``[(kernel name, compiled)]``."""
         c, n, k, rows = self.config, self.n, self.k, self.rows
         n_out = n // 2 if self.gated else n
         per, splits = split_plan(k, c.block_k, c.split_k)
@@ -1285,21 +1275,53 @@ class Launch:
                    "stride_rm": n_out, "stride_rn": 1}  # fmt: skip
         runtime = {
             "rows": rows, "n_out": n_out, "k": k, "tiles_per_split": per // c.block_k, "up_offset": n_out if self.gated else 0,
-            "eps": 1e-6, "out_eps": 1e-6, "stride_xm": k, "stride_xk": 1, **strides,
+            "eps": 1e-6, "stride_xm": k, "stride_xk": 1, **strides,
         }  # fmt: skip
-        row_block = min(1 << (n_out - 1).bit_length(), gemv_kernels.OUT_NORM_BLOCK)
         constexprs = {
             "ROWS_PAD": rows_pad, "BLOCK_N": c.block_n, "BLOCK_K": c.block_k, "PATH": gemv.PATHS.index(c.path),
             "EVEN_N": n_out % c.block_n == 0, "EVEN_K": splits * per == k, "DOT_PRECISION": "tf32",
             "GATED": self.gated, "ACT": 0, "HAS_BIAS": not self.gated, "IN_NORM": self.in_norm,
             "UNIT_OFFSET": self.unit_offset, "NORM_ROWS": 1 << (rows - 1).bit_length(), "NORM_BLOCK": norm_block,
-            "HAS_RESIDUAL": self.residual, "PREFETCH": self.prefetch, "WRITE_PARTIALS": partials,
-            "OUT_NORM": self.out_norm, "OUT_UNIT_OFFSET": self.out_norm and self.unit_offset, "ROW_BLOCK": row_block,
-            "ONE_ROW_BLOCK": n_out <= row_block,
+            "HAS_RESIDUAL": self.residual and not partials, "PREFETCH": self.prefetch, "WRITE_PARTIALS": partials,
             "USE_PDL": True,  # as an H100 launch compiles it
         }  # fmt: skip
         options = {"num_warps": c.num_warps, "num_stages": c.num_stages, **gemv_kernels.LAUNCH_OPTIONS}
-        return [("_gemv_kernel", _compile_for_sm90(gemv_kernels._gemv_kernel, runtime, constexprs, options))]
+        compiled = [
+            ("_gemv_kernel", _compile_for_sm90(gemv_kernels._gemv_kernel, runtime, constexprs, options))
+        ]
+        combine_runtime = {
+            "splits": splits,
+            "n_out": n_out,
+            "up_offset": runtime["up_offset"],
+            "eps": 1e-6,
+            **strides,
+        }
+        if self.out_norm:
+            block = min(1 << (n_out - 1).bit_length(), gemv_kernels.OUT_NORM_BLOCK)
+            flags = {"BLOCK": block, "ONE_BLOCK": n_out <= block, "UNIT_OFFSET": self.unit_offset, "HAS_BIAS": True,
+                     "HAS_RESIDUAL": self.residual, "USE_PDL": True}  # fmt: skip
+            options = {"num_warps": 8 if block >= 2048 else 4, "num_stages": 3, **gemv_kernels.LAUNCH_OPTIONS}
+            compiled.append(
+                (
+                    "_combine_norm_kernel",
+                    _compile_for_sm90(gemv_kernels._combine_norm_kernel, combine_runtime, flags, options),
+                )
+            )
+        elif splits > 1:
+            flags = {"BLOCK": gemv_kernels.COMBINE_BLOCK, "GATED": self.gated, "ACT": 0, "HAS_BIAS": not self.gated,
+                     "HAS_RESIDUAL": self.residual, "USE_PDL": True}  # fmt: skip
+            compiled.append(
+                (
+                    "_combine_kernel",
+                    _compile_for_sm90(
+                        gemv_kernels._combine_kernel,
+                        combine_runtime,
+                        flags,
+                        {"num_warps": 4, "num_stages": 3, **gemv_kernels.LAUNCH_OPTIONS},
+                    ),
+                )
+            )
+        return compiled
 
 
 def _sm90_cases() -> list[Launch]:
