@@ -32,7 +32,8 @@ residual stream (residual; Gemma: out_norm then residual), gate_up with in_norm,
 dependent launch, weights rotated over enough copies that they come from HBM. Variants (per layer):
 
 - ``fused``: the kernels with their stages, table configs, ``weight_is_constant=False``;
-- ``fused_constant``: the same with ``weight_is_constant=True`` (first weight tile before the wait);
+- ``fused_constant``: the same with ``weight_is_constant=True`` (first weight tile before the wait)
+  and ``residual_is_settled=True`` (the residual too), as the models call them;
 - ``unfused``: the same kernels without stages, the norms and adds as eager torch ops between them;
 - ``compiled_before``: ``torch.compile`` of the layer as the models ran before the stages existed
   (dispatching ``linear``/``gated_mlp`` without stages, so qkv of ``CUBLAS_SHAPES`` takes
@@ -198,8 +199,13 @@ def kernel_of(case: Case, config: GemvConfig, extra: StageInputs) -> Callable[[t
     def gated(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         return gemv.gated_mlp_triton(x, w, case.act, config=config, in_norm=extra.in_norm, weight_is_constant=constant)
 
+    # The residual is an input no kernel of the timed graph writes: settled, as in a model's step.
+    settled = constant and extra.residual is not None
+
     def linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-        return gemv.linear_triton(x, w, config=config, weight_is_constant=constant, **extra.kwargs())
+        return gemv.linear_triton(
+            x, w, config=config, weight_is_constant=constant, residual_is_settled=settled, **extra.kwargs()
+        )
 
     return gated if case.gated else linear
 
@@ -407,10 +413,12 @@ def layer_fn(
             x = gemv.linear_reference(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out)
             mid = gemv.gated_mlp_reference(x, p.gate_up, act, in_norm=p.mlp_in)
             return gemv.linear_reference(mid, p.down, residual=x, out_norm=p.mlp_out)
+        # The residual stream is settled (written before the kernel just before its consumer), as in
+        # a model's step; the promises go together in this variant.
         qkv = lin(x, p.qkv, in_norm=p.attn_in, weight_is_constant=constant)
-        x = lin(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out, weight_is_constant=constant)
+        x = lin(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out, weight_is_constant=constant, residual_is_settled=constant)
         mid = gat(x, p.gate_up, act, in_norm=p.mlp_in, weight_is_constant=constant)
-        return lin(mid, p.down, residual=x, out_norm=p.mlp_out, weight_is_constant=constant)
+        return lin(mid, p.down, residual=x, out_norm=p.mlp_out, weight_is_constant=constant, residual_is_settled=constant)
 
     def unfused(x: torch.Tensor, p: LayerWeights) -> torch.Tensor:
         plain = lin if lin is not None else gemv.linear_reference
@@ -430,9 +438,9 @@ def layer_fn(
 
     def after(x: torch.Tensor, p: LayerWeights) -> torch.Tensor:  # the dispatching calls, with stages
         qkv = gemv.linear(x, p.qkv, in_norm=p.attn_in, weight_is_constant=True)
-        x = gemv.linear(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out, weight_is_constant=True)
+        x = gemv.linear(qkv[..., :q_dim], p.o, residual=x, out_norm=p.attn_out, weight_is_constant=True, residual_is_settled=True)
         mid = gemv.gated_mlp(x, p.gate_up, act, in_norm=p.mlp_in, weight_is_constant=True)
-        return gemv.linear(mid, p.down, residual=x, out_norm=p.mlp_out, weight_is_constant=True)
+        return gemv.linear(mid, p.down, residual=x, out_norm=p.mlp_out, weight_is_constant=True, residual_is_settled=True)
 
     variants: dict[str, Callable[[torch.Tensor, LayerWeights], torch.Tensor]] = {
         "fused": lambda x, p: fused(x, p, False),
@@ -576,7 +584,9 @@ def _projection_call(
         if gated:
             return gemv.gated_mlp_reference(xs[i], ws[i], config.hidden_act, **staged)
         if use_kernels:
-            return gemv.linear_triton(xs[i], ws[i], **staged, **extra)
+            # With the weights constant, the residual is settled too: as a model's step calls it.
+            settled = bool(extra.get("weight_is_constant")) and staged.get("residual") is not None
+            return gemv.linear_triton(xs[i], ws[i], **staged, **extra, residual_is_settled=settled)
         return gemv.linear_reference(xs[i], ws[i], **staged)
 
     return call

@@ -52,6 +52,12 @@ The fused stages:
   (``infer_ref/kernels/pdl.py`` allows loads of constant data there): the first K tile is peeled
   off the loop, loaded before ``pdl_prologue`` and consumed after it, and the weight stream
   overlaps the predecessor's tail. A public call cannot know this, so it is off by default.
+- ``residual_is_settled``: the residual was written before the kernel launched just before this
+  call (a block's residual stream in a decode step: the sub-layer's own kernels run in between),
+  so the program may load its residual tile before its dependency wait too, and the epilogue
+  needs no round trip of its own. Off by default, for the same reason. (A combine kernel loads the
+  residual and the out_norm weight before its wait in any case: its predecessor is the call's own
+  product, which writes only partials.)
 
 :func:`linear` and :func:`gated_mlp` dispatch: the kernel when ``x`` is on CUDA, Triton is
 importable, the dtype is bf16/fp16/fp32, the rows fit (``1..MAX_ROWS``), the weight is contiguous
@@ -256,6 +262,7 @@ def check_linear_args(
     residual: Tensor | None = None,
     out_norm: NormSpec | None = None,
     weight_is_constant: bool = False,
+    residual_is_settled: bool = False,
 ) -> None:
     """Shapes, dtypes and devices of a linear call (host metadata only: no device synchronisation).
 
@@ -276,6 +283,9 @@ def check_linear_args(
     _check_norm(out_norm, "out_norm", "N", n, x, "linear")
     _check_residual(residual, x, n, out, "linear")
     _check_flag(weight_is_constant, "weight_is_constant", "linear")
+    _check_flag(residual_is_settled, "residual_is_settled", "linear")
+    if residual_is_settled and residual is None:
+        raise ValueError("linear: residual_is_settled=True is a promise about the residual, but no residual was given")
     reads = {
         "weight": weight,
         "bias": bias,
@@ -349,6 +359,7 @@ def linear_triton(
     residual: Tensor | None = None,
     out_norm: NormSpec | None = None,
     weight_is_constant: bool = False,
+    residual_is_settled: bool = False,
     config: GemvConfig | None = None,
 ) -> Tensor:
     """The kernel for :func:`linear_reference` (``x [..., K]`` with 1..MAX_ROWS rows; CUDA, or CPU
@@ -356,14 +367,14 @@ def linear_triton(
     the other arguments are :func:`linear`'s."""
     check_linear_args(
         x, weight, bias, out, in_norm=in_norm, residual=residual, out_norm=out_norm,
-        weight_is_constant=weight_is_constant,
+        weight_is_constant=weight_is_constant, residual_is_settled=residual_is_settled,
     )  # fmt: skip
     rows = _check_kernel_args(x, weight, config, "linear")
     if config is None:
         config = gemv_config(weight.shape[0], weight.shape[1], rows)
     return launch(
         x, weight, bias, out, config, rows, gated=False, act="silu", in_norm=in_norm, residual=residual,
-        out_norm=out_norm, weight_is_constant=weight_is_constant,
+        out_norm=out_norm, weight_is_constant=weight_is_constant, residual_is_settled=residual_is_settled,
     )  # fmt: skip
 
 
@@ -398,6 +409,7 @@ def linear(
     residual: Tensor | None = None,
     out_norm: NormSpec | None = None,
     weight_is_constant: bool = False,
+    residual_is_settled: bool = False,
 ) -> Tensor:
     """:func:`linear_reference`'s contract, dispatching to the kernel where it applies (module docstring).
 
@@ -408,22 +420,25 @@ def linear(
     inputs; it may be ``residual`` itself, for an in-place residual update).
     ``weight_is_constant``: promise that no earlier kernel on the stream writes ``weight`` (true of
     a model's parameters during decode), so the kernel may start reading it before its predecessor
-    finishes.
+    finishes. ``residual_is_settled``: promise that the residual was written before the kernel
+    launched just before this call (true of a block's residual stream in a decode step), so the
+    kernel may read it before its predecessor finishes too; needs a residual.
     """
     check_linear_args(
         x, weight, bias, out, in_norm=in_norm, residual=residual, out_norm=out_norm,
-        weight_is_constant=weight_is_constant,
+        weight_is_constant=weight_is_constant, residual_is_settled=residual_is_settled,
     )  # fmt: skip
     # CUBLAS_SHAPES is about a plain product whose input norm runs elsewhere (gemv_config.py).
     plain_cublas = in_norm is None and tuple(weight.shape) in CUBLAS_SHAPES
     if _kernel_eligible(x, weight) and not plain_cublas:
         if out is None:  # through the custom op: one opaque node under torch.compile
             return torch.ops.infer_ref.gemv_linear(
-                x, weight, bias, *_flat_norm(in_norm), residual, *_flat_norm(out_norm), weight_is_constant
-            )
+                x, weight, bias, *_flat_norm(in_norm), residual, *_flat_norm(out_norm), weight_is_constant,
+                residual_is_settled,
+            )  # fmt: skip
         return linear_triton(
             x, weight, bias, out=out, in_norm=in_norm, residual=residual, out_norm=out_norm,
-            weight_is_constant=weight_is_constant,
+            weight_is_constant=weight_is_constant, residual_is_settled=residual_is_settled,
         )  # fmt: skip
     y = linear_reference(x, weight, bias, in_norm=in_norm, residual=residual, out_norm=out_norm)
     return y if out is None else out.copy_(y)
@@ -484,10 +499,12 @@ def _linear_op(
     out_norm_eps: float = 0.0,
     out_norm_unit_offset: bool = False,
     weight_is_constant: bool = False,
+    residual_is_settled: bool = False,
 ) -> Tensor:
     return linear_triton(
         x, weight, bias, in_norm=_norm_of(in_norm_weight, in_norm_eps, in_norm_unit_offset), residual=residual,
         out_norm=_norm_of(out_norm_weight, out_norm_eps, out_norm_unit_offset), weight_is_constant=weight_is_constant,
+        residual_is_settled=residual_is_settled,
     )  # fmt: skip
 
 

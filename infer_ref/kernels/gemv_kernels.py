@@ -73,10 +73,14 @@ if HAVE_TRITON:
         return y
 
     @triton.jit
-    def _add_residual(y32, res_ptr, offs_m, offs_n, mask, stride_rm, stride_rn, OUT_DTYPE: tl.constexpr):  # type: ignore[no-untyped-def]
+    def _load_residual(res_ptr, offs_m, offs_n, mask, stride_rm, stride_rn):  # type: ignore[no-untyped-def]
+        # The residual's [R, C] tile at rows offs_m, columns offs_n.
+        return tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=mask, other=0.0)
+
+    @triton.jit
+    def _plus_residual(r, y32, OUT_DTYPE: tl.constexpr):  # type: ignore[no-untyped-def]
         # y32 [R, C]: the output already rounded to the dtype (as eager's `residual + y` sees it), in
-        # float32 -> round(r32 + y32) in OUT_DTYPE.
-        r = tl.load(res_ptr + offs_m[:, None] * stride_rm + offs_n[None, :] * stride_rn, mask=mask, other=0.0)
+        # float32; r the residual tile -> round(r32 + y32) in OUT_DTYPE.
         return (r.to(tl.float32) + y32).to(OUT_DTYPE)
 
     @triton.jit
@@ -111,6 +115,11 @@ if HAVE_TRITON:
         # t [R, C] in the activation dtype, columns offs of the normalised dimension; rstd [R] float32.
         # -> rms_norm(t) [R, C] in that dtype, rounding as infer_ref.kernels.norm.rms_norm does.
         w = tl.load(w_ptr + offs) if WHOLE else tl.load(w_ptr + offs, mask=ok, other=0.0)
+        return _normalise_by(t, w, rstd, UNIT_OFFSET)
+
+    @triton.jit
+    def _normalise_by(t, w, rstd, UNIT_OFFSET: tl.constexpr):  # type: ignore[no-untyped-def]
+        # As _normalise, with the norm weight's [C] values w already loaded.
         w = w.to(tl.float32)[None, :]
         n = t.to(tl.float32) * rstd[:, None]
         # Gemma: x32 * rstd * (1 + w32), rounded once; Llama/Qwen: round(x32 * rstd), then times w
@@ -191,7 +200,8 @@ if HAVE_TRITON:
         EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, IN_NORM: tl.constexpr, UNIT_OFFSET: tl.constexpr,
         NORM_ROWS: tl.constexpr, NORM_BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-        PREFETCH: tl.constexpr, WRITE_PARTIALS: tl.constexpr, USE_PDL: tl.constexpr,
+        PREFETCH: tl.constexpr, PREFETCH_RESIDUAL: tl.constexpr, WRITE_PARTIALS: tl.constexpr,
+        USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (column block, K slice): columns [n0, n0 + BLOCK_N) of every row over one slice of K.
         pid_n = tl.program_id(0)
@@ -217,7 +227,11 @@ if HAVE_TRITON:
             wu_first = w_first
             if GATED:
                 wu_first = _load_tile(w_up_rows + offs_k[None, :], n_ok, offs_k < k, EVEN_N, EVEN_K)
-        pdl_prologue(USE_PDL)  # x and the residual are earlier kernels' outputs: read only after it
+        if PREFETCH_RESIDUAL:
+            # Written before the kernel just before this one (residual_is_settled): the epilogue's
+            # residual comes in before the wait, off the end of the kernel's critical path.
+            r_early = _load_residual(res_ptr, offs_m, offs_n, m_ok[:, None] & n_ok[None, :], stride_rm, stride_rn)
+        pdl_prologue(USE_PDL)  # x (and otherwise the residual) are earlier kernels' outputs: read only after it
         rstd = tl.full([ROWS_PAD], 1.0, tl.float32)
         if IN_NORM:
             rstd = _row_rstds(x_ptr, rows, k, eps, stride_xm, stride_xk, ROWS_PAD, NORM_ROWS, NORM_BLOCK)
@@ -251,9 +265,11 @@ if HAVE_TRITON:
         else:
             y = _finish(sums, sums_up, bias_ptr, offs_n, n_ok, out_ptr.dtype.element_ty, GATED, ACT, HAS_BIAS)
             if HAS_RESIDUAL:
-                y = _add_residual(
-                    y.to(tl.float32), res_ptr, offs_m, offs_n, mask, stride_rm, stride_rn, y.dtype
-                )
+                if PREFETCH_RESIDUAL:
+                    r = r_early
+                else:
+                    r = _load_residual(res_ptr, offs_m, offs_n, mask, stride_rm, stride_rn)
+                y = _plus_residual(r, y.to(tl.float32), y.dtype)
             tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], y, mask=mask)
 
     @triton.jit
@@ -279,26 +295,19 @@ if HAVE_TRITON:
         HAS_RESIDUAL: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (column block, row): sum the split partials in split order 0, 1, ... and finish.
-        pdl_prologue(USE_PDL)
         pid = tl.program_id(0)
         row = tl.program_id(1)
         offs_n = pid * BLOCK + tl.arange(0, BLOCK)
         n_ok = offs_n < n_out
+        if HAS_RESIDUAL:  # before the wait: see _combine_norm_kernel
+            r = _load_residual(res_ptr, row + tl.arange(0, 1), offs_n, n_ok[None, :], stride_rm, stride_rn)
+        pdl_prologue(USE_PDL)
         acc, acc_up = _sum_partials(
             part_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, up_offset, GATED, BLOCK
         )
         y = _finish(acc, acc_up, bias_ptr, offs_n, n_ok, out_ptr.dtype.element_ty, GATED, ACT, HAS_BIAS)
         if HAS_RESIDUAL:
-            y = _add_residual(
-                y.to(tl.float32),
-                res_ptr,
-                row + tl.arange(0, 1),
-                offs_n,
-                n_ok[None, :],
-                stride_rm,
-                stride_rn,
-                y.dtype,
-            )
+            y = _plus_residual(r, y.to(tl.float32), y.dtype)
         tl.store(out_ptr + row * stride_om + offs_n[None, :], y, mask=n_ok[None, :])
 
     @triton.jit
@@ -320,16 +329,8 @@ if HAVE_TRITON:
         # out = residual + rms_norm(y) at columns offs_n of row `row`.
         o = _normalise(y, norm_w_ptr, offs_n, n_ok, rstd, False, UNIT_OFFSET)
         if HAS_RESIDUAL:
-            o = _add_residual(
-                o.to(tl.float32),
-                res_ptr,
-                row + tl.arange(0, 1),
-                offs_n,
-                n_ok[None, :],
-                stride_rm,
-                stride_rn,
-                o.dtype,
-            )
+            r = _load_residual(res_ptr, row + tl.arange(0, 1), offs_n, n_ok[None, :], stride_rm, stride_rn)
+            o = _plus_residual(r, o.to(tl.float32), o.dtype)
         tl.store(out_ptr + row * stride_om + offs_n[None, :], o, mask=n_ok[None, :])
 
     @triton.jit
@@ -341,20 +342,29 @@ if HAVE_TRITON:
     ):  # fmt: skip
         # Program `row` owns the whole output row: finish it, rms_norm it over all N columns, then
         # add the residual. The norm's mean square is of the ROUNDED row, as eager's norm reads it.
-        pdl_prologue(USE_PDL)
         row = tl.program_id(0)
         out_dtype = out_ptr.dtype.element_ty
         if ONE_BLOCK:  # the row fits one block: finished once, kept in registers
             offs_n = tl.arange(0, BLOCK)
             n_ok = offs_n < n_out
+            # Everything but the partials comes in before the wait. The kernel before this one is
+            # the call's own product, which writes only partials; when this kernel starts, that
+            # product has passed its own wait, so whatever wrote the call's other inputs (the norm
+            # weight, the residual) has finished (kernels/pdl.py). After the wait only the
+            # partials' round trip is left before the stores.
+            w = tl.load(norm_w_ptr + offs_n, mask=n_ok, other=0.0)
+            if HAS_RESIDUAL:
+                r = _load_residual(res_ptr, row + tl.arange(0, 1), offs_n, n_ok[None, :], stride_rm, stride_rn)
+            pdl_prologue(USE_PDL)
             y = _finished_block(part_ptr, bias_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, out_dtype, HAS_BIAS, BLOCK)
             y32 = y.to(tl.float32)
             rstd = _rstd(tl.sum(y32 * y32, axis=1), n_out, eps)  # [1]
-            _store_normed(
-                y, rstd, norm_w_ptr, res_ptr, out_ptr, row, offs_n, n_ok, stride_om, stride_rm, stride_rn,
-                UNIT_OFFSET, HAS_RESIDUAL,
-            )  # fmt: skip
+            o = _normalise_by(y, w, rstd, UNIT_OFFSET)
+            if HAS_RESIDUAL:
+                o = _plus_residual(r, o.to(tl.float32), o.dtype)
+            tl.store(out_ptr + row * stride_om + offs_n[None, :], o, mask=n_ok[None, :])
         else:  # two walks over the row's blocks: the squares, then the normalised values
+            pdl_prologue(USE_PDL)
             sum_sq = tl.zeros([1], tl.float32)
             for c in range(0, n_out, BLOCK):
                 offs_n = c + tl.arange(0, BLOCK)
@@ -387,6 +397,7 @@ def launch(
     residual: Tensor | None,
     out_norm: NormSpec | None,
     weight_is_constant: bool,
+    residual_is_settled: bool = False,
 ) -> Tensor:
     """Run the kernel(s) for ``x [..., K]`` (checked); returns ``out`` or a new ``[..., n_out]``."""
     n, k = weight.shape
@@ -425,7 +436,7 @@ def launch(
         IN_NORM=in_norm is not None, UNIT_OFFSET=in_norm is not None and in_norm.unit_offset,
         NORM_ROWS=triton.next_power_of_2(rows), NORM_BLOCK=norm_block,
         HAS_RESIDUAL=residual is not None and not partials, PREFETCH=weight_is_constant,
-        WRITE_PARTIALS=partials, num_warps=config.num_warps, num_stages=config.num_stages, **common,
+        PREFETCH_RESIDUAL=residual is not None and residual_is_settled and not partials, WRITE_PARTIALS=partials, num_warps=config.num_warps, num_stages=config.num_stages, **common,
     )  # fmt: skip
     if out_norm is not None:
         block = min(triton.next_power_of_2(n_out), OUT_NORM_BLOCK)

@@ -170,9 +170,13 @@ class DecodeLinear(nn.Linear):
                 y = out_norm(y)
             return y if residual is None else residual + y
         raw, in_norm = _raw_input(x)
+        # Both promises hold in a decode step: the weights are parameters, and the residual is the
+        # block's stream, written before the sub-layer's own kernels (qkv and attention, or gate_up)
+        # that run between its write and this projection.
         return gemv.linear(
             raw, self.weight, self.bias, in_norm=in_norm, residual=residual,
             out_norm=None if out_norm is None else out_norm.spec, weight_is_constant=True,
+            residual_is_settled=residual is not None,
         )  # fmt: skip
 
 

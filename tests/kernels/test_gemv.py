@@ -534,7 +534,9 @@ class _Recorder:
 
     def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
         self.calls.append((args, kwargs))
-        kwargs = {k: v for k, v in kwargs.items() if k not in ("weight_is_constant", "config", "out")}
+        kwargs = {
+            k: v for k, v in kwargs.items() if k not in ("weight_is_constant", "residual_is_settled", "config", "out")
+        }
         return self.reference(*args, **kwargs)
 
 
@@ -553,7 +555,9 @@ def test_dispatch_passes_the_stages_through_the_custom_ops(monkeypatch: pytest.M
         _norm(12, torch.float32, True, 15),
         _residual((1, 12), torch.float32, 16),
     )
-    got = linear(x, w, b, in_norm=n_in, residual=r, out_norm=n_out, weight_is_constant=True)
+    got = linear(
+        x, w, b, in_norm=n_in, residual=r, out_norm=n_out, weight_is_constant=True, residual_is_settled=True
+    )
     assert torch.equal(got, linear_reference(x, w, b, in_norm=n_in, residual=r, out_norm=n_out))
     ((args, kwargs),) = lin.calls
     assert (
@@ -562,6 +566,7 @@ def test_dispatch_passes_the_stages_through_the_custom_ops(monkeypatch: pytest.M
         and args[2] is b
         and kwargs["residual"] is r
         and kwargs["weight_is_constant"] is True
+        and kwargs["residual_is_settled"] is True
     )
     assert kwargs["in_norm"] == n_in and kwargs["out_norm"] == n_out, "a norm lost its weight, eps or formula"
     gated_mlp(x, w, "silu", in_norm=n_in, weight_is_constant=True)
@@ -605,6 +610,7 @@ def test_switch_rejects_a_non_bool() -> None:
 # -- bad inputs ------------------------------------------------------------------------------------
 
 X, W, B = _case((1,), 8, 16, torch.float32, 7)
+R = _residual((1, 8), torch.float32, 8)
 W_GATED = W  # 8 rows: I = 4
 META_W = torch.empty(8, 16, device="meta")
 
@@ -741,6 +747,18 @@ def _bad_calls() -> list[tuple[str, Callable[[], Any], type[Exception], str]]:
                 lambda fn=fn: fn(X, W, weight_is_constant=1),
                 TypeError,
                 "weight_is_constant must be a bool, got 1",
+            ),
+            (
+                f"{name}-settled-flag",
+                lambda fn=fn: fn(X, W, residual=R, residual_is_settled="yes"),
+                TypeError,
+                "residual_is_settled must be a bool, got 'yes'",
+            ),
+            (
+                f"{name}-settled-without-residual",
+                lambda fn=fn: fn(X, W, residual_is_settled=True),
+                ValueError,
+                "residual_is_settled=True is a promise about the residual, but no residual was given",
             ),
         ]
     for name, fn in (("gated_mlp", gated_mlp), ("gated_mlp_triton", gated_mlp_triton)):
@@ -1043,8 +1061,8 @@ def test_kernel_reads_strided_leading_dims_under_interpreter() -> None:
 def test_fused_stages_under_interpreter(config: GemvConfig, dtype: torch.dtype) -> None:
     """Every stage set (in_norm of either formula, out_norm of either, residual, bias, together and
     apart) on every path, unsplit and split (with a split, the residual is the combine's; an
-    out_norm always is), odd and whole shapes, rows 1..8, weight_is_constant on and off, poisoned
-    outputs; the gated kernel with an in_norm of either formula. Against the oracle's bound."""
+    out_norm always is), odd and whole shapes, rows 1..8, weight_is_constant and residual_is_settled
+    on and off, poisoned outputs; the gated kernel with an in_norm of either formula. Against the oracle's bound."""
     for n, k, row_counts in ((70, 100, (1, 3, MAX_ROWS)), (128, 256, (2,))):
         for rows in row_counts:
             for i, stages in enumerate(STAGE_SETS):
@@ -1052,10 +1070,15 @@ def test_fused_stages_under_interpreter(config: GemvConfig, dtype: torch.dtype) 
                 seed = 100 * rows + 10 * i + config.split_k + n
                 x, w, _ = _case((rows,), n, k, dtype, seed)
                 kw = stages.make((rows,), n, k, dtype, seed)
+                # The residual read before the dependency wait (the models' calls) on every other call.
+                settled = kw.get("residual") is not None and (i + rows) % 4 < 2
                 out = torch.full((rows, n), float("nan"), dtype=dtype)
-                assert linear_triton(x, w, **kw, out=out, weight_is_constant=constant, config=config) is out
+                got = linear_triton(
+                    x, w, **kw, out=out, weight_is_constant=constant, residual_is_settled=settled, config=config
+                )
+                assert got is out
                 problem = violations(out, *linear_oracle(x, w, **kw))
-                assert problem is None, f"[{n}, {k}] rows {rows} {stages} constant={constant}: {problem}"
+                assert problem is None, f"[{n}, {k}] rows {rows} {stages} constant={constant} settled={settled}: {problem}"
             for j, (act, formula) in enumerate((("silu", "llama"), ("gelu_pytorch_tanh", "gemma"))):
                 x, w, _ = _case((rows,), n, k, dtype, 7 * rows + j)
                 norm = _norm(k, dtype, FORMULAS[formula], 7 * rows + j)
@@ -1119,7 +1142,9 @@ def test_exact_sums_round_like_eager_under_interpreter(config: GemvConfig, dtype
         x, w, b = _exact_case(rows, n, k, dtype, 50 + rows)
         r = _residual((rows, n), dtype, 60 + rows)
         exact = x.double() @ w.double().T + b.double()  # exact: float64 holds every partial sum
-        got = linear_triton(x, w, b, residual=r, weight_is_constant=rows == 1, config=config)
+        got = linear_triton(
+            x, w, b, residual=r, weight_is_constant=rows == 1, residual_is_settled=rows == 1, config=config
+        )
         want = r + exact.to(dtype)  # eager: the rounded product plus the residual, rounded
         assert _bits(got).equal(_bits(want)), (
             f"rows {rows}: {int((got != want).sum())} elements differ from r + round(y)"
@@ -1203,7 +1228,7 @@ def test_in_place_residual_and_strided_inputs_under_interpreter() -> None:
     r = wide_r[..., ::2]  # [2, 3, 40], column stride 2
     wide_norm = _norm(96, torch.float32, False, 95)
     norm = NormSpec(wide_norm.weight[::2], wide_norm.eps)  # [48], stride 2
-    got = linear_triton(x, w, in_norm=norm, residual=r, weight_is_constant=True)
+    got = linear_triton(x, w, in_norm=norm, residual=r, weight_is_constant=True, residual_is_settled=True)
     assert got.shape == (2, 3, 40)
     assert violations(got, *linear_oracle(x, w, in_norm=norm, residual=r)) is None
     got = gated_mlp_triton(x, w, "silu", in_norm=norm)
@@ -1251,7 +1276,7 @@ class Launch:
     def __init__(
         self, what: str, config: GemvConfig, n: int, k: int, rows: int, gated: bool, *,
         in_norm: bool = False, unit_offset: bool = False, residual: bool = False, out_norm: bool = False,
-        prefetch: bool = False,
+        prefetch: bool = False, settled: bool = False,
     ) -> None:  # fmt: skip
         self.what, self.config, self.n, self.k, self.rows, self.gated = what, config, n, k, rows, gated
         self.in_norm, self.unit_offset, self.residual, self.out_norm = (
@@ -1260,7 +1285,7 @@ class Launch:
             residual,
             out_norm,
         )
-        self.prefetch = prefetch
+        self.prefetch, self.settled = prefetch, settled
 
     def compile(self) -> list[tuple[str, Any]]:
         """The main kernel and the combine it launches (if any), compiled: ``[(kernel name, compiled)]``."""
@@ -1282,7 +1307,8 @@ class Launch:
             "EVEN_N": n_out % c.block_n == 0, "EVEN_K": splits * per == k, "DOT_PRECISION": "tf32",
             "GATED": self.gated, "ACT": 0, "HAS_BIAS": not self.gated, "IN_NORM": self.in_norm,
             "UNIT_OFFSET": self.unit_offset, "NORM_ROWS": 1 << (rows - 1).bit_length(), "NORM_BLOCK": norm_block,
-            "HAS_RESIDUAL": self.residual and not partials, "PREFETCH": self.prefetch, "WRITE_PARTIALS": partials,
+            "HAS_RESIDUAL": self.residual and not partials, "PREFETCH": self.prefetch,
+            "PREFETCH_RESIDUAL": self.residual and self.settled and not partials, "WRITE_PARTIALS": partials,
             "USE_PDL": True,  # as an H100 launch compiles it
         }  # fmt: skip
         options = {"num_warps": c.num_warps, "num_stages": c.num_stages, **gemv_kernels.LAUNCH_OPTIONS}
@@ -1342,9 +1368,9 @@ def _sm90_cases() -> list[Launch]:
                 for label, c in dict.fromkeys([("picked", picked), ("heuristic", heuristic)]):
                     what = f"{model}/{proj} {label} rows {rows}"
                     cases.append(Launch(what, c, n, k, rows, gated))
-                    if label == "picked":  # the models' calls: their stages, weight_is_constant
+                    if label == "picked":  # the models' calls: their stages, weight_is_constant, residual_is_settled
                         cases.append(Launch(what + f" {st}", c, n, k, rows, gated, in_norm=st.in_norm, unit_offset=st.unit_offset,
-                                            residual=st.residual, out_norm=st.out_norm, prefetch=True))  # fmt: skip
+                                            residual=st.residual, out_norm=st.out_norm, prefetch=True, settled=True))  # fmt: skip
     for c in (
         GemvConfig(32, 128, 1, 4, 4, "dot"),
         GemvConfig(64, 128, 3, 4, 3, "dot_t"),
@@ -1354,7 +1380,8 @@ def _sm90_cases() -> list[Launch]:
             what = f"{c} rows {rows} in_norm"
             cases.append(
                 Launch(
-                    what + " residual", c, 2048, 2048, rows, False, in_norm=True, residual=True, prefetch=True
+                    what + " residual", c, 2048, 2048, rows, False, in_norm=True, residual=True, prefetch=True,
+                    settled=rows == 1,
                 )
             )
             cases.append(

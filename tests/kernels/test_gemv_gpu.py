@@ -763,9 +763,10 @@ def test_captured_layer_chain_with_constant_weights_matches_eager(
     monkeypatch: pytest.MonkeyPatch, model: str
 ) -> None:
     """Four layers of the family's projections as its blocks run them (qkv with in_norm, o adding to
-    the residual stream, Gemma's out_norm, gate_up with in_norm, down adding), weight_is_constant on,
-    captured in one graph with programmatic dependent launch: every kernel reads its weight's first
-    tile before its predecessor finishes, and x, the residual and the partials only after. Expected:
+    the residual stream, Gemma's out_norm, gate_up with in_norm, down adding), weight_is_constant and
+    residual_is_settled on as the models call them, captured in one graph with programmatic dependent
+    launch: every kernel reads its weight's first tile (o and down: also their residual, written two
+    kernels earlier) before its predecessor finishes, and x and the partials only after. Expected:
     the same chain run eagerly with PDL off, bit for bit, for two inputs replayed through one graph.
     The chain's output is also held to a chain of oracles, layer by layer, on the first input."""
     config = ModelConfig.from_hf_dict(REAL_SHAPE_CONFIGS[model])
@@ -792,9 +793,14 @@ def test_captured_layer_chain_with_constant_weights_matches_eager(
         h = x
         for p in params:
             qkv = linear(h, p["qkv"], in_norm=p["qkv_in"], weight_is_constant=True)
-            h = linear(qkv[..., :q_dim], p["o"], residual=h, out_norm=p["o_out"], weight_is_constant=True)
+            h = linear(
+                qkv[..., :q_dim], p["o"], residual=h, out_norm=p["o_out"], weight_is_constant=True,
+                residual_is_settled=True,
+            )  # fmt: skip
             mid = gated_mlp(h, p["gate_up"], act, in_norm=p["gate_up_in"], weight_is_constant=True)
-            h = linear(mid, p["down"], residual=h, out_norm=p["down_out"], weight_is_constant=True)
+            h = linear(
+                mid, p["down"], residual=h, out_norm=p["down_out"], weight_is_constant=True, residual_is_settled=True
+            )
         return h
 
     g = torch.Generator(device=CUDA).manual_seed(4000)
