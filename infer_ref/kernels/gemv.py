@@ -47,12 +47,11 @@ The fused stages:
   normalises it.
 - ``residual`` ``[..., N]``: ``round(residual32 + round(y))``, last, in whichever kernel finishes
   the output (the main kernel with one split and no out_norm, else the combine).
-- ``weight_is_constant``: no earlier kernel of the stream writes the weight (nor the norm
-  weights), so the program may issue its first weight tile's loads (and the in_norm weight's)
-  before its programmatic-dependent-launch wait (``infer_ref/kernels/pdl.py`` allows loads of
-  constant data there): the first K tile is peeled off the loop, loaded before ``pdl_prologue``
-  and consumed after it, and the weight stream overlaps the predecessor's tail. After the wait,
-  that tile's x loads go out with the in_norm pass's, so the prologue costs one round trip. A public call cannot know this, so it is off by default.
+- ``weight_is_constant``: no earlier kernel of the stream writes the weight, so the program may
+  issue its first weight tile's loads before its programmatic-dependent-launch wait
+  (``infer_ref/kernels/pdl.py`` allows loads of constant data there): the first K tile is peeled
+  off the loop, loaded before ``pdl_prologue`` and consumed after it, and the weight stream
+  overlaps the predecessor's tail. A public call cannot know this, so it is off by default.
 - ``residual_is_settled``: the residual was written before the kernel launched just before this
   call (a block's residual stream in a decode step: the sub-layer's own kernels run in between),
   so the program may load its residual tile before its dependency wait too, and the epilogue
@@ -419,9 +418,9 @@ def linear(
     ``[N]``); ``residual [..., N]``: added last. Everything in x's dtype and on its device.
     ``out``: write the result there (shape ``[..., N]``, contiguous, sharing no memory with the
     inputs; it may be ``residual`` itself, for an in-place residual update).
-    ``weight_is_constant``: promise that no earlier kernel on the stream writes ``weight`` or the
-    norms' weights (true of a model's parameters during decode), so the kernel may start reading
-    them before its predecessor finishes. ``residual_is_settled``: promise that the residual was written before the kernel
+    ``weight_is_constant``: promise that no earlier kernel on the stream writes ``weight`` (true of
+    a model's parameters during decode), so the kernel may start reading it before its predecessor
+    finishes. ``residual_is_settled``: promise that the residual was written before the kernel
     launched just before this call (true of a block's residual stream in a decode step), so the
     kernel may read it before its predecessor finishes too; needs a residual.
     """

@@ -227,24 +227,19 @@ if HAVE_TRITON:
             wu_first = w_first
             if GATED:
                 wu_first = _load_tile(w_up_rows + offs_k[None, :], n_ok, offs_k < k, EVEN_N, EVEN_K)
-            if IN_NORM:  # the in_norm weight is a constant too: its first tile as well
-                nw_first = tl.load(norm_w_ptr + offs_k) if EVEN_K else tl.load(norm_w_ptr + offs_k, mask=offs_k < k, other=0.0)
         if PREFETCH_RESIDUAL:
             # Written before the kernel just before this one (residual_is_settled): the epilogue's
             # residual comes in before the wait, off the end of the kernel's critical path.
             r_early = _load_residual(res_ptr, offs_m, offs_n, m_ok[:, None] & n_ok[None, :], stride_rm, stride_rn)
         pdl_prologue(USE_PDL)  # x (and otherwise the residual) are earlier kernels' outputs: read only after it
-        if PREFETCH:
-            # The first x tile's loads go out with the in_norm pass's (one round trip for both): it
-            # is normalised once the row's rstd is known.
-            offs_k = k_start + tl.arange(0, BLOCK_K)
-            xt = _load_tile(x_rows + offs_k[None, :] * stride_xk, m_ok, offs_k < k, False, EVEN_K)
         rstd = tl.full([ROWS_PAD], 1.0, tl.float32)
         if IN_NORM:
             rstd = _row_rstds(x_ptr, rows, k, eps, stride_xm, stride_xk, ROWS_PAD, NORM_ROWS, NORM_BLOCK)
         if PREFETCH:
-            if IN_NORM:
-                xt = _normalise_by(xt, nw_first, rstd, UNIT_OFFSET)
+            offs_k = k_start + tl.arange(0, BLOCK_K)
+            xt = _x_tile(
+                x_rows, stride_xk, offs_k, m_ok, offs_k < k, norm_w_ptr, rstd, EVEN_K, IN_NORM, UNIT_OFFSET
+            )
             acc = _mac(acc, xt, w_first, PATH, ROWS_PAD, DOT_PRECISION)
             if GATED:
                 acc_up = _mac(acc_up, xt, wu_first, PATH, ROWS_PAD, DOT_PRECISION)
