@@ -322,14 +322,24 @@ if HAVE_TRITON:
         return _finish(acc, acc_up, bias_ptr, offs_n, n_ok, OUT_DTYPE, False, 0, HAS_BIAS)
 
     @triton.jit
-    def _store_normed(  # type: ignore[no-untyped-def]
-        y, rstd, norm_w_ptr, res_ptr, out_ptr, row, offs_n, n_ok, stride_om, stride_rm, stride_rn,
-        UNIT_OFFSET: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
+    def _row_inputs(  # type: ignore[no-untyped-def]
+        norm_w_ptr, res_ptr, row, offs_n, n_ok, stride_rm, stride_rn, HAS_RESIDUAL: tl.constexpr
     ):  # fmt: skip
-        # out = residual + rms_norm(y) at columns offs_n of row `row`.
-        o = _normalise(y, norm_w_ptr, offs_n, n_ok, rstd, False, UNIT_OFFSET)
+        # The out_norm weight [BLOCK] and the residual [1, BLOCK] at columns offs_n of row `row`
+        # (without a residual the weight stands in for it, never read).
+        w = tl.load(norm_w_ptr + offs_n, mask=n_ok, other=0.0)
+        r = w
         if HAS_RESIDUAL:
             r = _load_residual(res_ptr, row + tl.arange(0, 1), offs_n, n_ok[None, :], stride_rm, stride_rn)
+        return w, r
+
+    @triton.jit
+    def _store_normed(  # type: ignore[no-untyped-def]
+        y, rstd, w, r, out_ptr, row, offs_n, n_ok, stride_om, UNIT_OFFSET: tl.constexpr, HAS_RESIDUAL: tl.constexpr
+    ):  # fmt: skip
+        # out = r + rms_norm(y) at columns offs_n of row `row`, from the loaded weight w and residual r.
+        o = _normalise_by(y, w, rstd, UNIT_OFFSET)
+        if HAS_RESIDUAL:
             o = _plus_residual(r, o.to(tl.float32), o.dtype)
         tl.store(out_ptr + row * stride_om + offs_n[None, :], o, mask=n_ok[None, :])
 
@@ -352,17 +362,12 @@ if HAVE_TRITON:
             # product has passed its own wait, so whatever wrote the call's other inputs (the norm
             # weight, the residual) has finished (kernels/pdl.py). After the wait only the
             # partials' round trip is left before the stores.
-            w = tl.load(norm_w_ptr + offs_n, mask=n_ok, other=0.0)
-            if HAS_RESIDUAL:
-                r = _load_residual(res_ptr, row + tl.arange(0, 1), offs_n, n_ok[None, :], stride_rm, stride_rn)
+            w, r = _row_inputs(norm_w_ptr, res_ptr, row, offs_n, n_ok, stride_rm, stride_rn, HAS_RESIDUAL)
             pdl_prologue(USE_PDL)
             y = _finished_block(part_ptr, bias_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, out_dtype, HAS_BIAS, BLOCK)
             y32 = y.to(tl.float32)
             rstd = _rstd(tl.sum(y32 * y32, axis=1), n_out, eps)  # [1]
-            o = _normalise_by(y, w, rstd, UNIT_OFFSET)
-            if HAS_RESIDUAL:
-                o = _plus_residual(r, o.to(tl.float32), o.dtype)
-            tl.store(out_ptr + row * stride_om + offs_n[None, :], o, mask=n_ok[None, :])
+            _store_normed(y, rstd, w, r, out_ptr, row, offs_n, n_ok, stride_om, UNIT_OFFSET, HAS_RESIDUAL)
         else:  # two walks over the row's blocks: the squares, then the normalised values
             pdl_prologue(USE_PDL)
             sum_sq = tl.zeros([1], tl.float32)
@@ -377,10 +382,8 @@ if HAVE_TRITON:
                 offs_n = c + tl.arange(0, BLOCK)
                 n_ok = offs_n < n_out
                 y = _finished_block(part_ptr, bias_ptr, row, offs_n, n_ok, splits, stride_ps, stride_pm, out_dtype, HAS_BIAS, BLOCK)
-                _store_normed(
-                    y, rstd, norm_w_ptr, res_ptr, out_ptr, row, offs_n, n_ok, stride_om, stride_rm, stride_rn,
-                    UNIT_OFFSET, HAS_RESIDUAL,
-                )  # fmt: skip
+                w, r = _row_inputs(norm_w_ptr, res_ptr, row, offs_n, n_ok, stride_rm, stride_rn, HAS_RESIDUAL)
+                _store_normed(y, rstd, w, r, out_ptr, row, offs_n, n_ok, stride_om, UNIT_OFFSET, HAS_RESIDUAL)
 
 
 def launch(

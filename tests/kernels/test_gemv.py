@@ -1418,3 +1418,34 @@ def test_kernels_compile_for_h100_within_shared_memory(launch: Launch) -> None:
         )
         # Eager torch rounds every 16-bit product and sum; a 16-bit multiply-add rounds them once.
         assert not re.search(r"fma\.rn\.(bf16|f16)", compiled.asm["ptx"]), f"{launch.what} {name}: a 16-bit multiply-add"
+
+
+@interpret
+@pytest.mark.skipif(not gemv.HAVE_TRITON, reason="compiles the Triton kernels: needs Triton installed")
+@pytest.mark.skipif(
+    os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter"
+)
+def test_only_a_settled_residual_is_read_before_the_dependency_wait() -> None:
+    """In the sm_90 PTX of a product with a residual and no weight prefetch: with
+    ``residual_is_settled`` a global load comes before ``griddepcontrol.wait`` (the residual tile),
+    without it none does (the residual may be the predecessor's output). A combine kernel loads
+    the out_norm weight and the residual before its wait either way (its predecessor writes only
+    partials), the partials only after it."""
+    config = GemvConfig(4, 1024, 1, 4, 3, "fma")
+    for settled in (False, True):
+        (main,) = Launch(f"settled={settled}", config, 1152, 1024, 1, False, residual=True, settled=settled).compile()
+        ptx = main[1].asm["ptx"]
+        before = ptx[: ptx.index("griddepcontrol.wait")]
+        assert ("ld.global" in before) is settled, f"residual_is_settled={settled}: loads before the wait:\n{before[-400:]}"
+    loads = {}
+    for residual in (False, True):
+        _, (_, combine) = Launch("out_norm", config, 1152, 1024, 1, False, residual=residual, out_norm=True).compile()
+        ptx = combine.asm["ptx"]
+        wait = ptx.index("griddepcontrol.wait")
+        loads[residual] = (len(re.findall(r"ld\.global", ptx[:wait])), len(re.findall(r"ld\.global", ptx[wait:])))
+    # Before the wait: the norm weight's loads, plus the residual's when there is one; after it the
+    # same loads either way (the partials'): the residual's load did not land after the wait.
+    assert loads[False][0] > 0, f"the combine loads no norm weight before the wait: {loads}"
+    assert loads[True][0] > loads[False][0] and loads[True][1] == loads[False][1], (
+        f"(before, after) the wait, without and with a residual: {loads}"
+    )
