@@ -202,7 +202,7 @@ def bench_one(family: str, context: int, args: argparse.Namespace, device: torch
     return row
 
 
-INT_KNOBS = ("num_splits", "block_n", "first_n", "num_warps", "num_stages")
+INT_KNOBS = ("num_splits", "block_n", "first_n", "num_warps", "num_stages", "heads_per_program")
 
 
 def parse_knob(text: str) -> dict[str, Any]:

@@ -12,9 +12,15 @@ at position ``seq_lens[b] - 1`` of row ``b``, slot ``table[b, p // bs] * bs + p 
 :func:`~infer_ref.kernels.paged_attention.paged_decode_attention_reference` of the rotated query
 over positions ``[0, seq_lens[b])`` (a sliding layer: its window).
 
-The kernel (flash-decoding, grid ``(B * Hkv, NUM_SPLITS)`` as in the paged kernel before it):
+The kernel (flash-decoding, grid ``(B * head blocks, NUM_SPLITS)``; a head block is the GROUP query
+heads of one KV head, or ``heads_per_program`` of them):
 
-- every program loads the GROUP query heads of its KV head and normalises and rotates them in
+- a program taking a whole group runs its two products (``q k^T``, ``p v``) on tensor cores, the
+  query block padded to tl.dot's 16 rows; one taking a part of a group runs them as float32
+  multiply-and-sums without padding, and reads its KV head's keys itself (the other programs of
+  the group read the same ones, mostly from L2). Gemma-3-1b's 4 heads of 256 take a program each:
+  padded to 16 rows, they held ~220 registers a thread (:data:`TILES_BY_HEAD_DIM`);
+- every program loads its query heads and normalises and rotates them in
   registers, reproducing eager torch's roundings in the activation dtype (the norm per
   ``norm.py``; RoPE as ``round(round(x * cos) + round(rotate_half(x) * sin))``, each product of two
   bf16/fp16 numbers exact in float32, so the rotation is bit-exact; float32 launches turn off
@@ -22,8 +28,8 @@ The kernel (flash-decoding, grid ``(B * Hkv, NUM_SPLITS)`` as in the paged kerne
   ``rotate_half`` pairs element ``e`` with ``e ± D/2``: the kernel loads those partners too and
   normalises them with the same per-head ``rstd``, so no register shuffles are needed;
 - it also prepares the new token's key (k_norm, RoPE) and takes its value as is. The program whose
-  split holds position ``n - 1`` (the last non-empty split, the "owner") stores both into the pool
-  slot, after its attention loop; attention never reads that slot back: in the tile holding
+  split holds position ``n - 1`` (the last non-empty split, the "owner"), of its KV head's first
+  head block, stores both into the pool slot, after its attention loop; attention never reads that slot back: in the tile holding
   ``n - 1`` the registers replace the (masked, unread) row, so no program depends on another's
   store (no read-after-write hazard inside the launch);
 - each program runs an online softmax in float32 over its share of the visible keys (a first
@@ -31,7 +37,7 @@ The kernel (flash-decoding, grid ``(B * Hkv, NUM_SPLITS)`` as in the paged kerne
   shapes, each program reading ``seq_lens`` on the device and returning at once when its split is
   empty); table entries past ``ceil(n / bs)`` and slots outside ``[n - window, n)`` are never read;
 - the combine happens in the same launch: each non-empty split writes float32 partials (output,
-  max, sum) and increments a per-``(row, kv head)`` arrival counter (one atomic, acq_rel at gpu
+  max, sum) and increments a per-``(row, head block)`` arrival counter (one atomic, acq_rel at gpu
   scope, after a barrier so every thread's partial stores are ordered before it); the program that
   arrives last combines the partials in split order (the same arithmetic whoever is last:
   deterministic), writes ``[B, H, D]`` and resets the counter to zero for the next launch. Partials
@@ -52,10 +58,10 @@ fewest keys, so short rows are one preloaded tile per split; the loop takes ``bl
 time after it. Measured on an H100 (one run, a chain of 16 layers): Llama-3.2-1B's attention at
 128 positions 4.90 us a layer against 5.38 without the preload, at 4096 15.93 against 19.31.
 
-The counters (``[B * Hkv]`` int32, zero between launches) are allocated once per (device, size)
+The counters (``[B * head blocks]`` int32, zero between launches) are allocated once per (device, size)
 and kept, so a CUDA graph captures their address; the first call of a shape must come before a
 capture (it allocates them), which is what every caller's warm-up does. Two launches of the same
-``B * Hkv`` on one device must not run concurrently on different streams (they share counters).
+``B * head blocks`` on one device must not run concurrently on different streams (they share counters).
 
 With the prep stages switched off by constexprs (no norm, no RoPE, no new K/V) the same kernel
 serves :func:`~infer_ref.kernels.paged_attention.paged_decode_attention`: there is one decode
@@ -333,21 +339,31 @@ if HAVE_TRITON:
     @triton.jit
     def _attend_tile(  # type: ignore[no-untyped-def]
         q, k, v, pos, live, new_pos, k_new, v_new, m_i, l_i, acc, scale,
-        NEW_KV: tl.constexpr, DOT_PRECISION: tl.constexpr,
+        NEW_KV: tl.constexpr, DOT: tl.constexpr, DOT_PRECISION: tl.constexpr,
     ):  # fmt: skip
         # One online-softmax step over a tile of keys [N, DIM_PAD]: -> (m_i, l_i, acc). The new
-        # token's row comes from registers (this launch writes its slot; it is never read).
+        # token's row comes from registers (this launch writes its slot; it is never read). DOT:
+        # the two products on tensor cores (q padded to 16 heads); else as float32 multiply-and-sum
+        # over broadcast [HEADS_PAD, N, DIM_PAD] blocks (one or two heads: no padding).
         if NEW_KV:
             is_new = pos == new_pos
             k = tl.where(is_new[:, None], k_new, k)
             v = tl.where(is_new[:, None], v_new, v)
-        s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-        s = tl.where(live[None, :], s * scale, float("-inf"))  # [GROUP_PAD, N], fp32
+        if DOT:
+            s = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+        else:
+            s = tl.sum(q.to(tl.float32)[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
+        s = tl.where(live[None, :], s * scale, float("-inf"))  # [HEADS_PAD, N], fp32
         m_new = tl.maximum(m_i, tl.max(s, axis=1))  # finite: every tile holds a live key
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=DOT_PRECISION)
+        p = p.to(v.dtype)  # rounded as the tensor-core product takes it, on either path
+        if DOT:
+            pv = tl.dot(p, v, input_precision=DOT_PRECISION)
+        else:
+            pv = tl.sum(p.to(tl.float32)[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+        acc = acc * alpha[:, None] + pv
         return m_new, l_i, acc
 
     @triton.jit
@@ -367,25 +383,28 @@ if HAVE_TRITON:
         stride_ob, stride_oh, stride_od,  # out [B, H, D]
         scale, block_size, window, q_eps, k_eps,  # window <= 0: none
         num_blocks, capacity,  # the pool's blocks, the table's positions (M * bs): the preload's bounds
-        NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr,
-        GROUP_PAD: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, BLOCK_N: tl.constexpr,
-        FIRST_N: tl.constexpr, PRELOAD: tl.constexpr,
+        NUM_KV_HEADS: tl.constexpr, GROUP: tl.constexpr, HEADS: tl.constexpr, HEAD_DIM: tl.constexpr,
+        NUM_SPLITS: tl.constexpr, HEADS_PAD: tl.constexpr, DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr,
+        BLOCK_N: tl.constexpr, FIRST_N: tl.constexpr, PRELOAD: tl.constexpr, DOT: tl.constexpr,
         DOT_PRECISION: tl.constexpr, NEW_KV: tl.constexpr, ROPE: tl.constexpr, Q_NORM: tl.constexpr,
-        K_NORM: tl.constexpr, GROUP_C: tl.constexpr, COMBINE_CHUNK: tl.constexpr, USE_PDL: tl.constexpr,
+        K_NORM: tl.constexpr, HEADS_C: tl.constexpr, COMBINE_CHUNK: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
-        # Program (row * Hkv + kv head, split): the GROUP query heads of one KV head over one chunk.
+        # Program (row * head blocks + head block, split): HEADS query heads (a KV head's whole
+        # group, or a part of it) over one chunk of their KV head's keys.
         row_head = tl.program_id(0)
         split = tl.program_id(1)
-        row = (row_head // NUM_KV_HEADS).to(tl.int64)
-        kvh = (row_head % NUM_KV_HEADS).to(tl.int64)
+        head_blocks: tl.constexpr = NUM_KV_HEADS * GROUP // HEADS
+        row = (row_head // head_blocks).to(tl.int64)
+        first_head = (row_head % head_blocks).to(tl.int64) * HEADS
+        kvh = first_head // GROUP
 
-        g = tl.arange(0, GROUP_PAD)  # query heads of this group (padded to a tl.dot tile)
+        g = tl.arange(0, HEADS_PAD)  # this program's query heads (padded: to a tl.dot tile when DOT)
         e = tl.arange(0, DIM_PAD).to(tl.int64)  # head dim
-        g_ok = g < GROUP
+        g_ok = g < HEADS
         e_ok = e < HEAD_DIM
         first_half = e < HEAD_DIM // 2
         partner = tl.where(first_half, e + HEAD_DIM // 2, e - HEAD_DIM // 2)  # rotate_half's pairing
-        q_heads = (kvh * GROUP + g).to(tl.int64)
+        q_heads = first_head + g.to(tl.int64)
         qe_mask = g_ok[:, None] & e_ok[None, :]
         k_head = k_ptr + kvh * stride_kh
         v_head = v_ptr + kvh * stride_vh
@@ -435,7 +454,7 @@ if HAVE_TRITON:
             sin = cos
 
         q_row = q_ptr + row * stride_qb + q_heads[:, None] * stride_qh
-        q = tl.load(q_row + e[None, :] * stride_qd, mask=qe_mask, other=0.0)  # [GROUP_PAD, DIM_PAD]
+        q = tl.load(q_row + e[None, :] * stride_qd, mask=qe_mask, other=0.0)  # [HEADS_PAD, DIM_PAD]
         q_p = q
         if ROPE:
             q_p = tl.load(q_row + partner[None, :] * stride_qd, mask=qe_mask, other=0.0)
@@ -480,10 +499,12 @@ if HAVE_TRITON:
                 k_head, v_head, _tile_blocks(table_row, pos, live, block_size, stride_tm), pos, read, block_size,
                 e, e_ok, stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
             )  # fmt: skip
-        m_i = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        l_i = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, DIM_PAD], tl.float32)
-        m_i, l_i, acc = _attend_tile(q, k0, v0, pos, live, new_pos, k_new, v_new, m_i, l_i, acc, scale, NEW_KV, DOT_PRECISION)
+        m_i = tl.full([HEADS_PAD], float("-inf"), tl.float32)
+        l_i = tl.zeros([HEADS_PAD], tl.float32)
+        acc = tl.zeros([HEADS_PAD, DIM_PAD], tl.float32)
+        m_i, l_i, acc = _attend_tile(
+            q, k0, v0, pos, live, new_pos, k_new, v_new, m_i, l_i, acc, scale, NEW_KV, DOT, DOT_PRECISION
+        )
 
         for tile in range(start + FIRST_N, end, BLOCK_N):  # the rest of the chunk, BLOCK_N keys at a time
             tile_pos = tile + tl.arange(0, BLOCK_N)  # [BLOCK_N] (not `pos`: a loop may not reshape it)
@@ -497,11 +518,12 @@ if HAVE_TRITON:
                 stride_kb, stride_ko, stride_kd, stride_vb, stride_vo, stride_vd,
             )  # fmt: skip
             m_i, l_i, acc = _attend_tile(
-                q, k, v, tile_pos, tile_live, new_pos, k_new, v_new, m_i, l_i, acc, scale, NEW_KV, DOT_PRECISION
+                q, k, v, tile_pos, tile_live, new_pos, k_new, v_new, m_i, l_i, acc, scale, NEW_KV, DOT, DOT_PRECISION
             )
 
         if NEW_KV:  # noqa: SIM102  # a compile-time branch around a runtime one
-            if (split == owner) & (n > 0):  # the one program whose split holds n - 1 stores the new K/V
+            # The one program whose split holds n - 1, of the KV head's first head block, stores it.
+            if (split == owner) & (n > 0) & (first_head % GROUP == 0):
                 slot_offset = (new_pos % block_size).to(tl.int64)
                 k_dst = k_head + slot_block * stride_kb + slot_offset * stride_ko + e[None, :] * stride_kd
                 v_dst = v_head + slot_block * stride_vb + slot_offset * stride_vo + e[None, :] * stride_vd
@@ -516,8 +538,8 @@ if HAVE_TRITON:
             out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
             tl.store(out_dst, out.to(out_ptr.dtype.element_ty), mask=qe_mask)
         else:
-            # Partials [B * Hkv, NUM_SPLITS, GROUP, (D)], float32.
-            part = (row_head.to(tl.int64) * NUM_SPLITS + split) * GROUP + g  # [GROUP_PAD]
+            # Partials [B * head blocks, NUM_SPLITS, HEADS, (D)], float32.
+            part = (row_head.to(tl.int64) * NUM_SPLITS + split) * HEADS + g  # [HEADS_PAD]
             tl.store(part_max_ptr + part, m_i, mask=g_ok)
             tl.store(part_sum_ptr + part, l_i, mask=g_ok)
             tl.store(part_out_ptr + part[:, None] * HEAD_DIM + e[None, :], acc, mask=qe_mask)
@@ -527,57 +549,57 @@ if HAVE_TRITON:
             arrived = tl.atomic_add(counter_ptr + row_head, 1, sem="acq_rel", scope="gpu")
             if arrived == used - 1:  # the last split to finish combines every split's partials
                 _combine_partials(
-                    part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr, counter_ptr, row_head, row, kvh, used,
-                    stride_ob, stride_oh, stride_od, GROUP, HEAD_DIM, NUM_SPLITS, GROUP_C, DIM_PAD, SPLITS_PAD,
+                    part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr, counter_ptr, row_head, row, first_head, used,
+                    stride_ob, stride_oh, stride_od, HEADS, HEAD_DIM, NUM_SPLITS, HEADS_C, DIM_PAD, SPLITS_PAD,
                     COMBINE_CHUNK,
                 )  # fmt: skip
 
     @triton.jit
     def _combine_partials(  # type: ignore[no-untyped-def]
-        part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr, counter_ptr, row_head, row, kvh, used,
+        part_out_ptr, part_max_ptr, part_sum_ptr, out_ptr, counter_ptr, row_head, row, first_head, used,
         stride_ob, stride_oh, stride_od,
-        GROUP: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, GROUP_C: tl.constexpr,
+        HEADS: tl.constexpr, HEAD_DIM: tl.constexpr, NUM_SPLITS: tl.constexpr, HEADS_C: tl.constexpr,
         DIM_PAD: tl.constexpr, SPLITS_PAD: tl.constexpr, COMBINE_CHUNK: tl.constexpr,
     ):  # fmt: skip
-        # The `used` splits' partials of one (row, kv head) -> its GROUP output heads. The group is
-        # padded to GROUP_C (a power of two, not tl.dot's 16: nothing here is a dot), and the
-        # partials come in chunks of COMBINE_CHUNK splits, each one vector load [CHUNK, GROUP_C, D]:
+        # The `used` splits' partials of one (row, head block) -> its HEADS output heads. The heads
+        # are padded to HEADS_C (a power of two, not tl.dot's 16: nothing here is a dot), and the
+        # partials come in chunks of COMBINE_CHUNK splits, each one vector load [CHUNK, HEADS_C, D]:
         # the loads of a chunk are in flight together, not one split after another. Same
         # arithmetic whoever arrives last: deterministic. Loaded with .cg (L2), never a stale L1 line.
-        gc = tl.arange(0, GROUP_C)
+        gc = tl.arange(0, HEADS_C)
         e = tl.arange(0, DIM_PAD).to(tl.int64)
-        gc_ok = gc < GROUP
+        gc_ok = gc < HEADS
         e_ok = e < HEAD_DIM
-        base = row_head.to(tl.int64) * NUM_SPLITS * GROUP
+        base = row_head.to(tl.int64) * NUM_SPLITS * HEADS
         sp = tl.arange(0, SPLITS_PAD)
         max_mask = (sp < used)[:, None] & gc_ok[None, :]
         m_parts = tl.load(
-            part_max_ptr + base + sp[:, None] * GROUP + gc[None, :], mask=max_mask, other=float("-inf"), cache_modifier=".cg"
-        )  # [SPLITS_PAD, GROUP_C]
-        m_all = tl.where(gc_ok, tl.max(m_parts, axis=0), 0.0)  # [GROUP_C]
+            part_max_ptr + base + sp[:, None] * HEADS + gc[None, :], mask=max_mask, other=float("-inf"), cache_modifier=".cg"
+        )  # [SPLITS_PAD, HEADS_C]
+        m_all = tl.where(gc_ok, tl.max(m_parts, axis=0), 0.0)  # [HEADS_C]
         s_parts = tl.load(
-            part_sum_ptr + base + sp[:, None] * GROUP + gc[None, :], mask=max_mask, other=0.0, cache_modifier=".cg"
+            part_sum_ptr + base + sp[:, None] * HEADS + gc[None, :], mask=max_mask, other=0.0, cache_modifier=".cg"
         )
-        total = tl.sum(tl.exp(m_parts - m_all[None, :]) * s_parts, axis=0)  # [GROUP_C]; empty splits weigh 0
-        combined = tl.zeros([GROUP_C, DIM_PAD], tl.float32)
+        total = tl.sum(tl.exp(m_parts - m_all[None, :]) * s_parts, axis=0)  # [HEADS_C]; empty splits weigh 0
+        combined = tl.zeros([HEADS_C, DIM_PAD], tl.float32)
         for c0 in range(0, used, COMBINE_CHUNK):
             spc = c0 + tl.arange(0, COMBINE_CHUNK)
-            idx = base + spc[:, None] * GROUP + gc[None, :]  # [CHUNK, GROUP_C]
+            idx = base + spc[:, None] * HEADS + gc[None, :]  # [CHUNK, HEADS_C]
             ok = (spc < used)[:, None] & gc_ok[None, :]
             w = tl.exp(tl.load(part_max_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg") - m_all[None, :])
             part_acc = tl.load(
                 part_out_ptr + idx[:, :, None] * HEAD_DIM + e[None, None, :],
                 mask=ok[:, :, None] & e_ok[None, None, :], other=0.0, cache_modifier=".cg",
-            )  # [CHUNK, GROUP_C, DIM_PAD]
+            )  # [CHUNK, HEADS_C, DIM_PAD]
             combined += tl.sum(w[:, :, None] * part_acc, axis=0)
         out = combined / tl.where(total > 0, total, 1.0)[:, None]
-        heads = (kvh * GROUP + gc).to(tl.int64)
+        heads = first_head + gc.to(tl.int64)
         dst = out_ptr + row * stride_ob + heads[:, None] * stride_oh + e[None, :] * stride_od
         tl.store(dst, out.to(out_ptr.dtype.element_ty), mask=gc_ok[:, None] & e_ok[None, :])
         tl.store(counter_ptr + row_head, 0)  # ready for the next launch
 
 
-# Arrival counters, one per (row, kv head), zero between launches: allocated once per (device,
+# Arrival counters, one per (row, head block), zero between launches: allocated once per (device,
 # size) and kept, so a captured graph holds their address (module docstring).
 _COUNTERS: dict[tuple[torch.device, int], Tensor] = {}
 
@@ -607,8 +629,8 @@ COMBINE_ELEMENTS = 4096
 LAUNCH_OPTIONS: dict[str, Any] = {"enable_fp_fusion": False}
 
 
-def _combine_chunk(group: int, dim_pad: int, num_splits: int) -> int:
-    per_split = triton.next_power_of_2(group) * dim_pad
+def _combine_chunk(heads: int, dim_pad: int, num_splits: int) -> int:
+    per_split = triton.next_power_of_2(heads) * dim_pad
     return max(1, min(triton.next_power_of_2(num_splits), COMBINE_ELEMENTS // per_split))
 
 
@@ -626,18 +648,23 @@ def kernel_constexprs(
     k_norm: int,
     first_n: int | None = None,
     preload: bool = False,
+    heads_per_program: int | None = None,
 ) -> dict[str, Any]:
     """The kernel's compile-time arguments for a launch of this shape (the launcher's, and what a
     test compiling the kernel ahead of time for a GPU passes); ``q_norm``/``k_norm`` are NORM_* codes,
-    ``first_n`` the first tile's keys (None: ``block_n``)."""
+    ``first_n`` the first tile's keys (None: ``block_n``), ``heads_per_program`` as
+    :func:`decode_attention_triton` takes it."""
     group = num_heads // num_kv_heads
+    heads = group if heads_per_program is None else heads_per_program
     dim_pad = triton.next_power_of_2(max(head_dim, 16))
+    dot = heads == group  # a whole group on tensor cores; a part of one as multiply-and-sums
     return {
-        "NUM_KV_HEADS": num_kv_heads, "GROUP": group, "HEAD_DIM": head_dim, "NUM_SPLITS": num_splits,
-        "GROUP_PAD": max(16, triton.next_power_of_2(group)),  # tl.dot's smallest tile
+        "NUM_KV_HEADS": num_kv_heads, "GROUP": group, "HEADS": heads, "HEAD_DIM": head_dim, "NUM_SPLITS": num_splits,
+        # tl.dot's smallest tile is 16 rows; the multiply-and-sum form pads to a power of two only.
+        "HEADS_PAD": max(16, triton.next_power_of_2(heads)) if dot else triton.next_power_of_2(heads), "DOT": dot,
         "DIM_PAD": dim_pad, "SPLITS_PAD": triton.next_power_of_2(num_splits), "BLOCK_N": block_n,
         "FIRST_N": block_n if first_n is None else first_n, "PRELOAD": preload,
-        "GROUP_C": triton.next_power_of_2(group), "COMBINE_CHUNK": _combine_chunk(group, dim_pad, num_splits),
+        "HEADS_C": triton.next_power_of_2(heads), "COMBINE_CHUNK": _combine_chunk(heads, dim_pad, num_splits),
         "DOT_PRECISION": "ieee" if dtype == torch.float32 else "tf32",
         "NEW_KV": new_kv, "ROPE": rope, "Q_NORM": q_norm, "K_NORM": k_norm,
     }  # fmt: skip
@@ -646,11 +673,12 @@ def kernel_constexprs(
 class Tile(NamedTuple):
     """A launch's tiling: keys per tile of the attention loop, keys of each split's first tile
     (the one a preloading launch reads before its dependency wait; also every split's fewest keys),
-    warps per program."""
+    warps per program, query heads per program (None: a KV head's whole group)."""
 
     block_n: int
     first_n: int
     num_warps: int
+    heads_per_program: int | None = None
 
 
 # The tiling by head dim, for the decode steps' preloading launches: H100 measurements (one run
@@ -661,10 +689,14 @@ class Tile(NamedTuple):
 # 4.90 / 15.93 for 64-key tiles throughout (the compiled step: 889-908 tok/s in three runs).
 # 128 (Qwen3-1.7B): 32-key first tiles, 16-key tiles on 2 warps, the one setting without register
 # spills (ptxas): 5.80 / 15.94 / 40.29 us against 5.83 / 22.83 / 49.02 for 32 keys on 4 warps.
-# 256 (Gemma-3-1b): 16-key tiles on 4 warps (224 registers, no spills; on 2 warps 255 and spills):
-# the compiled step 797.9 tok/s against 767.1 on 2 warps in one run, though the attention chain
-# alone is slower past a few thousand keys (32.5 against 23.9 us at 4096 positions).
-TILES_BY_HEAD_DIM: dict[int, Tile] = {64: Tile(16, 64, 4), 128: Tile(16, 32, 2), 256: Tile(16, 16, 4)}
+# 256 (Gemma-3-1b): a program per query head (multiply-and-sums), 16-key tiles on 4 warps: 5.12 /
+# 8.60 / 16.66 us at 128 / 1024 / 4096 against 8.22 / 23.48 / 33.08 for its group of 4 heads on
+# tensor cores (padded to 16 rows: 222 registers a thread); on 2 warps 5.62 / 8.90 / 15.92; the
+# compiled step 885.7 against 787.7 tok/s in one run, 888.2 in another. A program per head was
+# slower for Llama (4.82 / 11.75 / 36.57 against 4.30 / 7.40 / 12.89 us; the step 907.4 against
+# 921.9) and Qwen3 (5.30 / 10.45 / 25.97 against 5.81 / 8.80 / 16.39; 608.1 against 616.7):
+# their groups on tensor cores share each K/V tile among more heads per read.
+TILES_BY_HEAD_DIM: dict[int, Tile] = {64: Tile(16, 64, 4), 128: Tile(16, 32, 2), 256: Tile(16, 16, 4, 1)}
 
 
 def default_tile(head_dim: int) -> Tile:
@@ -679,7 +711,13 @@ def _is_tile_size(value: object) -> bool:
 
 
 def _check_launch_knobs(
-    num_splits: int | None, block_n: int | None, num_warps: int | None, num_stages: int, first_n: int | None = None
+    num_splits: int | None,
+    block_n: int | None,
+    num_warps: int | None,
+    num_stages: int,
+    first_n: int | None = None,
+    heads_per_program: int | None = None,
+    group: int | None = None,
 ) -> None:
     if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
         raise ValueError(f"num_splits must be a positive int or None, got {num_splits!r}")
@@ -691,6 +729,13 @@ def _check_launch_knobs(
         raise ValueError(f"num_warps must be one of (1, 2, 4, 8, 16) or None, got {num_warps!r}")
     if isinstance(num_stages, bool) or not isinstance(num_stages, int) or num_stages < 1:
         raise ValueError(f"num_stages must be a positive int, got {num_stages!r}")
+    if heads_per_program is not None:
+        h = heads_per_program
+        if isinstance(h, bool) or not isinstance(h, int) or h < 1 or (group is not None and group % h):
+            raise ValueError(
+                f"heads_per_program must be None or a positive int dividing the group of query heads per KV head "
+                f"({group}), got {h!r}"
+            )
 
 
 def launch_decode_attention(
@@ -716,14 +761,17 @@ def launch_decode_attention(
     first_n: int | None = None,
     preload: bool = False,
     hints: tuple[Tensor, Tensor] | None = None,
+    heads_per_program: int | None = None,
 ) -> Tensor:
     """Launch the kernel (arguments already checked). ``k``/``v`` None: no new token (the paged
     attention of a prefix already stored, q already rotated): prep stages off by constexprs.
     ``out``: a ``[B, H, D]`` buffer in q's dtype to write into (None: a new contiguous one).
     ``first_n``, ``preload``: :func:`decode_attention_triton`. ``hints``: ``(seq_lens, block_tables)``
     the preload reads before its dependency wait instead of the real ones (tests use it to exercise
-    stale hints; None: the real ones, which is what a launch does)."""
-    _check_launch_knobs(num_splits, block_n, num_warps, num_stages, first_n)
+    stale hints; None: the real ones, which is what a launch does). ``heads_per_program``:
+    :func:`decode_attention_triton`."""
+    group = q.shape[1] // k_cache.shape[2] if q.dim() == 3 and k_cache.dim() == 4 else None
+    _check_launch_knobs(num_splits, block_n, num_warps, num_stages, first_n, heads_per_program, group)
     if not isinstance(preload, bool):
         raise TypeError(f"preload must be a bool, got {type(preload).__name__}")
     if preload and (k is None or v is None):
@@ -742,6 +790,10 @@ def launch_decode_attention(
     _, block_size, hkv, _ = k_cache.shape
     group = h // hkv
     tile = default_tile(d)
+    if heads_per_program is None:
+        heads_per_program = tile.heads_per_program  # None or 1: divides every group
+    heads = group if heads_per_program is None else heads_per_program
+    head_blocks = hkv * group // heads
     block_n = tile.block_n if block_n is None else block_n
     first_n = max(tile.first_n, block_n) if first_n is None else first_n
     if first_n < block_n:
@@ -752,7 +804,7 @@ def launch_decode_attention(
     if num_splits is None:
         # Off a GPU (the interpreter) there are no SMs to fill: one wave's worth.
         sms = _sm_count(q.device.index or 0) if q.device.type == "cuda" else 1
-        num_splits = decode_num_splits(b, hkv, max_visible, first_n, sms)
+        num_splits = decode_num_splits(b, head_blocks, max_visible, first_n, sms)
     hint_lens, hint_tables = (seq_lens, block_tables) if hints is None else hints
     if hint_tables.shape != block_tables.shape or hint_lens.shape != seq_lens.shape:
         raise ValueError(
@@ -763,10 +815,10 @@ def launch_decode_attention(
         return out
     new_kv = k is not None and v is not None
     if num_splits > 1:
-        part_out = torch.empty((b * hkv, num_splits, group, d), device=q.device, dtype=torch.float32)
-        part_max = torch.empty((b * hkv, num_splits, group), device=q.device, dtype=torch.float32)
+        part_out = torch.empty((b * head_blocks, num_splits, heads, d), device=q.device, dtype=torch.float32)
+        part_max = torch.empty((b * head_blocks, num_splits, heads), device=q.device, dtype=torch.float32)
         part_sum = torch.empty_like(part_max)
-        counters = _counters(q.device, b * hkv)
+        counters = _counters(q.device, b * head_blocks)
     else:  # one split: no partials, no counter (the pointers are never dereferenced)
         part_out = part_max = part_sum = out
         counters = seq_lens
@@ -790,8 +842,9 @@ def launch_decode_attention(
     constexprs = kernel_constexprs(
         h, hkv, d, num_splits, block_n, q.dtype, new_kv=new_kv, rope=rope,
         q_norm=_norm_code(q_norm), k_norm=_norm_code(k_norm if new_kv else None), first_n=first_n, preload=preload,
+        heads_per_program=heads_per_program,
     )  # fmt: skip
-    _decode_attention_kernel[(b * hkv, num_splits)](
+    _decode_attention_kernel[(b * head_blocks, num_splits)](
         *args,
         **constexprs,
         num_warps=num_warps, num_stages=num_stages,
@@ -823,6 +876,7 @@ def decode_attention_triton(
     out: Tensor | None = None,
     first_n: int | None = None,
     preload: bool = False,
+    heads_per_program: int | None = None,
 ) -> Tensor:
     """The fused kernel (CUDA tensors, or CPU ones under ``TRITON_INTERPRET=1``): the contract of
     :func:`decode_attention_reference`, ``[B, H, D]``. ``num_splits`` overrides the split heuristic
@@ -830,6 +884,11 @@ def decode_attention_triton(
     least ``block_n``), ``num_warps`` and ``num_stages`` are launch knobs (None: :func:`default_tile`
     of the head dim); ``out`` (``[B, H, D]``, q's dtype, any strides) receives the result when
     given (tests pass NaN-filled buffers, so an element the kernel never writes shows).
+    ``heads_per_program``: query heads per program, a divisor of the group (query heads per KV
+    head); None: the tiling's choice (:func:`default_tile`). A program taking the whole group runs
+    its two products on tensor cores (the query block padded to 16 heads); one taking a part of it
+    (more programs, each reading its KV head's keys) runs them as float32 multiply-and-sums, with
+    no padding.
 
     ``preload``: read each split's first tile of cached K/V before the dependency wait (module
     docstring), so it overlaps the previous kernel's tail. A promise of the caller's: the kernel
@@ -846,6 +905,7 @@ def decode_attention_triton(
     return launch_decode_attention(
         q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm,
         num_splits, block_n, num_warps, num_stages, out, first_n=first_n, preload=preload,
+        heads_per_program=heads_per_program,
     )  # fmt: skip
 
 

@@ -17,7 +17,9 @@ from infer_ref.config import ModelConfig
 # keep the memory system busy while some programs wait on their loads.
 TARGET_PROGRAMS = 4 * 132
 
-PATHS = ("dot", "dot_t", "fma")  # described in gemv.py's docstring; the kernel's PATH is the index
+PATHS = ("dot", "dot_t", "fma")
+# Weight tiles a program may hold before its dependency wait (the kernel peels at most this many).
+MAX_PREFETCH_TILES = 2  # described in gemv.py's docstring; the kernel's PATH is the index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +28,11 @@ class GemvConfig:
 
     ``block_n`` output columns per program (per half for the gated kernel), ``block_k`` the K tile,
     ``split_k`` the K slices (at most; slices are whole tiles, so fewer may be launched),
-    ``num_warps``/``num_stages`` as Triton takes them, ``path`` one of :data:`PATHS`.
+    ``num_warps``/``num_stages`` as Triton takes them, ``path`` one of :data:`PATHS`,
+    ``prefetch_tiles`` the weight tiles a program loads before its dependency wait when the weight
+    is constant (1 or 2, at most the slice's tiles: they are held in registers until the wait),
+    ``weight_first`` whether the K loop issues each weight tile's loads before the x tile's (which
+    order hides the weight stream's latency better depends on the shape: measured per table entry).
     """
 
     block_n: int
@@ -35,6 +41,8 @@ class GemvConfig:
     num_warps: int = 4
     num_stages: int = 3
     path: str = "dot"
+    prefetch_tiles: int = 1
+    weight_first: bool = False
 
     def __post_init__(self) -> None:
         if self.path not in PATHS:
@@ -51,6 +59,14 @@ class GemvConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
+        tiles = self.prefetch_tiles
+        if isinstance(tiles, bool) or not isinstance(tiles, int) or not 1 <= tiles <= MAX_PREFETCH_TILES:
+            raise ValueError(
+                f"prefetch_tiles must be an int in [1, {MAX_PREFETCH_TILES}] (tiles held in registers before the "
+                f"dependency wait), got {self.prefetch_tiles!r}"
+            )
+        if not isinstance(self.weight_first, bool):
+            raise ValueError(f"weight_first must be a bool, got {self.weight_first!r}")
         if self.num_warps not in (1, 2, 4, 8, 16) or isinstance(self.num_warps, bool):
             raise ValueError(f"num_warps must be one of 1, 2, 4, 8, 16, got {self.num_warps!r}")
 
@@ -65,24 +81,32 @@ class GemvConfig:
 # The gated kernel's table is keyed by the stacked [2I, K]. Batch 1 only: the multiply-and-add path
 # keeps a [rows, BLOCK_N, BLOCK_K] float32 accumulator, so with more rows gemv_config takes the
 # heuristic's tl.dot config instead (see gemv_config).
+# Two knobs were set afterwards from the compiled model step (decode_compare.py at 128 positions,
+# source trees A/B in one run on one H100; benchmarks/log/DECODE_LOG.md): two weight tiles before
+# the dependency wait (the whole slice) for Llama's qkv and the o shape it shares with Qwen3,
+# Llama 909.3 -> 919.0 tok/s, Qwen3 645.6 -> 651.8; and the K loop loading the weight tile before
+# the x tile for Llama's and Gemma's shapes that loop, Llama 919.6 -> 928.6, Gemma 857.4 -> 889.0
+# (Qwen3's shapes keep x first: with every shape weight-first, Qwen3 fell to 616.7).
 _FMA_4x1024 = GemvConfig(block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma")
+_FMA_4x1024_P2 = dataclasses.replace(_FMA_4x1024, prefetch_tiles=2)
+_FMA_4x1024_WF = dataclasses.replace(_FMA_4x1024, weight_first=True)
 LINEAR_CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    (3072, 2048): _FMA_4x1024,  # llama qkv: 6.85 us, 62% vs 26% (16x256 in 6 splits: 6.69 us)
-    (2048, 2048): _FMA_4x1024,  # llama/qwen3 o: 4.33 us, 65% vs 36%
-    (2048, 8192): _FMA_4x1024,  # llama down: 13.48 us, 84% vs 63% (2 splits: 13.45 us)
-    (128256, 2048): _FMA_4x1024,  # llama lm_head: 106% vs 95%
+    (3072, 2048): _FMA_4x1024_P2,  # llama qkv: 6.85 us, 62% vs 26% (16x256 in 6 splits: 6.69 us)
+    (2048, 2048): _FMA_4x1024_P2,  # llama/qwen3 o: 4.33 us, 65% vs 36%
+    (2048, 8192): _FMA_4x1024_WF,  # llama down: 13.48 us, 84% vs 63% (2 splits: 13.45 us)
+    (128256, 2048): _FMA_4x1024_WF,  # llama lm_head: 106% vs 95%
     (4096, 2048): _FMA_4x1024,  # qwen3 qkv: 7.58 us, 75% vs 33%
     (2048, 6144): _FMA_4x1024,  # qwen3 down: 10.65 us, 80% vs 57% (2 splits: 10.60 us)
     (151936, 2048): _FMA_4x1024,  # qwen3 lm_head: 106% vs 96%
-    (1536, 1152): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma"),  # gemma qkv: 4.15 us, 29% vs 7%
+    (1536, 1152): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma", weight_first=True),  # gemma qkv: 4.15 us, 29% vs 7%
     (1152, 1024): _FMA_4x1024,  # gemma o (out_norm: partials and a row combine): 3.33 us, 24% vs 5%
-    (1152, 6912): GemvConfig(block_n=4, block_k=1024, split_k=4, num_warps=4, num_stages=3, path="fma"),  # gemma down (out_norm): 9.07 us, 59% vs 23%
-    (262144, 1152): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # gemma lm_head: 104% vs 96%
+    (1152, 6912): GemvConfig(block_n=4, block_k=1024, split_k=4, num_warps=4, num_stages=3, path="fma", weight_first=True),  # gemma down (out_norm): 9.07 us, 59% vs 23%
+    (262144, 1152): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma", weight_first=True),  # gemma lm_head: 104% vs 96%
 }
 GATED_CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    (16384, 2048): GemvConfig(block_n=32, block_k=256, split_k=1, num_warps=4, num_stages=3, path="dot"),  # llama gate_up: 24.14 us, 94% vs 60%
+    (16384, 2048): GemvConfig(block_n=32, block_k=256, split_k=1, num_warps=4, num_stages=3, path="dot", weight_first=True),  # llama gate_up: 24.14 us, 94% vs 60%
     (12288, 2048): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # qwen3 gate_up: 95% vs 53%
-    (13824, 1152): GemvConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # gemma gate_up: 84% vs 37%
+    (13824, 1152): GemvConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma", weight_first=True),  # gemma gate_up: 84% vs 37%
 }
 # Shapes whose plain product (no in_norm) keeps F.linear even with the decode kernels on. Under
 # torch.compile, Inductor fuses the input RMSNorm into its own reduction for the qkv product (H100,
@@ -178,10 +202,17 @@ def split_plan(k: int, block_k: int, split_k: int) -> tuple[int, int]:
     return k_per_split, max(1, math.ceil(k / k_per_split))
 
 
+def prefetched_tiles(config: GemvConfig, k_per_split: int, weight_is_constant: bool) -> int:
+    """Weight tiles a program of this launch loads before its dependency wait: the config's
+    ``prefetch_tiles``, at most the slice's tiles, none unless the weight is constant."""
+    return min(config.prefetch_tiles, k_per_split // config.block_k) if weight_is_constant else 0
+
+
 __all__ = [
     "CUBLAS_SHAPES",
     "GATED_CONFIGS",
     "LINEAR_CONFIGS",
+    "MAX_PREFETCH_TILES",
     "PATHS",
     "TABLE_ROWS",
     "TARGET_PROGRAMS",
@@ -191,5 +222,6 @@ __all__ = [
     "decode_stages",
     "default_config",
     "gemv_config",
+    "prefetched_tiles",
     "split_plan",
 ]

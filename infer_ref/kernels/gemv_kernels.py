@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.gemv_config import PATHS, GemvConfig, split_plan
+from infer_ref.kernels.gemv_config import PATHS, GemvConfig, prefetched_tiles, split_plan
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.pdl import pdl_options
 
@@ -192,6 +192,40 @@ if HAVE_TRITON:
         return sums
 
     @triton.jit
+    def _weight_tiles(  # type: ignore[no-untyped-def]
+        w_rows, w_up_rows, k0, k, n_ok,
+        BLOCK_K: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, GATED: tl.constexpr,
+    ):  # fmt: skip
+        # The weight's [BLOCK_N, BLOCK_K] tile at columns [k0, k0 + BLOCK_K), and the up rows' tile
+        # when GATED (else the same tile again, never used).
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        wt = _load_tile(w_rows + offs_k[None, :], n_ok, offs_k < k, EVEN_N, EVEN_K)
+        wu = wt
+        if GATED:
+            wu = _load_tile(w_up_rows + offs_k[None, :], n_ok, offs_k < k, EVEN_N, EVEN_K)
+        return wt, wu
+
+    @triton.jit
+    def _x_tile_at(  # type: ignore[no-untyped-def]
+        x_rows, stride_xk, k0, k, m_ok, norm_w_ptr, rstd,
+        BLOCK_K: tl.constexpr, EVEN_K: tl.constexpr, IN_NORM: tl.constexpr, UNIT_OFFSET: tl.constexpr,
+    ):  # fmt: skip
+        # x's [ROWS_PAD, BLOCK_K] tile at columns [k0, k0 + BLOCK_K), normalised when IN_NORM.
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        return _x_tile(x_rows, stride_xk, offs_k, m_ok, offs_k < k, norm_w_ptr, rstd, EVEN_K, IN_NORM, UNIT_OFFSET)
+
+    @triton.jit
+    def _mac_tiles(  # type: ignore[no-untyped-def]
+        acc, acc_up, xt, wt, wu,
+        PATH: tl.constexpr, ROWS_PAD: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
+    ):  # fmt: skip
+        # acc (and acc_up) += the x tile times the weight tile (and the up rows' tile).
+        acc = _mac(acc, xt, wt, PATH, ROWS_PAD, DOT_PRECISION)
+        if GATED:
+            acc_up = _mac(acc_up, xt, wu, PATH, ROWS_PAD, DOT_PRECISION)
+        return acc, acc_up
+
+    @triton.jit
     def _gemv_kernel(  # type: ignore[no-untyped-def]  # Triton reads the signature
         x_ptr, w_ptr, bias_ptr, out_ptr, part_ptr, norm_w_ptr, res_ptr,
         rows, n_out, k, tiles_per_split, up_offset, eps,  # up_offset: rows from gate row j to up row j (I)
@@ -200,8 +234,8 @@ if HAVE_TRITON:
         EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, DOT_PRECISION: tl.constexpr, GATED: tl.constexpr,
         ACT: tl.constexpr, HAS_BIAS: tl.constexpr, IN_NORM: tl.constexpr, UNIT_OFFSET: tl.constexpr,
         NORM_ROWS: tl.constexpr, NORM_BLOCK: tl.constexpr, HAS_RESIDUAL: tl.constexpr,
-        PREFETCH: tl.constexpr, PREFETCH_RESIDUAL: tl.constexpr, WRITE_PARTIALS: tl.constexpr,
-        USE_PDL: tl.constexpr,
+        PREFETCH_TILES: tl.constexpr, PREFETCH_RESIDUAL: tl.constexpr, WRITE_PARTIALS: tl.constexpr,
+        WEIGHT_FIRST: tl.constexpr, USE_PDL: tl.constexpr,
     ):  # fmt: skip
         # Program (column block, K slice): columns [n0, n0 + BLOCK_N) of every row over one slice of K.
         pid_n = tl.program_id(0)
@@ -219,14 +253,15 @@ if HAVE_TRITON:
         x_rows = x_ptr + offs_m.to(tl.int64)[:, None] * stride_xm  # [ROWS_PAD, 1]
         acc = _acc_zeros(ROWS_PAD, BLOCK_N, BLOCK_K, PATH)
         acc_up = _acc_zeros(ROWS_PAD, BLOCK_N, BLOCK_K, PATH)
-        if PREFETCH:
-            # No earlier kernel writes the weight (weight_is_constant): the first tile's loads go out
-            # before the grid-dependency wait, overlapping the predecessor's tail (peeled off the loop).
-            offs_k = k_start + tl.arange(0, BLOCK_K)
-            w_first = _load_tile(w_rows + offs_k[None, :], n_ok, offs_k < k, EVEN_N, EVEN_K)
-            wu_first = w_first
-            if GATED:
-                wu_first = _load_tile(w_up_rows + offs_k[None, :], n_ok, offs_k < k, EVEN_N, EVEN_K)
+        # No earlier kernel writes the weight (weight_is_constant): the first PREFETCH_TILES tiles'
+        # loads go out before the grid-dependency wait, overlapping the predecessor's tail (peeled
+        # off the loop; the host caps PREFETCH_TILES at the slice's tile count).
+        if PREFETCH_TILES >= 1:
+            w_first, wu_first = _weight_tiles(w_rows, w_up_rows, k_start, k, n_ok, BLOCK_K, EVEN_N, EVEN_K, GATED)
+        if PREFETCH_TILES >= 2:
+            w_second, wu_second = _weight_tiles(
+                w_rows, w_up_rows, k_start + BLOCK_K, k, n_ok, BLOCK_K, EVEN_N, EVEN_K, GATED
+            )
         if PREFETCH_RESIDUAL:
             # Written before the kernel just before this one (residual_is_settled): the epilogue's
             # residual comes in before the wait, off the end of the kernel's critical path.
@@ -235,25 +270,22 @@ if HAVE_TRITON:
         rstd = tl.full([ROWS_PAD], 1.0, tl.float32)
         if IN_NORM:
             rstd = _row_rstds(x_ptr, rows, k, eps, stride_xm, stride_xk, ROWS_PAD, NORM_ROWS, NORM_BLOCK)
-        if PREFETCH:
-            offs_k = k_start + tl.arange(0, BLOCK_K)
-            xt = _x_tile(
-                x_rows, stride_xk, offs_k, m_ok, offs_k < k, norm_w_ptr, rstd, EVEN_K, IN_NORM, UNIT_OFFSET
-            )
-            acc = _mac(acc, xt, w_first, PATH, ROWS_PAD, DOT_PRECISION)
-            if GATED:
-                acc_up = _mac(acc_up, xt, wu_first, PATH, ROWS_PAD, DOT_PRECISION)
-        for tile in range(1 if PREFETCH else 0, tiles_per_split):
-            offs_k = k_start + tile * BLOCK_K + tl.arange(0, BLOCK_K)
-            k_ok = offs_k < k
-            xt = _x_tile(
-                x_rows, stride_xk, offs_k, m_ok, k_ok, norm_w_ptr, rstd, EVEN_K, IN_NORM, UNIT_OFFSET
-            )
-            wt = _load_tile(w_rows + offs_k[None, :], n_ok, k_ok, EVEN_N, EVEN_K)  # [BLOCK_N, BLOCK_K]
-            acc = _mac(acc, xt, wt, PATH, ROWS_PAD, DOT_PRECISION)
-            if GATED:
-                wu = _load_tile(w_up_rows + offs_k[None, :], n_ok, k_ok, EVEN_N, EVEN_K)
-                acc_up = _mac(acc_up, xt, wu, PATH, ROWS_PAD, DOT_PRECISION)
+        if PREFETCH_TILES >= 1:
+            xt = _x_tile_at(x_rows, stride_xk, k_start, k, m_ok, norm_w_ptr, rstd, BLOCK_K, EVEN_K, IN_NORM, UNIT_OFFSET)
+            acc, acc_up = _mac_tiles(acc, acc_up, xt, w_first, wu_first, PATH, ROWS_PAD, DOT_PRECISION, GATED)
+        if PREFETCH_TILES >= 2:
+            k0 = k_start + BLOCK_K
+            xt = _x_tile_at(x_rows, stride_xk, k0, k, m_ok, norm_w_ptr, rstd, BLOCK_K, EVEN_K, IN_NORM, UNIT_OFFSET)
+            acc, acc_up = _mac_tiles(acc, acc_up, xt, w_second, wu_second, PATH, ROWS_PAD, DOT_PRECISION, GATED)
+        for tile in range(PREFETCH_TILES, tiles_per_split):
+            k0 = k_start + tile * BLOCK_K
+            if WEIGHT_FIRST:  # the weight tile's loads issued first, then x's (the config's order)
+                wt, wu = _weight_tiles(w_rows, w_up_rows, k0, k, n_ok, BLOCK_K, EVEN_N, EVEN_K, GATED)
+                xt = _x_tile_at(x_rows, stride_xk, k0, k, m_ok, norm_w_ptr, rstd, BLOCK_K, EVEN_K, IN_NORM, UNIT_OFFSET)
+            else:
+                xt = _x_tile_at(x_rows, stride_xk, k0, k, m_ok, norm_w_ptr, rstd, BLOCK_K, EVEN_K, IN_NORM, UNIT_OFFSET)
+                wt, wu = _weight_tiles(w_rows, w_up_rows, k0, k, n_ok, BLOCK_K, EVEN_N, EVEN_K, GATED)
+            acc, acc_up = _mac_tiles(acc, acc_up, xt, wt, wu, PATH, ROWS_PAD, DOT_PRECISION, GATED)
         sums = _acc_rows(acc, PATH, ROWS_PAD)  # [ROWS_PAD, BLOCK_N]
         sums_up = _acc_rows(acc_up, PATH, ROWS_PAD)
         mask = m_ok[:, None] & n_ok[None, :]
@@ -438,7 +470,8 @@ def launch(
         DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
         IN_NORM=in_norm is not None, UNIT_OFFSET=in_norm is not None and in_norm.unit_offset,
         NORM_ROWS=triton.next_power_of_2(rows), NORM_BLOCK=norm_block,
-        HAS_RESIDUAL=residual is not None and not partials, PREFETCH=weight_is_constant,
+        HAS_RESIDUAL=residual is not None and not partials,
+        PREFETCH_TILES=prefetched_tiles(config, k_per_split, weight_is_constant), WEIGHT_FIRST=config.weight_first,
         PREFETCH_RESIDUAL=residual is not None and residual_is_settled and not partials, WRITE_PARTIALS=partials, num_warps=config.num_warps, num_stages=config.num_stages, **common,
     )  # fmt: skip
     if out_norm is not None:

@@ -205,10 +205,11 @@ def _sm_count(device_index: int) -> int:
     return int(torch.cuda.get_device_properties(device_index).multi_processor_count)
 
 
-def decode_num_splits(batch: int, num_kv_heads: int, max_visible: int, min_chunk: int, sm_count: int) -> int:
-    """Splits per ``(row, kv head)``: enough programs for about four waves of the GPU, but no
-    split shorter than ``min_chunk`` keys (a split's first tile) of the longest possible visible
-    range (shapes only, no lengths).
+def decode_num_splits(batch: int, head_blocks: int, max_visible: int, min_chunk: int, sm_count: int) -> int:
+    """Splits per ``(row, head block)`` (a head block: a KV head's group of query heads, or the part
+    of it one program takes): enough programs for about four waves of the GPU, but no split shorter
+    than ``min_chunk`` keys (a split's first tile) of the longest possible visible range (shapes
+    only, no lengths).
 
     Of twelve settings tried on an H200 (2, 4 or 8 waves; 32-key tiles on 2 warps, 64 on 4 or 8,
     128 on 4) over batch 1..64, contexts 1K..16K and the three families' shapes, four waves was the
@@ -217,7 +218,7 @@ def decode_num_splits(batch: int, num_kv_heads: int, max_visible: int, min_chunk
     splits of one tile took 7.7 us per layer against 8.7 us for 33 of two (``DECODE_LOG.md``). The
     tile itself (keys, warps) depends on the head dim: ``decode_attention.default_tile``.
     """
-    wanted = -(-4 * sm_count // max(1, batch * num_kv_heads))
+    wanted = -(-4 * sm_count // max(1, batch * head_blocks))
     useful = max(1, -(-max_visible // min_chunk))
     return max(1, min(wanted, useful, 128))
 

@@ -406,6 +406,29 @@ def test_graph_of_chained_layers_sharing_counters() -> None:
         assert_counters_zero(f"replay {replay}")
 
 
+# -- heads per program: the whole group on tensor cores, or parts of it as multiply-and-sums ----------
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("preload", [False, True])
+def test_every_heads_per_program(family: str, dtype: torch.dtype, preload: bool) -> None:
+    """Each divisor of the family's group as the heads a program takes (the whole group: tensor
+    cores; fewer: multiply-and-sums, several programs per KV head, one of them storing the new
+    K/V), at block boundaries, a row of one token and long rows (several splits combining), the
+    split heuristic and 5 splits, preloading and not; Gemma's shape also with its sliding window."""
+    shape, norms = FAMILIES[family]
+    group = shape[0] // shape[1]
+    lengths = [47, 48, 49, 1, 300, 2000]
+    for heads in [h for h in range(1, group + 1) if group % h == 0]:
+        for window in [None, 512] if family == "gemma3" else [None]:
+            seed = _seed("heads", family, dtype, preload, heads, window)
+            args, slots = build(shape, norms, lengths, 16, dtype, seed, window=window)
+            what = f"{family} {dtype} heads_per_program={heads} preload={preload} window={window}"
+            check(args, slots, what, heads_per_program=heads, preload=preload)
+            check(args, slots, what + " splits=5", heads_per_program=heads, preload=preload, num_splits=5)
+
+
 # -- the preload: each split's first tile read before the dependency wait ----------------------------
 
 

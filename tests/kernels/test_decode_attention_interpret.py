@@ -74,7 +74,9 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
 class Case:
     """One launch: shapes ``(H, Hkv, D)``, row lengths after the new token, block size, window,
     norms (``"none"``, ``"llama"``, ``"gemma"``, ``"q_only"``: a q_norm without a k_norm), RoPE
-    tables (``"rows"`` ``[B, D]``, ``"shared"`` ``[1, D]``, ``"none"``), splits, keys per tile."""
+    tables (``"rows"`` ``[B, D]``, ``"shared"`` ``[1, D]``, ``"none"``), splits, keys per tile, query
+    heads per program (None: the tiling's; the whole group: tensor-core products; a part of it:
+    multiply-and-sums)."""
 
     shape: tuple[int, int, int]
     lengths: tuple[int, ...]
@@ -84,12 +86,13 @@ class Case:
     rope: str = "rows"
     splits: int | None = 3
     block_n: int = 16
+    heads: int | None = None
 
     def __str__(self) -> str:
         h, hkv, d = self.shape
         return (
             f"H{h}-Hkv{hkv}-D{d}-len{'_'.join(map(str, self.lengths))}-bs{self.bs}-w{self.window}-"
-            f"{self.norms}-rope_{self.rope}-splits{self.splits}"
+            f"{self.norms}-rope_{self.rope}-splits{self.splits}-heads{self.heads}"
         )
 
 
@@ -197,7 +200,7 @@ def assert_pools_match(
 
 def assert_counters_zero(what: str) -> None:
     for (device, size), counters in da._COUNTERS.items():
-        assert not counters.any(), f"{what}: arrival counters for {size} (row, kv head) pairs on {device} not reset: {counters.tolist()}"
+        assert not counters.any(), f"{what}: arrival counters for {size} (row, head block) pairs on {device} not reset: {counters.tolist()}"
 
 
 def check(case: Case, dtype: torch.dtype, seed: int, hints: Any = None, **knobs: Any) -> None:
@@ -209,11 +212,14 @@ def check(case: Case, dtype: torch.dtype, seed: int, hints: Any = None, **knobs:
     want = decode_attention_reference(**ref)
     out = torch.full(a["q"].shape, float("nan"), dtype=dtype)
     if hints is None:
-        got = decode_attention_triton(**a, num_splits=case.splits, block_n=case.block_n, out=out, **knobs)
+        got = decode_attention_triton(
+            **a, num_splits=case.splits, block_n=case.block_n, out=out, heads_per_program=case.heads, **knobs
+        )
     else:
         got = da.launch_decode_attention(
-            *a.values(), case.splits, case.block_n, None, 2, out, preload=True, hints=hints(a), **knobs
-        )
+            *a.values(), case.splits, case.block_n, None, 2, out, preload=True, hints=hints(a),
+            heads_per_program=case.heads, **knobs,
+        )  # fmt: skip
     what = f"{case} {dtype} seed {seed}"
     assert got is out
     _assert_close(got, want, TOLERANCE[dtype], what)
@@ -247,6 +253,14 @@ CASES = [
     Case(G2, (1, 1), 16, norms="llama", splits=4),
     Case(GEMMA, (40, 17), 16, window=16, norms="gemma", splits=3),
     Case(GEMMA, (70,), 32, norms="gemma", rope="shared", splits=2, block_n=32),
+    # a program per query head, or per part of a group (multiply-and-sum products): one and several
+    # splits, windows, a Gemma-3-1b head, a group of 4 in halves
+    Case(GEMMA, (40, 17), 16, window=16, norms="gemma", splits=3, heads=1),
+    Case(GEMMA, (70,), 32, norms="gemma", rope="shared", splits=1, heads=1),
+    Case(G4, (64, 65, 63), 16, window=33, norms="llama", splits=8, heads=2),
+    Case(G2, (47, 48, 49, 1), 16, splits=3, heads=1),
+    Case(G4, (23, 24, 25), 1, norms="llama", splits=4, heads=1),
+    Case(GEMMA, (40, 17), 16, window=16, norms="gemma", splits=3, heads=4),  # the whole group: tensor cores
 ]
 
 
@@ -267,6 +281,8 @@ PRELOAD_CASES = [
     (Case(G1, (45, 21, 19), 1, window=20, norms="gemma", splits=5), 32),
     (Case(G2, (35, 36, 37, 12, 13), 12, norms="gemma", splits=1), 32),
     (Case(GEMMA, (40, 17), 16, window=16, norms="gemma", splits=3), 32),
+    (Case(GEMMA, (40, 17), 16, window=16, norms="gemma", splits=3, heads=1), 16),
+    (Case(G4, (15, 16, 17, 33), 16, norms="llama", splits=3, heads=1), 32),
 ]
 
 
@@ -475,6 +491,8 @@ def compile_for_sm90(
     fp_fusion: bool | None = None,
     preload: bool = False,
     first_n: int | None = None,
+    heads_per_program: int | None = None,
+    num_warps: int | None = None,
 ) -> Any:
     """Compile the kernel as a launch of this family's shape would (the heuristic's warps, strides
     of 1 and lengths specialised as Triton's launcher does, 16-byte aligned pointers) for sm_90."""
@@ -490,6 +508,7 @@ def compile_for_sm90(
     constexprs = da.kernel_constexprs(
         h, hkv, d, splits, block_n, torch_dtype, new_kv=prep, rope=prep, q_norm=norm, k_norm=norm,
         first_n=max(tile.first_n, block_n) if first_n is None else first_n, preload=preload,
+        heads_per_program=tile.heads_per_program if heads_per_program is None else heads_per_program,
     )  # fmt: skip
     constexprs["USE_PDL"] = True  # as an H100 launch compiles it
     unit_strides = {"stride_qd", "stride_nkd", "stride_nvd", "stride_cd", "stride_sd", "stride_qw", "stride_kw",
@@ -510,7 +529,7 @@ def compile_for_sm90(
         else:
             signature[name] = "fp32" if name in ("scale", "q_eps", "k_eps") else "i32"
     source = ASTSource(fn=da._decode_attention_kernel, signature=signature, constexprs=consts, attrs=attrs)
-    options = {"num_warps": tile.num_warps, "num_stages": 2, **da.LAUNCH_OPTIONS}
+    options = {"num_warps": tile.num_warps if num_warps is None else num_warps, "num_stages": 2, **da.LAUNCH_OPTIONS}
     if fp_fusion is not None:
         options["enable_fp_fusion"] = fp_fusion
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -560,6 +579,10 @@ def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bo
     assert "ld.global.cg" in ptx[arrival:], "the combine does not read the partials through L2"
 
 
+# Bytes of spill stores (or loads) a table launch may show: a value or two, never a tile's worth.
+SPILL_BYTES_ALLOWED = 8
+
+
 def ptxas_report(ptx: str, tmp_path: Any) -> str:
     """``ptxas -v`` on the kernel's PTX (the assembler Triton ships): registers and spills."""
     import subprocess
@@ -583,11 +606,14 @@ def ptxas_report(ptx: str, tmp_path: Any) -> str:
 @pytest.mark.parametrize("family", sorted(FAMILY_SHAPES))
 def test_the_tile_table_does_not_spill_registers(family: str, tmp_path: Any) -> None:
     """The decode steps' launch of each family's shape, with the tiling the head-dim table picks,
-    assembles for sm_90a without spilling registers to local memory (the table was chosen so: a
-    spilling setting was the slower one on the H100, benchmarks/log/DECODE_LOG.md)."""
+    assembles for sm_90a without spilling registers to local memory, beyond a few bytes (the table
+    was chosen so: the spilling settings measured, 120 to 256 bytes, were the slower ones on the
+    H100, benchmarks/log/DECODE_LOG.md). Gemma's program per query head assembles to 168 registers
+    with 2 bytes spilled and reloaded twice (4 bytes of loads): a single value, not a tile; it is
+    the setting measured fastest."""
     report = ptxas_report(compile_for_sm90(family, "bf16", 64, True, preload=True).asm["ptx"], tmp_path)
     spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", report)
-    assert spills and all(int(n) == 0 for n in spills), f"{family}: registers spill\n{report}"
+    assert spills and all(int(n) <= SPILL_BYTES_ALLOWED for n in spills), f"{family}: registers spill\n{report}"
 
 
 @interpret

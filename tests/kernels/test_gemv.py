@@ -56,6 +56,7 @@ from infer_ref.kernels.gemv import (
     linear_triton,
     split_plan,
 )
+from infer_ref.kernels.gemv_config import prefetched_tiles
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
 from infer_ref.models import common as model_common
@@ -929,6 +930,11 @@ def test_bad_out_is_named_and_untouched(
         ({"block_n": 32, "block_k": 64, "num_stages": 0}, "num_stages must be a positive int"),
         ({"block_n": 32, "block_k": 64, "num_warps": 3}, "num_warps must be one of"),
         ({"block_n": 32, "block_k": 64, "path": "mma"}, "path must be one of ('dot', 'dot_t', 'fma')"),
+        ({"block_n": 32, "block_k": 64, "prefetch_tiles": 0}, "prefetch_tiles must be an int in [1, 2]"),
+        ({"block_n": 32, "block_k": 64, "prefetch_tiles": 3}, "prefetch_tiles must be an int in [1, 2]"),
+        ({"block_n": 32, "block_k": 64, "prefetch_tiles": 2.0}, "prefetch_tiles must be an int in [1, 2]"),
+        ({"block_n": 32, "block_k": 64, "prefetch_tiles": True}, "prefetch_tiles must be an int in [1, 2]"),
+        ({"block_n": 32, "block_k": 64, "weight_first": 1}, "weight_first must be a bool, got 1"),
     ],
 )
 def test_bad_config_is_named(kwargs: dict[str, Any], fragment: str) -> None:
@@ -1004,11 +1010,19 @@ INTERPRET_CONFIGS = [
     GemvConfig(16, 64, 2, 4, 1, "dot_t"),
     GemvConfig(8, 16, 1, 4, 1, "fma"),
     GemvConfig(16, 64, 2, 4, 1, "fma"),
+    # Two weight tiles before the wait: slices of several tiles (the loop runs after them), of two,
+    # and of one (K = 100 in 64-wide tiles, 2 splits: the host caps the prefetch at one tile).
+    GemvConfig(16, 16, 1, 4, 1, "dot", prefetch_tiles=2),
+    GemvConfig(16, 32, 2, 4, 1, "dot_t", prefetch_tiles=2),
+    GemvConfig(8, 64, 2, 4, 1, "fma", prefetch_tiles=2),
+    # The K loop loading each weight tile before the x tile.
+    GemvConfig(16, 16, 3, 4, 1, "dot", weight_first=True),
+    GemvConfig(4, 16, 1, 4, 1, "fma", weight_first=True),
 ]
 
 
 def _config_id(c: GemvConfig) -> str:
-    return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-{c.path}"
+    return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-{c.path}-p{c.prefetch_tiles}{'-wf' if c.weight_first else ''}"
 
 
 @interpret
@@ -1307,7 +1321,8 @@ class Launch:
             "EVEN_N": n_out % c.block_n == 0, "EVEN_K": splits * per == k, "DOT_PRECISION": "tf32",
             "GATED": self.gated, "ACT": 0, "HAS_BIAS": not self.gated, "IN_NORM": self.in_norm,
             "UNIT_OFFSET": self.unit_offset, "NORM_ROWS": 1 << (rows - 1).bit_length(), "NORM_BLOCK": norm_block,
-            "HAS_RESIDUAL": self.residual and not partials, "PREFETCH": self.prefetch,
+            "HAS_RESIDUAL": self.residual and not partials,
+            "PREFETCH_TILES": prefetched_tiles(c, per, self.prefetch), "WEIGHT_FIRST": c.weight_first,
             "PREFETCH_RESIDUAL": self.residual and self.settled and not partials, "WRITE_PARTIALS": partials,
             "USE_PDL": True,  # as an H100 launch compiles it
         }  # fmt: skip

@@ -170,11 +170,21 @@ ODD_CONFIGS = [
     GemvConfig(64, 128, 2, 4, 3, "dot_t"),  # 5 tiles: 3 per slice, 2 slices launched
     GemvConfig(16, 128, 1, 4, 2, "fma"),
     GemvConfig(8, 128, 4, 4, 2, "fma"),  # 5 tiles: 2 per slice, 3 slices launched
+    # Two weight tiles before the dependency wait: slices of 9 tiles, of 3, of 2 (the whole slice)
+    # and of 1 (17 slices: the host caps the prefetch at one tile).
+    GemvConfig(32, 64, 1, 4, 3, "dot", prefetch_tiles=2),
+    GemvConfig(64, 128, 2, 4, 3, "dot_t", prefetch_tiles=2),
+    GemvConfig(4, 128, 3, 4, 3, "fma", prefetch_tiles=2),
+    GemvConfig(64, 32, 32, 8, 2, "fma", prefetch_tiles=2),
+    # The K loop loading each weight tile before the x tile, on each path.
+    GemvConfig(32, 64, 3, 4, 3, "dot", weight_first=True),
+    GemvConfig(64, 64, 1, 4, 3, "dot_t", weight_first=True),
+    GemvConfig(8, 128, 1, 4, 2, "fma", weight_first=True),
 ]
 
 
 def _config_id(c: GemvConfig) -> str:
-    return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-w{c.num_warps}-{c.path}"
+    return f"bn{c.block_n}-bk{c.block_k}-s{c.split_k}-w{c.num_warps}-{c.path}-p{c.prefetch_tiles}{'-wf' if c.weight_first else ''}"
 
 
 @pytest.mark.parametrize("config", ODD_CONFIGS, ids=_config_id)
