@@ -55,6 +55,7 @@ if want bench; then
     timeout 300 $PY benchmarks/bench_decode_attention.py --contexts 128 1024 4096 16384 \
         --knobs preload=0 preload=1 preload=1,block_n=64,first_n=64,num_warps=4 preload=1,block_n=32,first_n=32,num_warps=4 \
         preload=1,block_n=16,first_n=16,num_warps=2 preload=1,block_n=16,first_n=32,num_warps=2 preload=1,block_n=16,first_n=128,num_warps=4 \
+        preload=1,heads_per_program=1,first_n=16 \
         --json "$OUT/decode_attention.json" 2>&1 | tee -a "$LOG" | tail -14
     timeout 300 $PY benchmarks/bench_gemv.py --stages --rows 1 --json "$OUT/gemv_stages.json" >"$OUT/gemv_stages.txt" 2>&1 || RC=1
     grep -A16 "^# best batch-1" "$OUT/gemv_stages.txt" | tee -a "$LOG"
