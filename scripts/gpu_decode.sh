@@ -7,6 +7,8 @@
 #   OUT=/some/dir STAGES="sweep" CONTEXTS="128 4096" scripts/gpu_decode.sh   # a part
 #   OUT=/some/dir STAGES="profile" scripts/gpu_decode.sh    # the compiled step's kernels (not by default)
 #   OUT=/some/dir STAGES="bench" scripts/gpu_decode.sh      # the fused kernels' benchmarks (not by default)
+#   OUT=/some/dir STAGES="tests-gemv" scripts/gpu_decode.sh # the GPU tier in three parts, for machines
+#   (then STAGES="tests-attention", STAGES="tests-rest")    # whose commands stop at 10 minutes
 #
 # Needs torch (CUDA), Triton, transformers, pytest, matplotlib; no network. The sweep alone takes
 # about 6 minutes on an H100 for two contexts (torch.compile of each decoder is most of it) and
@@ -31,6 +33,19 @@ say() { echo "[gpu_decode $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
 want() { [[ " $STAGES " == *" $1 "* ]]; }
 RC=0
 
+KERNEL_TESTS=(tests/kernels/test_gemv_gpu.py tests/kernels/test_decode_attention_gpu.py)
+tier_part() {  # name, pytest arguments: one part of the GPU tier, its log tests_<name>.log
+    local name=$1
+    shift
+    say "tests: pytest -m gpu -n 8 $* (a part of the GPU tier)"
+    timeout "$TESTS_TIMEOUT_S" $PY -m pytest -m gpu -n 8 -p no:cacheprovider -q -rs "$@" \
+        >"$OUT/tests_$name.log" 2>&1 || RC=1
+    tail -3 "$OUT/tests_$name.log" | tee -a "$LOG"
+}
+# On an H100 with 8 workers the two kernel files took 9:22 together, the rest 1:25 (2026-11-24).
+want tests-gemv && tier_part gemv "${KERNEL_TESTS[0]}"
+want tests-attention && tier_part attention "${KERNEL_TESTS[1]}"
+want tests-rest && tier_part rest --ignore "${KERNEL_TESTS[0]}" --ignore "${KERNEL_TESTS[1]}"
 if want tests; then
     # The whole GPU tier, the issue's "pytest -m gpu", in $WORKERS processes sharing the GPU: most of
     # its time is Triton and Inductor compiling on the CPU, which the workers spread over the cores.
