@@ -790,9 +790,8 @@ def launch_decode_attention(
     _, block_size, hkv, _ = k_cache.shape
     group = h // hkv
     tile = default_tile(d)
-    if heads_per_program is None:
-        heads_per_program = tile.heads_per_program  # None or 1: divides every group
-    heads = group if heads_per_program is None else heads_per_program
+    # The heads a program takes: the knob, else the tiling's choice (None or 1), else the group.
+    heads = heads_per_program or tile.heads_per_program or group
     head_blocks = hkv * group // heads
     block_n = tile.block_n if block_n is None else block_n
     first_n = max(tile.first_n, block_n) if first_n is None else first_n
@@ -842,7 +841,7 @@ def launch_decode_attention(
     constexprs = kernel_constexprs(
         h, hkv, d, num_splits, block_n, q.dtype, new_kv=new_kv, rope=rope,
         q_norm=_norm_code(q_norm), k_norm=_norm_code(k_norm if new_kv else None), first_n=first_n, preload=preload,
-        heads_per_program=heads_per_program,
+        heads_per_program=heads,
     )  # fmt: skip
     _decode_attention_kernel[(b * head_blocks, num_splits)](
         *args,

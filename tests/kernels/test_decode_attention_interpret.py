@@ -579,8 +579,9 @@ def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bo
     assert "ld.global.cg" in ptx[arrival:], "the combine does not read the partials through L2"
 
 
-# Bytes of spill stores (or loads) a table launch may show: a value or two, never a tile's worth.
-SPILL_BYTES_ALLOWED = 8
+# Bytes of spill stores (or loads) a family's table launch may show: none, but Gemma's program per
+# query head, measured fastest with its 2 bytes stored and 4 loaded (a value, never a tile's worth).
+SPILL_BYTES_ALLOWED = {"gemma3": 4}
 
 
 def ptxas_report(ptx: str, tmp_path: Any) -> str:
@@ -610,10 +611,11 @@ def test_the_tile_table_does_not_spill_registers(family: str, tmp_path: Any) -> 
     was chosen so: the spilling settings measured, 120 to 256 bytes, were the slower ones on the
     H100, benchmarks/log/DECODE_LOG.md). Gemma's program per query head assembles to 168 registers
     with 2 bytes spilled and reloaded twice (4 bytes of loads): a single value, not a tile; it is
-    the setting measured fastest."""
+    the setting measured fastest. The others spill nothing."""
     report = ptxas_report(compile_for_sm90(family, "bf16", 64, True, preload=True).asm["ptx"], tmp_path)
     spills = re.findall(r"(\d+) bytes spill (?:stores|loads)", report)
-    assert spills and all(int(n) <= SPILL_BYTES_ALLOWED for n in spills), f"{family}: registers spill\n{report}"
+    allowed = SPILL_BYTES_ALLOWED.get(family, 0)
+    assert spills and all(int(n) <= allowed for n in spills), f"{family}: registers spill (at most {allowed} bytes)\n{report}"
 
 
 @interpret
