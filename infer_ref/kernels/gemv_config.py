@@ -99,9 +99,7 @@ LINEAR_CONFIGS: dict[tuple[int, int], GemvConfig] = {
     (2048, 6144): _FMA_4x1024,  # qwen3 down: 10.65 us, 80% vs 57% (2 splits: 10.60 us)
     (151936, 2048): _FMA_4x1024,  # qwen3 lm_head: 106% vs 96%
     (1536, 1152): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma", weight_first=True),  # gemma qkv: 4.15 us, 29% vs 7%
-    # gemma o (out_norm: partials and a row combine): 3.33 us, 24% vs 5% as _FMA_4x1024; two columns a
-    # program (576 programs) won end to end (887.4 against 885.0 tok/s; with 16-warp combines 888.8)
-    (1152, 1024): GemvConfig(block_n=2, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma"),
+    (1152, 1024): _FMA_4x1024,  # gemma o (out_norm: partials and a row combine): 3.33 us, 24% vs 5%
     (1152, 6912): GemvConfig(block_n=4, block_k=1024, split_k=4, num_warps=4, num_stages=3, path="fma", weight_first=True),  # gemma down (out_norm): 9.07 us, 59% vs 23%
     (262144, 1152): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma", weight_first=True),  # gemma lm_head: 104% vs 96%
 }

@@ -36,16 +36,6 @@ COMBINE_BLOCK = 256  # columns per program of the split-K combine kernel
 # normalised from registers; a wider one is walked twice (squares, then normalise), its partials
 # summed again in the same order (so to the same values) on the second walk.
 OUT_NORM_BLOCK = 4096
-# Warps of the out_norm combine: its one program per row sums the partials, squares and normalises
-# the whole row, on the step's critical path between two products. For Gemma-1B's 1152-wide rows
-# (a 2048 block) 16 warps beat 8 in the compiled step on an H100 (888.8 against 883.6 tok/s, with
-# Gemma's o product in two-column programs, gemv_config.py; benchmarks/log/DECODE_LOG.md); 4 warps
-# lost (867.6 against 885.0).
-def out_norm_warps(block: int) -> int:
-    """Warps of the out_norm combine for a row block of ``block`` columns."""
-    return 16 if block >= 2048 else 4
-
-
 # Columns of one load of in_norm's sum-of-squares pass (one row at a time): a 1B model's whole
 # hidden row (2048 or 1152) in one load.
 NORM_TILE_ELEMENTS = 8192
@@ -492,7 +482,7 @@ def launch(
             splits, n_out, out_norm.eps, part.stride(0), part.stride(1), out2.stride(0),
             res2.stride(0), res2.stride(1),
             BLOCK=block, ONE_BLOCK=n_out <= block, UNIT_OFFSET=out_norm.unit_offset, HAS_BIAS=bias is not None,
-            HAS_RESIDUAL=residual is not None, num_warps=out_norm_warps(block), **pdl,
+            HAS_RESIDUAL=residual is not None, num_warps=8 if block >= 2048 else 4, **pdl,
         )  # fmt: skip
     elif splits > 1:
         _combine_kernel[(triton.cdiv(n_out, COMBINE_BLOCK), rows)](
@@ -503,4 +493,4 @@ def launch(
     return out
 
 
-__all__ = ["ACT_CODES", "COMBINE_BLOCK", "HAVE_TRITON", "LAUNCH_OPTIONS", "NORM_TILE_ELEMENTS", "OUT_NORM_BLOCK", "launch", "out_norm_warps"]
+__all__ = ["ACT_CODES", "COMBINE_BLOCK", "HAVE_TRITON", "LAUNCH_OPTIONS", "NORM_TILE_ELEMENTS", "OUT_NORM_BLOCK", "launch"]

@@ -1341,7 +1341,7 @@ class Launch:
             block = min(1 << (n_out - 1).bit_length(), gemv_kernels.OUT_NORM_BLOCK)
             flags = {"BLOCK": block, "ONE_BLOCK": n_out <= block, "UNIT_OFFSET": self.unit_offset, "HAS_BIAS": True,
                      "HAS_RESIDUAL": self.residual, "USE_PDL": True}  # fmt: skip
-            options = {"num_warps": gemv_kernels.out_norm_warps(block), "num_stages": 3, **gemv_kernels.LAUNCH_OPTIONS}
+            options = {"num_warps": 8 if block >= 2048 else 4, "num_stages": 3, **gemv_kernels.LAUNCH_OPTIONS}
             compiled.append(
                 (
                     "_combine_norm_kernel",
