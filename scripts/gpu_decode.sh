@@ -26,6 +26,9 @@ BUDGET_S=${BUDGET_S:-1500}
 # More workers compile faster but share the GPU's memory: at 10, the 4 GiB weight of the GEMV
 # int32-addressing test no longer fitted beside the others (H100, 80 GB).
 WORKERS=${WORKERS:-4}
+# Workers of one part of the tier (tests-gemv, tests-attention, tests-rest): a part holds fewer of
+# the big-memory tests at once, and 8 fitted on an H100.
+PART_WORKERS=${PART_WORKERS:-8}
 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-560}
 LOG="$OUT/log.txt"
 : >"$LOG"
@@ -37,8 +40,8 @@ KERNEL_TESTS=(tests/kernels/test_gemv_gpu.py tests/kernels/test_decode_attention
 tier_part() {  # name, pytest arguments: one part of the GPU tier, its log tests_<name>.log
     local name=$1
     shift
-    say "tests: pytest -m gpu -n 8 $* (a part of the GPU tier)"
-    timeout "$TESTS_TIMEOUT_S" $PY -m pytest -m gpu -n 8 -p no:cacheprovider -q -rs "$@" \
+    say "tests: pytest -m gpu -n $PART_WORKERS $* (a part of the GPU tier)"
+    timeout "$TESTS_TIMEOUT_S" $PY -m pytest -m gpu -n "$PART_WORKERS" -p no:cacheprovider -q -rs "$@" \
         >"$OUT/tests_$name.log" 2>&1 || RC=1
     tail -3 "$OUT/tests_$name.log" | tee -a "$LOG"
 }

@@ -790,8 +790,8 @@ def launch_decode_attention(
     _, block_size, hkv, _ = k_cache.shape
     group = h // hkv
     tile = default_tile(d)
-    # The heads a program takes: the knob, else the tiling's choice (None or 1), else the group.
-    heads = heads_per_program or tile.heads_per_program or group
+    # The heads a program takes: the knob (checked above), else the tiling's choice (1), else the group.
+    heads = (tile.heads_per_program or group) if heads_per_program is None else heads_per_program
     head_blocks = hkv * group // heads
     block_n = tile.block_n if block_n is None else block_n
     first_n = max(tile.first_n, block_n) if first_n is None else first_n
