@@ -380,6 +380,7 @@ if HAVE_TRITON:
         stride_vb, stride_vo, stride_vh, stride_vd,  # v pool [num_blocks, bs, Hkv, D]
         stride_tb, stride_tm,  # block_tables [B, M]
         stride_hb, stride_hm,  # the hint tables [B, M]
+        stride_lb, stride_hlb,  # seq_lens [B], the hint lengths [B] (0: one length broadcast to every row)
         stride_ob, stride_oh, stride_od,  # out [B, H, D]
         scale, block_size, window, q_eps, k_eps,  # window <= 0: none
         num_blocks, capacity,  # the pool's blocks, the table's positions (M * bs): the preload's bounds
@@ -428,7 +429,7 @@ if HAVE_TRITON:
             # Speculative: the split's first tile of cached K/V, through the lengths and table as
             # they read before the wait (the hints; module docstring). Clamped, so a stale or
             # unwritten hint only ever reads inside the table and the pool; checked after the wait.
-            hint_n = tl.minimum(tl.maximum(tl.load(hint_lens_ptr + row).to(tl.int32), 1), capacity)
+            hint_n = tl.minimum(tl.maximum(tl.load(hint_lens_ptr + row * stride_hlb).to(tl.int32), 1), capacity)
             _, _, hint_start, hint_end = _split_bounds(hint_n, split, window, NUM_SPLITS, BLOCK_N, FIRST_N)
             hint_pos = hint_start + tl.arange(0, FIRST_N)
             hint_live = hint_pos < hint_end
@@ -443,7 +444,7 @@ if HAVE_TRITON:
 
         # The length, the new token's q/k/v and its RoPE row do not depend on one another: their
         # loads are all issued here, before anything waits on the length (one round trip, not two).
-        n = tl.load(lens_ptr + row).to(tl.int32)
+        n = tl.load(lens_ptr + row * stride_lb).to(tl.int32)
         if PRELOAD:  # the table entries the preload used, as they are now (independent of n)
             check_block = _tile_blocks(table_row, hint_pos, hint_live, block_size, stride_tm)
         if ROPE:
@@ -834,7 +835,8 @@ def launch_decode_attention(
     args += [(c.stride(0) if c.shape[0] > 1 else 0) if rope else 0, c.stride(-1) if rope else 0]
     args += [(s.stride(0) if s.shape[0] > 1 else 0) if rope else 0, s.stride(-1) if rope else 0]
     args += [qw.stride(0) if q_norm is not None else 0, kw.stride(0) if k_norm is not None else 0]
-    args += [*k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *hint_tables.stride(), *out.stride()]
+    args += [*k_cache.stride(), *v_cache.stride(), *block_tables.stride(), *hint_tables.stride()]
+    args += [seq_lens.stride(0), hint_lens.stride(0), *out.stride()]
     args += [float(scale), block_size, 0 if window is None else window]
     args += [float(q_norm.eps) if q_norm is not None else 1.0, float(k_norm.eps) if k_norm is not None else 1.0]
     args += [k_cache.shape[0], capacity]

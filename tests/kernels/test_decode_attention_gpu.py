@@ -241,6 +241,19 @@ def test_other_prep_stages(rope: str, norms: str, dtype: torch.dtype) -> None:
         check(args, slots, f"rope {rope} q_norm only {dtype}", num_splits=4)
 
 
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+@pytest.mark.parametrize("preload", [False, True])
+def test_one_length_broadcast_to_every_row(family: str, preload: bool) -> None:
+    """Rows of one length given as a stride-0 view ``lengths[:1].expand(B)`` (what ``pos.expand(B)``
+    gives, and what a compiled step may hand the op), over storage whose next elements hold other
+    lengths: every row reads the one length, through the tensor's stride."""
+    shape, norms = FAMILIES[family]
+    args, slots = build(shape, norms, [45, 45, 45], 16, torch.bfloat16, zlib.crc32(f"broadcast {family} {preload}".encode()))
+    storage = torch.tensor([45, 2, 9], dtype=args["seq_lens"].dtype, device=CUDA)  # rows 1, 2 must not read 2, 9
+    args["seq_lens"] = storage[:1].expand(3)
+    check(args, slots, f"{family} one length broadcast, preload {preload}", num_splits=4, preload=preload)
+
+
 def test_a_static_layer_through_its_identity_view() -> None:
     """A contiguous layer ``[B, Hkv, S, D]`` as its overlapping strided pool view: the new K/V land
     at ``layer[b, :, n - 1]``, nothing else in the layer changes."""
