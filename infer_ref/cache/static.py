@@ -111,8 +111,9 @@ class DevicePosition:
 
         Every layer of a step reads the same lengths: they are computed at the first layer and kept
         until the position moves (``advance``, ``set_position``), so an eager or captured-without-
-        compile step launches their two small kernels once, not once per layer (a compiled step
-        merges the per-layer copies itself, and gets them fresh: no Python state in a trace).
+        compile step launches their two small kernels once, not once per layer. A compiled step
+        gets them fresh for every layer (no Python state in a trace); Inductor writes all of those
+        copies from one small kernel.
         """
         if torch.compiler.is_compiling():
             return (self.pos + 1).expand(self.batch_size).contiguous()

@@ -130,6 +130,13 @@ def _contiguous_pools(k_all: Tensor, v_all: Tensor, layer: int) -> tuple[Tensor,
 # A custom op takes tensors and scalars only: the transform travels as its cos/sin rows ([1 or B, D];
 # None: no transform) and the two norms' weights (None: no norms), epsilon and formula.
 
+# Inductor may hand the ops their inputs in any layout (the kernel takes every input's strides).
+# Under the default (the eager strides exactly), an input still being computed, such as a step's
+# cos/sin rows or its lengths, is copied into a fresh buffer for each op that reads it: 26 copies
+# of the RoPE rows for Gemma's 26 layers, in nine small kernels a step. Flexible, it is computed
+# once and every layer's op reads that buffer.
+STEP_OP_TAGS = (torch.Tag.flexible_layout,)
+
 TransformArgs = tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None, float, bool]
 
 
@@ -155,7 +162,7 @@ def _norms(
     return NormSpec(q_norm_weight, eps, unit_offset), NormSpec(k_norm_weight, eps, unit_offset)
 
 
-@torch.library.custom_op("infer_ref::contiguous_decode_step", mutates_args=("k_all", "v_all"))
+@torch.library.custom_op("infer_ref::contiguous_decode_step", mutates_args=("k_all", "v_all"), tags=STEP_OP_TAGS)
 def _contiguous_step_op(
     q: Tensor,
     k: Tensor,
@@ -186,7 +193,7 @@ def _contiguous_step_fake(q: Tensor, *args: object) -> Tensor:
     return torch.empty_like(q)
 
 
-@torch.library.custom_op("infer_ref::paged_decode_step", mutates_args=("k_pools", "v_pools"))
+@torch.library.custom_op("infer_ref::paged_decode_step", mutates_args=("k_pools", "v_pools"), tags=STEP_OP_TAGS)
 def _paged_step_op(
     q: Tensor,
     k: Tensor,

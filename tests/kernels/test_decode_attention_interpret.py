@@ -203,11 +203,14 @@ def assert_counters_zero(what: str) -> None:
         assert not counters.any(), f"{what}: arrival counters for {size} (row, head block) pairs on {device} not reset: {counters.tolist()}"
 
 
-def check(case: Case, dtype: torch.dtype, seed: int, hints: Any = None, **knobs: Any) -> None:
+def check(case: Case, dtype: torch.dtype, seed: int, hints: Any = None, edit: Any = None, **knobs: Any) -> None:
     """Kernel and reference on clones of the same poisoned inputs. ``hints``: a function of the
-    inputs giving the ``(seq_lens, block_tables)`` a preloading launch reads before its wait."""
+    inputs giving the ``(seq_lens, block_tables)`` a preloading launch reads before its wait.
+    ``edit``: a function that changes the built inputs (a dict) in place before both calls."""
     inputs = build(case, dtype, seed)
     a = inputs.args
+    if edit is not None:
+        edit(a)
     ref = dict(a, k_cache=a["k_cache"].clone(), v_cache=a["v_cache"].clone())
     want = decode_attention_reference(**ref)
     out = torch.full(a["q"].shape, float("nan"), dtype=dtype)
@@ -337,6 +340,26 @@ def test_launches_in_a_row_share_the_counters(dtype: torch.dtype) -> None:
     case = Case(G2, (40, 9, 26), 16, norms="llama", splits=4)
     for seed in range(3):
         check(replace(case, lengths=(40 - seed, 9 + 7 * seed, 26)), dtype, seed)
+
+
+def _one_length_for_every_row(a: dict[str, Any]) -> None:
+    """seq_lens as a stride-0 view of its first element, over storage whose next elements hold other
+    lengths: a kernel that steps through seq_lens by rows instead of by its stride reads those."""
+    b = a["seq_lens"].shape[0]
+    storage = torch.arange(b, dtype=a["seq_lens"].dtype) * 7 + 2  # 2, 9, 16, ...: every length but the first wrong
+    storage[0] = a["seq_lens"][0]
+    a["seq_lens"] = storage[:1].expand(b)
+
+
+@interpret
+@needs_interpreter
+@pytest.mark.parametrize("preload", [False, True])
+def test_one_length_broadcast_to_every_row(preload: bool) -> None:
+    """Rows of one length given as ``lengths[:1].expand(B)`` (what ``pos.expand(B)`` gives, and what
+    a compiled step may hand the op): every row reads that length, through the tensor's stride."""
+    case = Case(G2, (33, 33, 33), 16, norms="llama", splits=3)
+    knobs: dict[str, Any] = {"preload": True, "first_n": 16} if preload else {}
+    check(case, torch.float32, seed=zlib.crc32(f"broadcast {preload}".encode()), edit=_one_length_for_every_row, **knobs)
 
 
 @interpret
@@ -474,6 +497,76 @@ def test_compiled_op_writes_the_cache_in_place() -> None:
     assert not COPIES.search(_call_body(code)), "the compiled code copies the pool:\n" + _call_body(code)
 
 
+def _top_level_args(call: str) -> list[str]:
+    """The arguments of ``name(a, f(b, c), d)`` split at the commas outside any bracket."""
+    inner = call[call.index("(") + 1 : call.rindex(")")]
+    args, depth, start = [], 0, 0
+    for i, ch in enumerate(inner):
+        depth += ch in "([{"
+        depth -= ch in ")]}"
+        if ch == "," and depth == 0:
+            args.append(inner[start:i].strip())
+            start = i + 1
+    return [*args, inner[start:].strip()]
+
+
+@interpret
+@needs_interpreter
+def test_compiled_layers_share_one_computation_of_the_rope_rows() -> None:
+    """Under ``torch.compile`` the layers' decode-step ops read the step's cos/sin rows from one
+    buffer, computed once: Inductor may hand the ops any layout (the kernel takes strides), so it
+    copies nothing per layer. Under the default (exact strides) it computed the rows again into a
+    buffer of each layer's own: 26 copies for Gemma, in nine small kernels a step. The outputs and
+    the cache writes equal the reference's."""
+    from torch._inductor.utils import run_and_get_code
+
+    import infer_ref.kernels.decode_step  # noqa: F401  # registers infer_ref::contiguous_decode_step
+
+    b, h, hkv, s, d, layers = 2, 4, 2, 32, 16, 3
+    g = torch.Generator().manual_seed(11)
+    k_all = torch.randn(layers, b, hkv, s, d, generator=g)
+    v_all = torch.randn(layers, b, hkv, s, d, generator=g)
+    qs, ks, vs = (torch.randn(layers, b, heads, d, generator=g) for heads in (h, hkv, hkv))
+    pos = torch.tensor([9])
+    inv_freq = 1.0 / (10000.0 ** (torch.arange(0, d, 2, dtype=torch.float32) / d))
+
+    def rope_rows(pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        angles = pos.float()[:, None] * inv_freq[None, :]  # [1, D/2]
+        emb = torch.cat((angles, angles), dim=-1)  # [1, D]
+        return emb.cos(), emb.sin()
+
+    def step(qs, ks, vs, k_all, v_all, pos):  # type: ignore[no-untyped-def]
+        cos, sin = rope_rows(pos)
+        lengths = (pos + 1).expand(b)  # every row at the same position, as a static cache's step
+        return torch.stack([
+            torch.ops.infer_ref.contiguous_decode_step(
+                qs[i], ks[i], vs[i], cos, sin, None, None, 1e-6, False, k_all, v_all, i, lengths, 0.25, 0
+            )
+            for i in range(layers)
+        ])  # fmt: skip
+
+    want_k, want_v = k_all.clone(), v_all.clone()
+    cos, sin = rope_rows(pos)
+    want = []
+    for i in range(layers):
+        k_pool, tables = contiguous_layer_as_paged(want_k[i], 16)
+        v_pool, _ = contiguous_layer_as_paged(want_v[i], 16)
+        lens = (pos + 1).expand(b)
+        want.append(decode_attention_reference(qs[i], ks[i], vs[i], cos, sin, k_pool, v_pool, tables, lens, 0.25))
+
+    torch._dynamo.reset()
+    # Compiled afresh: the FX graph cache's key leaves out the ops' tags, so a cached graph could
+    # hold another layout's code.
+    with torch._inductor.config.patch(force_disable_caches=True):
+        got, code = run_and_get_code(torch.compile(step, fullgraph=True), qs, ks, vs, k_all, v_all, pos)
+    _assert_close(got, torch.stack(want), 1e-5, "compiled layers")
+    assert torch.equal(k_all, want_k) and torch.equal(v_all, want_v), "the compiled layers did not write the cache"
+    calls = re.findall(r"torch\.ops\.infer_ref\.contiguous_decode_step\.default\(.*\)", _call_body(code))
+    assert len(calls) == layers, f"expected {layers} op calls in the compiled code, found {len(calls)}"
+    rows = {tuple(_top_level_args(call)[3:5]) for call in calls}  # (cos, sin) as each call passes them
+    assert len(rows) == 1, f"the layers read their cos/sin rows from different buffers: {sorted(rows)}"
+
+
 # -- compiled ahead of time for an H100 (sm_90), no GPU needed ---------------------------------------
 
 H100_SHARED_MEMORY = 227 * 1024  # the most dynamic shared memory one block may opt into on sm_90
@@ -512,7 +605,7 @@ def compile_for_sm90(
     )  # fmt: skip
     constexprs["USE_PDL"] = True  # as an H100 launch compiles it
     unit_strides = {"stride_qd", "stride_nkd", "stride_nvd", "stride_cd", "stride_sd", "stride_qw", "stride_kw",
-                    "stride_kd", "stride_vd", "stride_tm", "stride_hm", "stride_od"}  # fmt: skip
+                    "stride_kd", "stride_vd", "stride_tm", "stride_hm", "stride_lb", "stride_hlb", "stride_od"}  # fmt: skip
     pointer_types = {"part_out_ptr": "*fp32", "part_max_ptr": "*fp32", "part_sum_ptr": "*fp32",
                      "counter_ptr": "*i32", "lens_ptr": "*i32", "table_ptr": "*i32", "hint_lens_ptr": "*i32",
                      "hint_table_ptr": "*i32"}  # fmt: skip
