@@ -126,18 +126,21 @@ class FastDecoder:
     # -- the step ------------------------------------------------------------------------------
 
     def _step_eager(self) -> Tensor:
-        """One decode step on the fixed buffers: logits ``[B, 1, V]``; argmax written to the input."""
+        """One decode step on the fixed buffers: logits ``[B, 1, V]``; argmax written to the input
+        and appended to the step log."""
         logits = self.model(self.input_ids, kv_cache=self.cache)  # [B, 1, V]
         token, usable = sliced_argmax(logits[:, -1, :], checked=True)
         self.next_token.copy_(token)
         self.input_ids.copy_(self.next_token)
         self.usable.copy_(usable)
+        self._log_step()
         return logits
 
     def _log_step(self) -> None:
         """Append this step's tokens and usable flag to the device logs (a ring of ``max_seq_len``
-        entries: a run between resets has at most that many steps). Eager ops, captured with the
-        step (outside the compiled function: a traced write into a graph input is a copy of it)."""
+        entries: a run between resets has at most that many steps). Part of the step: compiled,
+        Inductor writes the two entries in place from the argmax's own kernel, where as eager ops
+        captured after it they were four more kernels a step."""
         self.token_log.index_copy_(0, self.log_index, self.next_token.view(1, -1))
         self.usable_log.index_copy_(0, self.log_index, self.usable)
         self.log_index.add_(1).remainder_(self.token_log.shape[0])
@@ -164,7 +167,6 @@ class FastDecoder:
                 self._graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(self._graph):
                     self.logits = self._step_fn()
-                    self._log_step()
         self.reset()
 
     # -- use -----------------------------------------------------------------------------------
@@ -206,7 +208,6 @@ class FastDecoder:
         else:
             with self.cache.host_frozen():
                 self.logits = self._step_fn()
-                self._log_step()
         self.cache.advance_host(1)
         return self.logits
 
