@@ -5,7 +5,8 @@
 #
 #   OUT=/some/dir scripts/gpu_decode.sh                      # from the repository root
 #   OUT=/some/dir STAGES="sweep" CONTEXTS="128 4096" scripts/gpu_decode.sh   # a part
-#   OUT=/some/dir STAGES="profile" scripts/gpu_decode.sh    # the compiled step's kernels (not by default)
+#   OUT=/some/dir STAGES="profile" scripts/gpu_decode.sh    # the compiled step's kernels (not by default;
+#                                                           # PROFILE_MODEL picks the model, llama-3.2-1b)
 #   OUT=/some/dir STAGES="bench" scripts/gpu_decode.sh      # the fused kernels' benchmarks (not by default)
 #   OUT=/some/dir STAGES="tests-gemv" scripts/gpu_decode.sh # the GPU tier in three parts, for machines
 #   (then STAGES="tests-attention", STAGES="tests-rest")    # whose commands stop at 10 minutes
@@ -30,6 +31,7 @@ WORKERS=${WORKERS:-4}
 # the big-memory tests at once, and 8 fitted on an H100.
 PART_WORKERS=${PART_WORKERS:-8}
 TESTS_TIMEOUT_S=${TESTS_TIMEOUT_S:-560}
+PROFILE_MODEL=${PROFILE_MODEL:-llama-3.2-1b}
 LOG="$OUT/log.txt"
 : >"$LOG"
 say() { echo "[gpu_decode $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
@@ -60,8 +62,8 @@ fi
 if want profile; then
     # Where a compiled step's time goes, per kernel, with Inductor's generated code (to tell which
     # of its small kernels are norms, RoPE or copies): profile.json, profile.txt, inductor_code.txt.
-    say "profile: llama-3.2-1b compiled step at 128 positions"
-    TORCH_LOGS=output_code timeout 300 $PY benchmarks/profile_decode.py --model llama-3.2-1b --compile tuned \
+    say "profile: $PROFILE_MODEL compiled step at 128 positions"
+    TORCH_LOGS=output_code timeout 300 $PY benchmarks/profile_decode.py --model "$PROFILE_MODEL" --compile tuned \
         --compiled-only --top 40 --json "$OUT/profile.json" >"$OUT/profile.txt" 2>"$OUT/inductor_code.txt" || RC=1
     tail -45 "$OUT/profile.txt" | tee -a "$LOG"
 fi
