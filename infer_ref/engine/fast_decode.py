@@ -139,8 +139,8 @@ class FastDecoder:
     def _log_step(self) -> None:
         """Append this step's tokens and usable flag to the device logs (a ring of ``max_seq_len``
         entries: a run between resets has at most that many steps). Part of the step: compiled,
-        Inductor writes the two entries in place from the argmax's own kernel, where as eager ops
-        captured after it they were four more kernels a step."""
+        Inductor writes both entries in place from the argmax's own kernel (as eager ops captured
+        after the step they were four more kernels)."""
         self.token_log.index_copy_(0, self.log_index, self.next_token.view(1, -1))
         self.usable_log.index_copy_(0, self.log_index, self.usable)
         self.log_index.add_(1).remainder_(self.token_log.shape[0])

@@ -547,11 +547,11 @@ def test_compiled_layers_share_one_computation_of_the_rope_rows() -> None:
 
     want_k, want_v = k_all.clone(), v_all.clone()
     cos, sin = rope_rows(pos)
+    lens = (pos + 1).expand(b)
     want = []
     for i in range(layers):
         k_pool, tables = contiguous_layer_as_paged(want_k[i], 16)
         v_pool, _ = contiguous_layer_as_paged(want_v[i], 16)
-        lens = (pos + 1).expand(b)
         want.append(decode_attention_reference(qs[i], ks[i], vs[i], cos, sin, k_pool, v_pool, tables, lens, 0.25))
 
     torch._dynamo.reset()
