@@ -1,7 +1,7 @@
 """Several requests over one paged pool: prefix-cached prefill, batched decode, preemption.
 
 ``Engine(model, num_blocks=...)`` owns a :class:`~infer_ref.cache.pool.BlockPool` sized for the
-model (on its device, in its dtype) and a :class:`~infer_ref.cache.prefix.BlockManager` over it.
+model (on its device, in its dtype) and a :class:`~infer_ref.engine.block_manager.BlockManager` over it.
 ``engine.generate(prompts, params)`` runs the requests to completion, tying three parts together:
 
 - the :class:`~infer_ref.engine.scheduler.Scheduler` admits requests in order while the batch and
@@ -32,8 +32,8 @@ from torch import Tensor, nn
 
 from infer_ref.cache.paged import model_layer_windows
 from infer_ref.cache.pool import BlockPool
-from infer_ref.cache.prefix import BlockManager, HashFn, PrefixCacheStats, block_hash
 from infer_ref.config import ModelConfig
+from infer_ref.engine.block_manager import BlockManager, HashFn, PrefixCacheStats, block_hash
 from infer_ref.engine.result import GenerationResult, TokenDecoder
 from infer_ref.engine.runner import ModelRunner, block_table_cache
 from infer_ref.engine.sampling import SamplingParams

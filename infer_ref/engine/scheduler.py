@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Iterable
 
-from infer_ref.cache.prefix import BlockManager, TokenSequence
+from infer_ref.engine.block_manager import BlockManager, TokenSequence
 from infer_ref.engine.sequence import Request
 
 

@@ -1,7 +1,7 @@
 """A request's state while it runs: its tokens, its sampling, its stopping rule, what it measured.
 
 ``generate()`` runs one :class:`Request`; the :class:`~infer_ref.engine.engine.Engine` runs many,
-each also holding a :class:`~infer_ref.cache.prefix.TokenSequence` (its block table and how many
+each also holding a :class:`~infer_ref.engine.block_manager.TokenSequence` (its block table and how many
 of its positions are computed) for the block manager.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from infer_ref.cache.prefix import TokenSequence
+from infer_ref.engine.block_manager import TokenSequence
 from infer_ref.engine.result import GenerationTiming, TokenCollector, TokenDecoder
 from infer_ref.engine.sampling import SamplingParams
 
