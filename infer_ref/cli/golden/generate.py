@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from infer_ref.cli.golden.shared import Progress, free_cuda
+from infer_ref.cli.golden.shared import Progress, free_cuda, golden_margins
 from infer_ref.cli.options import UsageError, resolve_device
 from infer_ref.errors import EXIT_OK, OverwriteRefused
 from infer_ref.fileio import check_file_name
@@ -47,10 +47,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         seconds = bar.close()
         golden.dump_golden(doc, out, force=args.force)
         steps = golden.total_steps(doc)
-        margins = [
-            s["top_logprobs"][0] - s["top_logprobs"][1] for c in doc["cases"] for s in c["steps"] if len(s["top_logprobs"]) > 1
-        ]
-        pct = golden.margin_percentiles(margins)
+        pct = golden.margin_percentiles(golden_margins(doc))
         print(
             f"wrote {out}: {len(doc['cases'])} prompt(s), {steps} steps in {seconds:.1f}s; golden margin "
             f"min {pct[0]:.3g} p1 {pct[1]:.3g} p5 {pct[2]:.3g} median {pct[4]:.3g}",

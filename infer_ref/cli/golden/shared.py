@@ -12,7 +12,7 @@ EXIT_MISMATCH = EXIT_FAILED_CHECK
 EXIT_FORMAT = EXIT_BAD_DATA
 EXIT_EXISTS = EXIT_REFUSED_OVERWRITE
 
-__all__ = ["EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "free_cuda"]
+__all__ = ["EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "free_cuda", "golden_margins"]
 
 
 class Progress:
@@ -57,3 +57,10 @@ def free_cuda() -> None:
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
+
+
+def golden_margins(doc: dict[str, Any]) -> list[float]:
+    """The golden top1 - top2 logprob gap of every step of a golden file that records two or more."""
+    return [
+        s["top_logprobs"][0] - s["top_logprobs"][1] for c in doc["cases"] for s in c["steps"] if len(s["top_logprobs"]) > 1
+    ]
