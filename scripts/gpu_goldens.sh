@@ -64,10 +64,10 @@ EOF
 say "generate $DEVICE-$DTYPE golden files into $GOLDEN_DIR"
 CKPTS=()
 for name in "${FIXTURES[@]}"; do CKPTS+=("fixtures/checkpoints/$name"); done
-python -m infer_ref.golden_cli generate --checkpoint "${CKPTS[@]}" \
+python -m infer_ref.cli.golden generate --checkpoint "${CKPTS[@]}" \
   --dtype "$DTYPE" --device "$DEVICE" --out-dir "$GOLDEN_DIR" --force 2>&1 | tee -a "$LOGDIR/generate.log"
 save
-python -m infer_ref.golden_cli generate --synthetic "${SYNTHETIC[@]}" \
+python -m infer_ref.cli.golden generate --synthetic "${SYNTHETIC[@]}" \
   --dtype "$DTYPE" --device "$DEVICE" --out-dir "$GOLDEN_DIR" --force 2>&1 | tee -a "$LOGDIR/generate.log"
 save
 
@@ -85,7 +85,7 @@ say "report: reuse the test results, add transformers without cache (the bf16 no
 FILES=()
 for n in "${FIXTURES[@]}" "${SYNTHETIC[@]}"; do FILES+=("$GOLDEN_DIR/$n.$DEVICE-$DTYPE.json"); done
 set +e
-python -m infer_ref.golden_cli report "${FILES[@]}" --device "$DEVICE" --out "$REPORT" \
+python -m infer_ref.cli.golden report "${FILES[@]}" --device "$DEVICE" --out "$REPORT" \
   --plant-bug sliding-window-decode-mask --plant-bug-file "$GOLDEN_DIR/$GEMMA.$DEVICE-$DTYPE.json" \
   --pytest-log "$LOGDIR/pytest_gpu.log" --reuse "$RESULTS" --json "$LOGDIR/golden_results.json" 2>&1 | tee "$LOGDIR/report.log"
 REPORT_RC=${PIPESTATUS[0]}

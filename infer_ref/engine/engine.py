@@ -1,22 +1,20 @@
 """Several requests over one paged pool: prefix-cached prefill, batched decode, preemption.
 
 ``Engine(model, num_blocks=...)`` owns a :class:`~infer_ref.cache.pool.BlockPool` sized for the
-model and a :class:`~infer_ref.cache.prefix.BlockManager` over it. ``engine.generate(prompts,
-params)`` runs the requests to completion:
+model (on its device, in its dtype) and a :class:`~infer_ref.engine.block_manager.BlockManager` over it.
+``engine.generate(prompts, params)`` runs the requests to completion, tying three parts together:
 
-1. **Admission**, in order, while fewer than ``max_batch`` run and the pool can hold the next one:
-   the block manager gives it a table (a prefix hit covers its first ``num_cached_tokens``
-   tokens), and it is prefilled alone from its first uncached token. Its first token comes from
-   the logits of its last prompt position.
-2. **Decode**: every running request gets room for its newest token (a new block when its last
-   one is full) and all of them run in *one* batched forward, each row at its own position with
-   its own mask (``[B, 1]`` positions, ``[B, 1, S]`` masks over the longest row).
-3. A finished request frees its blocks (its full blocks stay cached for later hits). When a
-   running request needs a block and none is free, the most recently admitted request is
-   *preempted*: its blocks are freed and it goes back to the head of the queue with every token
-   it has so far, to be recomputed (through the prefix cache) when room returns. Nothing crashes
-   and nothing changes in the answer: a request's logits never depend on how its prefix got into
-   the cache or on what runs beside it.
+- the :class:`~infer_ref.engine.scheduler.Scheduler` admits requests in order while the batch and
+  the pool have room, makes room for each decode step and preempts when the pool runs out;
+- the :class:`~infer_ref.engine.runner.ModelRunner` prefills each admitted request alone from its
+  first uncached token (its first token comes from the logits of its last prompt position), then
+  decodes every running request in *one* batched forward, each row at its own position with its
+  own mask (``[B, 1]`` positions, ``[B, 1, S]`` masks over the longest row), and chooses tokens;
+- each :class:`~infer_ref.engine.sequence.Request` holds its tokens, sampling and stopping rule.
+
+A finished request frees its blocks (its full blocks stay cached for later hits). Nothing changes
+in the answer when a request is preempted and recomputed: a request's logits never depend on how
+its prefix got into the cache or on what runs beside it.
 
 Seeded sampling draws from a per-request generator (``params.make_generator()``), so a request's
 tokens do not depend on its neighbours. With one request and prefix caching off the engine
@@ -26,19 +24,21 @@ reproduces :func:`infer_ref.engine.generate.generate`.
 from __future__ import annotations
 
 import time
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import torch
 from torch import Tensor, nn
 
-from infer_ref.cache.paged import PagedKVCache, model_layer_windows
+from infer_ref.cache.paged import model_layer_windows
 from infer_ref.cache.pool import BlockPool
-from infer_ref.cache.prefix import BlockManager, HashFn, PrefixCacheStats, TokenSequence, block_hash
 from infer_ref.config import ModelConfig
-from infer_ref.engine.result import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
-from infer_ref.engine.sampling import SamplingParams, sample_token
+from infer_ref.engine.block_manager import BlockManager, HashFn, PrefixCacheStats, block_hash
+from infer_ref.engine.result import GenerationResult, TokenDecoder
+from infer_ref.engine.runner import ModelRunner, block_table_cache
+from infer_ref.engine.sampling import SamplingParams
+from infer_ref.engine.scheduler import Scheduler
+from infer_ref.engine.sequence import Request, model_eos_ids
 
 
 @dataclass
@@ -75,28 +75,6 @@ class EngineStats:
         return self.generated_tokens / self.wall_time_s if self.wall_time_s else 0.0
 
 
-class _NoText:
-    """Token ids only (no tokenizer): text is empty and stop strings are refused up front."""
-
-    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
-        return ""
-
-
-@dataclass(eq=False)
-class _Request:
-    index: int
-    seq: TokenSequence
-    params: SamplingParams
-    collector: TokenCollector
-    generator: torch.Generator | None
-    forced: list[int] | None
-    keep_logits: bool
-    logits: list[Tensor] = field(default_factory=list)
-    timing: GenerationTiming = field(default_factory=GenerationTiming)
-    num_cached_tokens: int | None = None
-    num_preemptions: int = 0
-
-
 class Engine:
     """Generation for several requests at once over one paged KV pool with prefix caching."""
 
@@ -116,13 +94,13 @@ class Engine:
             raise TypeError("model must have a .config attribute (a ModelConfig): the engine sizes its pool from it")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
-        param = next(model.parameters())
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
         self.max_batch = max_batch
-        self.device = param.device
-        self.pool = BlockPool.from_model_config(config, num_blocks, block_size, dtype=param.dtype, device=param.device)
+        self.runner = ModelRunner(model)  # the model's own device and dtype
+        self.device = self.runner.device
+        self.pool = BlockPool.from_model_config(config, num_blocks, block_size, dtype=self.runner.dtype, device=self.device)
         self.blocks = BlockManager(self.pool, enable_prefix_caching=enable_prefix_caching, hash_fn=hash_fn)
         self._windows = model_layer_windows(config)  # what the paged decode kernel needs on CUDA
         self.stats = EngineStats()
@@ -156,14 +134,16 @@ class Engine:
         self.stats = EngineStats()
         prefix_before = PrefixCacheStats(**vars(self.blocks.stats))
         start = time.perf_counter()
-        waiting: deque[_Request] = deque(requests)
-        running: list[_Request] = []
-        while waiting or running:
-            self._admit(waiting, running)
-            if running:
-                self._decode_step(running, waiting)
-        self._sync()
+        scheduler = Scheduler(self.blocks, self.max_batch, requests)
+        while scheduler.has_work():
+            self._admit(scheduler)
+            batch = scheduler.schedule_decode()
+            if batch:
+                self._decode(batch, scheduler)
+        self.runner.sync()
         self.stats.wall_time_s = time.perf_counter() - start
+        self.stats.preemptions = scheduler.num_preemptions
+        self.stats.peak_blocks_used = scheduler.peak_blocks_used
         after = self.blocks.stats
         self.stats.prefix = PrefixCacheStats(
             *(getattr(after, f) - getattr(prefix_before, f) for f in ("block_queries", "block_hits", "prompt_tokens", "cached_tokens"))
@@ -222,117 +202,45 @@ class Engine:
 
     def _make_request(
         self, index: int, prompt: list[int], params: SamplingParams, forced: list[int] | None, keep_logits: bool
-    ) -> _Request:
-        eos = set(self.config.eos_token_ids) | set(getattr(self.tokenizer, "eos_token_ids", ()))
-        max_new = params.max_new_tokens if forced is None else len(forced)
-        collector = TokenCollector(
-            prompt,
-            self.tokenizer or _NoText(),
-            max_new_tokens=max_new,
-            stop=params.stop,
-            eos_ids=() if forced is not None else eos,
-        )
-        return _Request(index, TokenSequence(list(prompt)), params, collector, params.make_generator(), forced, keep_logits)
+    ) -> Request:
+        eos = model_eos_ids(self.config.eos_token_ids, self.tokenizer)
+        return Request.new(index, prompt, params, self.tokenizer, eos, forced=forced, keep_logits=keep_logits, with_blocks=True)
 
-    # -- scheduling ----------------------------------------------------------------------------
+    # -- one round: admit and prefill, then one batched decode step ------------------------------
 
-    def _admit(self, waiting: deque[_Request], running: list[_Request]) -> None:
-        while waiting and len(running) < self.max_batch:
-            req = waiting[0]
-            if not self.blocks.can_allocate(req.seq):
-                if not running:  # everything is free and it still does not fit: _check_fits missed a case
-                    raise RuntimeError(f"request {req.index} cannot be allocated in an idle pool of {self.pool.num_blocks} blocks")
-                return
-            waiting.popleft()
-            self.blocks.allocate(req.seq)
-            if req.num_cached_tokens is None:
-                req.num_cached_tokens = req.seq.num_cached_tokens
-            self._track_peak()
-            if self._prefill(req):
-                self.blocks.deallocate(req.seq)
+    def _admit(self, scheduler: Scheduler) -> None:
+        """Prefill every request the scheduler admits now; one whose first token ends it is done at once."""
+        while (request := scheduler.next_admission()) is not None:
+            if self._prefill(request):
+                scheduler.finish(request)
             else:
-                running.append(req)
+                scheduler.start(request)
 
-    def _decode_step(self, running: list[_Request], waiting: deque[_Request]) -> None:
-        i = 0
-        while i < len(running):
-            if self.blocks.can_append(running[i].seq):
-                self.blocks.append(running[i].seq)
-                i += 1
-            else:
-                self._preempt(running.pop(), waiting)  # the most recently admitted (maybe running[i] itself)
-        if not running:
-            return
-        self._track_peak()
-        rows = [r.seq for r in running]
-        input_ids = torch.tensor([[s.token_ids[-1]] for s in rows], dtype=torch.long, device=self.device)  # [B, 1]
-        cache = self._cache_view(rows)
-        self._sync()
-        t0 = time.perf_counter()
-        logits = self.model(input_ids, kv_cache=cache)  # [B, 1, V]
-        self._sync()
-        elapsed = time.perf_counter() - t0
+    def _prefill(self, request: Request) -> bool:
+        """Compute the request's uncached tokens; True when its first token already finished it."""
+        seq = request.seq
+        assert seq is not None
+        uncached = seq.token_ids[seq.num_computed_tokens:]
+        logits = self.runner.prefill(request, uncached, block_table_cache(self.pool, [seq], self._windows))  # [V]
+        self.stats.prefill_forwards += 1
+        self.stats.prefill_tokens_computed += len(uncached)
+        self.blocks.commit(seq, len(seq))  # before the new token joins the sequence
+        return self.runner.take_token(request, logits)
+
+    def _decode(self, batch: list[Request], scheduler: Scheduler) -> None:
+        """One batched forward over ``batch``; finished requests leave it."""
+        seqs = [r.seq for r in batch if r.seq is not None]
+        logits = self.runner.decode(batch, block_table_cache(self.pool, seqs, self._windows))  # [B, V]
         self.stats.decode_steps += 1
         finished = []
-        for b, req in enumerate(running):
-            self.blocks.commit(req.seq, len(req.seq))
-            req.timing.decode_times_s.append(elapsed)
-            if self._take_token(req, logits[b, -1]):
-                finished.append(req)
-        for req in finished:
-            running.remove(req)
-            self.blocks.deallocate(req.seq)
+        for b, request in enumerate(batch):
+            self.blocks.commit(seqs[b], len(seqs[b]))  # before the new token joins the sequence
+            if self.runner.take_token(request, logits[b]):
+                finished.append(request)
+        for request in finished:
+            scheduler.finish(request)
 
-    def _prefill(self, req: _Request) -> bool:
-        """Compute the request's uncached tokens; True when its first token already finished it."""
-        seq = req.seq
-        start = seq.num_computed_tokens
-        input_ids = torch.tensor([seq.token_ids[start:]], dtype=torch.long, device=self.device)  # [1, T]
-        cache = self._cache_view([seq])
-        self._sync()
-        t0 = time.perf_counter()
-        logits = self.model(input_ids, kv_cache=cache)  # [1, 1, V]
-        self._sync()
-        req.timing.prefill_time_s += time.perf_counter() - t0
-        self.stats.prefill_forwards += 1
-        self.stats.prefill_tokens_computed += input_ids.shape[1]
-        self.blocks.commit(seq, len(seq))
-        return self._take_token(req, logits[0, -1])
-
-    def _take_token(self, req: _Request, logits: Tensor) -> bool:
-        """Choose (or force) the next token from ``logits`` ``[V]``; True when the request is done."""
-        step = len(req.collector.generated)
-        if req.keep_logits:
-            req.logits.append(logits.detach().clone())
-        if req.forced is not None:
-            token = req.forced[step]
-        else:
-            token = sample_token(logits, req.collector.tokens, req.params, req.generator)
-        done = req.collector.accept(token)
-        if not done:
-            req.seq.token_ids.append(token)
-        return done
-
-    def _preempt(self, req: _Request, waiting: deque[_Request]) -> None:
-        self.blocks.deallocate(req.seq)  # its tokens stay: readmission recomputes them (hits included)
-        req.num_preemptions += 1
-        self.stats.preemptions += 1
-        waiting.appendleft(req)
-
-    def _cache_view(self, rows: list[TokenSequence]) -> PagedKVCache:
-        """The cache one forward sees: row ``b`` holds the computed positions of ``rows[b]`` in its
-        block table (owned by the block manager) and writes the rest of its tokens after them."""
-        tables = [s.block_table for s in rows]
-        return PagedKVCache.over_blocks(self.pool, tables, [s.num_computed_tokens for s in rows], layer_windows=self._windows)
-
-    def _track_peak(self) -> None:
-        self.stats.peak_blocks_used = max(self.stats.peak_blocks_used, self.pool.num_used)
-
-    def _sync(self) -> None:
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-
-    def _result(self, req: _Request) -> EngineResult:
+    def _result(self, req: Request) -> EngineResult:
         base = req.collector.result(req.timing, None)
         return EngineResult(
             **vars(base),

@@ -1,12 +1,13 @@
-"""The generation loop: prefill once, then decode one token at a time.
+"""One request: prefill once, then decode one token at a time, through the engine's runner.
 
-With ``use_kv_cache=False`` every step re-runs the full sequence (O(n^2)); the two paths must give
-the same tokens, which is what the suite checks.
+``generate()`` is the one-request case of :class:`~infer_ref.engine.runner.ModelRunner` over a
+cache of any kind (or none: with ``use_kv_cache=False`` every step re-runs the full sequence,
+O(n^2); the two paths must give the same tokens, which is what the suite checks). ``decode="fast"``
+hands the request to the captured static-shape step instead.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -16,20 +17,16 @@ from torch import Tensor, nn
 from infer_ref.cache.factory import CACHE_KINDS, DEFAULT_BLOCK_SIZE, build_cache
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
-from infer_ref.devices import resolve as resolve_device
-from infer_ref.engine.result import (
-    GenerationResult,
-    GenerationTiming,
-    TokenCollector,
-    TokenDecoder,
-)
-from infer_ref.engine.sampling import SamplingParams, sample_token
+from infer_ref.devices import check_model_device
+from infer_ref.engine.result import GenerationResult, TokenDecoder
+from infer_ref.engine.runner import ModelRunner
+from infer_ref.engine.sampling import SamplingParams
+from infer_ref.engine.sequence import Request, model_eos_ids
 from infer_ref.errors import UsageError
 from infer_ref.validation import check_token_ids, check_tokenizer_fits
 
 if TYPE_CHECKING:
     from infer_ref.engine.fast_decode import FastDecoder
-
 
 
 class InferModel(Protocol):
@@ -40,11 +37,6 @@ class InferModel(Protocol):
     def __call__(self, input_ids: Tensor, kv_cache: KVCacheProtocol | None = None) -> Tensor: ...
 
     def parameters(self) -> Iterator[nn.Parameter]: ...
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
 
 
 def _model_config(model: nn.Module, use_kv_cache: bool) -> ModelConfig | None:
@@ -109,72 +101,67 @@ def generate(
     cache, one captured step replayed per token; needs ``use_kv_cache``); pass a ``FastDecoder``
     instead to reuse its cache and captured step across requests.
 
-    ``device`` defaults to CUDA when available, else the CPU. Every argument is checked before any
-    work (token ids in ``[0, vocab_size)``, a tokenizer of the model's family, the length); logits
-    that cannot decide a token raise :class:`~infer_ref.errors.NonFiniteError` naming the step.
+    Runs where the model is, in its dtype: ``device`` may name the model's device (or be left
+    unset); a device that disagrees is refused with a :class:`~infer_ref.errors.UsageError`, never
+    moved to. Every argument is checked before any work (token ids in ``[0, vocab_size)``, a
+    tokenizer of the model's family, the length); logits that cannot decide a token raise
+    :class:`~infer_ref.errors.NonFiniteError` naming the step.
 
     ``cache`` picks the eager path's KV cache: ``contiguous`` (default), ``static``, ``dynamic`` or
     ``paged`` (blocks of ``block_size`` positions). The tokens must not depend on it.
     """
-    device = resolve_device(device)
+    device = check_model_device(model, device)
     config = _model_config(model, use_kv_cache)
     tokens = check_request(prompt_token_ids, params, config, tokenizer)
-    eos_ids = set(config.eos_token_ids if config is not None else ()) | set(getattr(tokenizer, "eos_token_ids", ()))
+    eos_ids = model_eos_ids(config.eos_token_ids if config is not None else (), tokenizer)
 
     if cache not in CACHE_KINDS:
         raise ValueError(f"cache must be one of {', '.join(CACHE_KINDS)}, got {cache!r}")
     if decode != "eager" and cache != "contiguous":
         raise ValueError(f"decode={decode!r} runs on its own static cache; cache={cache!r} applies to decode='eager'")
     if decode != "eager":
-        from infer_ref.engine.fast_decode import FastDecoder, generate_fast
+        return _generate_fast(model, tokenizer, tokens, params, device, decode, use_kv_cache, on_token, eos_ids)
 
-        if not use_kv_cache:
-            raise ValueError("decode='fast' needs use_kv_cache=True (the fast path is a cached decode)")
-        if decode != "fast" and not isinstance(decode, FastDecoder):
-            raise ValueError(f"decode must be 'eager', 'fast' or a FastDecoder, got {decode!r}")
-        return generate_fast(
-            model,
-            tokenizer,
-            tokens,
-            params,
-            device=device,
-            decoder=decode if isinstance(decode, FastDecoder) else None,
-            on_token=on_token,
-            eos_ids=eos_ids,
-        )
-
+    runner = ModelRunner(model)
     kv_cache: Any = None
     if use_kv_cache:
         assert config is not None
         kv_cache = build_cache(
-            cache,
-            config,
-            len(tokens) + params.max_new_tokens,
-            dtype=next(model.parameters()).dtype,
-            device=device,
-            block_size=block_size,
+            cache, config, len(tokens) + params.max_new_tokens, dtype=runner.dtype, device=runner.device, block_size=block_size
         )
-
-    collector = TokenCollector(
-        tokens, tokenizer, max_new_tokens=params.max_new_tokens, stop=params.stop, eos_ids=eos_ids, on_token=on_token
-    )
-    generator = params.make_generator()
-    timing = GenerationTiming()
-    done = False
+    request = Request.new(0, tokens, params, tokenizer, eos_ids, on_token=on_token)
+    done = runner.take_token(request, runner.prefill(request, tokens, kv_cache))
     while not done:
-        step = len(collector.generated)
-        fed = collector.tokens if kv_cache is None or step == 0 else collector.tokens[-1:]
-        input_ids = torch.tensor([fed], dtype=torch.long, device=device)  # [1, T]
-        _sync(device)
-        t0 = time.perf_counter()
-        logits = model(input_ids, kv_cache=kv_cache)  # [1, T or 1, V]
-        _sync(device)
-        elapsed = time.perf_counter() - t0
-        if step == 0:
-            timing.prefill_time_s = elapsed
-        else:
-            timing.decode_times_s.append(elapsed)
-        where = f"step {step} (position {len(collector.tokens) - 1})"
-        done = collector.accept(sample_token(logits[0, -1, :], collector.tokens, params, generator, where=where))
+        [logits] = runner.decode([request], kv_cache, recompute=kv_cache is None)  # [1, V] -> [V]
+        done = runner.take_token(request, logits)
+    return request.collector.result(request.timing, kv_cache.memory_bytes if kv_cache is not None else None)
 
-    return collector.result(timing, kv_cache.memory_bytes if kv_cache is not None else None)
+
+def _generate_fast(
+    model: nn.Module,
+    tokenizer: TokenDecoder,
+    tokens: list[int],
+    params: SamplingParams,
+    device: torch.device,
+    decode: Any,
+    use_kv_cache: bool,
+    on_token: Callable[[int], None] | None,
+    eos_ids: set[int],
+) -> GenerationResult:
+    """``decode="fast"`` (or a ``FastDecoder``): the request through the captured static-shape step."""
+    from infer_ref.engine.fast_decode import FastDecoder, generate_fast
+
+    if not use_kv_cache:
+        raise ValueError("decode='fast' needs use_kv_cache=True (the fast path is a cached decode)")
+    if decode != "fast" and not isinstance(decode, FastDecoder):
+        raise ValueError(f"decode must be 'eager', 'fast' or a FastDecoder, got {decode!r}")
+    return generate_fast(
+        model,
+        tokenizer,
+        tokens,
+        params,
+        device=device,
+        decoder=decode if isinstance(decode, FastDecoder) else None,
+        on_token=on_token,
+        eos_ids=eos_ids,
+    )

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from infer_ref.cache.prefix import BlockManager, HashFn, TokenSequence
+from infer_ref.engine.block_manager import BlockManager, HashFn, TokenSequence
 
 
 class AllocatorUnderTest(Protocol):
@@ -64,7 +64,7 @@ class AllocatorUnderTest(Protocol):
 
 
 class BlockManagerDriver:
-    """infer_ref's :class:`~infer_ref.cache.prefix.BlockManager` behind :class:`AllocatorUnderTest`."""
+    """infer_ref's :class:`~infer_ref.engine.block_manager.BlockManager` behind :class:`AllocatorUnderTest`."""
 
     def __init__(self, manager: BlockManager) -> None:
         self.manager = manager

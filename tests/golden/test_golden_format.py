@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from infer_ref import golden
-from infer_ref.golden_cli import EXIT_EXISTS, EXIT_FORMAT, EXIT_METADATA, EXIT_MISMATCH, EXIT_OK, main
+from infer_ref.cli.golden import EXIT_EXISTS, EXIT_FORMAT, EXIT_METADATA, EXIT_MISMATCH, EXIT_OK, main
 
 pytest.importorskip("transformers")
 

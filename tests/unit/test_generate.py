@@ -131,6 +131,19 @@ def test_no_config_needs_uncached_mode() -> None:
     assert generate(TableModel(CHAIN), TOK, [1], _greedy(2), device="cpu", use_kv_cache=False).token_ids == [2, 3]
 
 
+def test_runs_on_the_models_device_and_refuses_another() -> None:
+    """The runtime takes device and dtype from the model: a ``device`` naming another one is an error
+    (nothing is moved, the model is not called), unset or the model's own runs."""
+    model = TableModel(CHAIN, _config())
+    with pytest.raises(ValueError, match=r"device='meta' but the model's parameters are on cpu"):
+        generate(model, TOK, [1], _greedy(2), device="meta")
+    assert model.calls == [] and model.weight.device.type == "cpu"
+    assert generate(model, TOK, [1], _greedy(2)).token_ids == generate(model, TOK, [1], _greedy(2), device="cpu").token_ids
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="CUDA is not available"):
+            generate(model, TOK, [1], _greedy(2), device="cuda")
+
+
 def test_prompt_too_long_for_model() -> None:
     config = _config(max_position_embeddings=8)
     with pytest.raises(ValueError, match=r"prompt \(5 tokens\) \+ max_new_tokens \(4\) = 9 exceeds .* \(8\)"):

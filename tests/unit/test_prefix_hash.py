@@ -12,7 +12,7 @@ import pytest
 import xxhash
 
 from infer_ref.cache.pool import PoolExhaustedError
-from infer_ref.cache.prefix import BlockManager, TokenSequence, block_hash, chain_hashes
+from infer_ref.engine.block_manager import BlockManager, TokenSequence, block_hash, chain_hashes
 
 
 def _oracle(parent: int | None, ids: list[int]) -> int:
@@ -50,7 +50,7 @@ def test_only_full_blocks_are_hashed() -> None:
 
 def test_hashes_are_stable_across_processes() -> None:
     """No random seed: two fresh interpreters (different PYTHONHASHSEEDs) give the same values."""
-    code = "from infer_ref.cache.prefix import chain_hashes; print(chain_hashes(list(range(40)), 16))"
+    code = "from infer_ref.engine.block_manager import chain_hashes; print(chain_hashes(list(range(40)), 16))"
     outs = []
     for seed in ("1", "2"):
         proc = subprocess.run(

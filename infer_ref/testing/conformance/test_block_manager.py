@@ -38,7 +38,7 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from infer_ref.cache.prefix import HashFn, block_hash
+from infer_ref.engine.block_manager import HashFn, block_hash
 from infer_ref.testing.adapter import Adapter
 from infer_ref.testing.allocator import PoolModel, collide_all, snapshot
 

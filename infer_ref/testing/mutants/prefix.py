@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from infer_ref.cache.prefix import BlockManager, TokenSequence
+from infer_ref.engine.block_manager import BlockManager, TokenSequence
 from infer_ref.testing import adapters as ref
 from infer_ref.testing.adapter import Adapter
 from infer_ref.testing.allocator import driver_factory

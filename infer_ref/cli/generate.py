@@ -1,11 +1,7 @@
-"""The ``infer-ref`` command.
+"""``infer-ref generate [PROMPT]``: one prompt through ``generate()``, streamed, then its metrics.
 
-``infer-ref generate [PROMPT]`` runs the embedded llama-tiny fixture when no ``--model`` is given,
-streams tokens as they are produced and ends with a metrics block. Every user error prints one
-line and exits with a documented status (``docs/errors.md``): 2 usage (unknown model, bad dtype,
-device or sampling parameter, a prompt too long for the model), 3 a bad checkpoint or data
-(unreadable files, NaN weights or logits), 4 a refused overwrite, 5 a missing file. A bug still
-shows its traceback; a closed output pipe ends the command quietly.
+Several prompts or a shared ``--system`` prompt go to the engine instead (``generate_engine``).
+Every argument is checked before the model is loaded.
 """
 
 from __future__ import annotations
@@ -14,14 +10,12 @@ import argparse
 import json
 import statistics
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from infer_ref.cache.factory import CACHE_KINDS
-from infer_ref.cli_engine import (
+from infer_ref.cli.generate_engine import (
     add_engine_arguments,
     collect_prompts,
     encode_prompts,
@@ -29,15 +23,19 @@ from infer_ref.cli_engine import (
     run_engine,
     wants_engine,
 )
-from infer_ref.devices import default_device
+from infer_ref.cli.options import (
+    DEFAULT_MODEL,
+    DTYPES,
+    UsageError,
+    default_dtype,
+    resolve_device,
+    resolve_model,
+    run_labels,
+)
+from infer_ref.devices import model_placement
 from infer_ref.engine.generate import GenerationResult
-from infer_ref.errors import EXIT_USAGE, UsageError, run_reporting_user_errors
 
-FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "checkpoints"
-DEFAULT_MODEL = "llama-tiny"
 DEFAULT_PROMPT = "Count to ten."
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
-
 
 # Checkpoints smaller than this have every weight checked for NaN/inf on load unless --no-check-weights
 # (a fraction of a second for the fixtures; a pass over every weight of a multi-GB model is not free).
@@ -49,26 +47,7 @@ CHECK_WEIGHTS_BELOW_BYTES = 2 * 2**30
 SINGLE_THREAD_BELOW_PARAMS = 50_000_000
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    args, extra = parser.parse_known_args(argv)
-    if extra and not getattr(args, "pass_through", False):
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
-    if getattr(args, "pass_through", False):  # conformance: unknown options go to pytest
-        return run_reporting_user_errors(lambda: int(args.run(args, extra)), "infer-ref")
-    if hasattr(args, "run"):
-        return run_reporting_user_errors(lambda: int(args.run(args)), "infer-ref")
-    if hasattr(args, "func"):  # the golden commands
-        from infer_ref.golden_cli import run
-
-        return int(run(args.func, args))
-    parser.print_help()
-    return EXIT_USAGE
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="infer-ref", description=__doc__.splitlines()[0] if __doc__ else None)
-    commands = parser.add_subparsers(title="commands")
+def add_generate_command(commands: argparse._SubParsersAction) -> None:
     gen = commands.add_parser("generate", help="generate text from a prompt")
     gen.add_argument("prompt", nargs="?", default=None, help=f"prompt text (default: {DEFAULT_PROMPT!r})")
     gen.add_argument("--model", default=DEFAULT_MODEL,
@@ -99,55 +78,11 @@ def _parser() -> argparse.ArgumentParser:
                      help="refuse a checkpoint holding NaN/inf weights (default: on below 2 GiB of safetensors)")
     gen.add_argument("--threads", type=int, default=None,
                      help="torch CPU threads (default: 1 for models under 50M parameters, else torch's default)")
-    gen.set_defaults(run=_generate)
-    _add_optional_commands(commands)
-    return parser
-
-
-def _add_optional_commands(commands: argparse._SubParsersAction) -> None:
-    from infer_ref.conformance_cli import add_conformance_command
-    from infer_ref.golden_cli import add_golden_commands
-
-    add_golden_commands(commands)
-    add_conformance_command(commands)
-
-
-# -- generate ----------------------------------------------------------------------------------------
-
-
-def resolve_model(name: str) -> Path:
-    """A fixture name, a snapshot folder, or a name under $INFER_REF_MODELS."""
-    from infer_ref.paths import resolve_model_path
-
-    fixture = FIXTURES / name
-    if "/" not in name and fixture.is_dir():
-        return fixture
-    try:
-        return resolve_model_path(name)
-    except FileNotFoundError as err:
-        fixtures = ", ".join(sorted(p.name for p in FIXTURES.iterdir())) if FIXTURES.is_dir() else "none found"
-        raise UsageError(f"{err} Embedded fixtures: {fixtures}.") from None
-
-
-def resolve_device(name: str | None) -> torch.device:
-    if name is None:
-        return default_device()
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise UsageError(f"unknown device {name!r}: expected cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device {name!r} requested but CUDA is not available on this machine; use --device cpu")
-    if device.type not in ("cpu", "cuda"):
-        raise UsageError(f"unsupported device {name!r}: expected cpu, cuda or cuda:N")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise UsageError(f"device {name!r}: this machine has {torch.cuda.device_count()} CUDA device(s)")
-    return device
+    gen.set_defaults(run=_generate, prog="infer-ref")
 
 
 def _generate(args: argparse.Namespace) -> int:
-    from infer_ref.chat import render_chat_template
-    from infer_ref.engine import SamplingParams, generate
+    from infer_ref.engine import SamplingParams
     from infer_ref.loader import checkpoint_bytes, load_model
     from infer_ref.tokenizer import Tokenizer
 
@@ -155,7 +90,7 @@ def _generate(args: argparse.Namespace) -> int:
     engine_texts = collect_prompts(args) if wants_engine(args) else None
     folder = resolve_model(args.model)
     device = resolve_device(args.device)
-    dtype = DTYPES[args.dtype] if args.dtype else (torch.bfloat16 if device.type == "cuda" else torch.float32)
+    dtype = default_dtype(args.dtype, device)
     if args.threads is not None and args.threads < 1:
         raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
@@ -171,36 +106,36 @@ def _generate(args: argparse.Namespace) -> int:
         summary = run_engine(args, model, tokenizer, config, params, prompts, device, dtype, folder)
         print_engine_summary(summary, args.json)
         return 0
-    if args.prompt is None:
-        args.prompt = DEFAULT_PROMPT
-    if args.chat:
-        # Qwen3 answers directly (an empty think block), as the fixtures were trained to.
-        options = {"enable_thinking": False} if config.model_type == "qwen3" else {}
-        text = render_chat_template([{"role": "user", "content": args.prompt}], config.model_type, **options)
-        prompt_ids = tokenizer.encode(text, add_special_tokens=False)
-    else:
-        prompt_ids = tokenizer.encode(args.prompt)
-    needed = len(prompt_ids) + params.max_new_tokens
-    if needed > config.max_position_embeddings:
-        raise UsageError(
-            f"prompt of {len(prompt_ids)} tokens + --max-new-tokens {params.max_new_tokens} = {needed} exceeds "
-            f"the model's context of {config.max_position_embeddings} positions"
-        )
-
-    stream = None if args.json else _Streamer(tokenizer)
-    decode = _decode_mode(args, model, needed, device)
-    result = generate(model, tokenizer, prompt_ids, params, device=device, use_kv_cache=args.kv_cache,
-                      on_token=stream.push if stream else None, decode=decode, cache=args.cache,
-                      block_size=args.block_size)
-    mode = "compiled" if args.compile else "fast" if args.fast else "eager"
-    cache = "static (fast path)" if args.fast else args.cache if args.kv_cache else "off"
-    summary = _summary(result, folder, config.model_type, device, dtype, args.kv_cache, mode, cache)
+    text = DEFAULT_PROMPT if args.prompt is None else args.prompt
+    [prompt_ids] = encode_prompts([text], None, tokenizer, config.model_type, args.chat)
+    summary = _generate_one(args, model, tokenizer, config, params, prompt_ids, run_labels(folder, config, device, dtype))
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
         print()
         print(_metrics_block(summary))
     return 0
+
+
+def _generate_one(args: argparse.Namespace, model: Any, tokenizer: Any, config: Any, params: Any,
+                  prompt_ids: list[int], labels: dict[str, str]) -> dict[str, Any]:
+    """One prompt through ``generate()`` (streamed unless --json); its summary after the run's ``labels``."""
+    from infer_ref.engine import generate
+
+    needed = len(prompt_ids) + params.max_new_tokens
+    if needed > config.max_position_embeddings:
+        raise UsageError(
+            f"prompt of {len(prompt_ids)} tokens + --max-new-tokens {params.max_new_tokens} = {needed} exceeds "
+            f"the model's context of {config.max_position_embeddings} positions"
+        )
+    stream = None if args.json else _Streamer(tokenizer)
+    decode = _decode_mode(args, model, needed)
+    result = generate(model, tokenizer, prompt_ids, params, use_kv_cache=args.kv_cache,
+                      on_token=stream.push if stream else None, decode=decode, cache=args.cache,
+                      block_size=args.block_size)
+    mode = "compiled" if args.compile else "fast" if args.fast else "eager"
+    cache = "static (fast path)" if args.fast else args.cache if args.kv_cache else "off"
+    return _summary(result, labels, args.kv_cache, mode, cache)
 
 
 def _set_threads(threads: int | None, model: Any) -> None:
@@ -212,7 +147,7 @@ def _set_threads(threads: int | None, model: Any) -> None:
         torch.set_num_threads(threads)
 
 
-def _decode_mode(args: argparse.Namespace, model: Any, needed: int, device: torch.device) -> Any:
+def _decode_mode(args: argparse.Namespace, model: Any, needed: int) -> Any:
     """``generate``'s ``decode`` argument for --fast / --compile, checked before any work is done."""
     if args.fast and args.cache != "contiguous":
         raise UsageError(f"--fast decodes through its own static cache: it cannot be combined with --cache {args.cache}")
@@ -226,6 +161,7 @@ def _decode_mode(args: argparse.Namespace, model: Any, needed: int, device: torc
         return "fast" if args.fast else "eager"
     if not args.fast:
         raise UsageError("--compile compiles the fast decode step: add --fast")
+    device, _ = model_placement(model)
     if device.type != "cuda":
         raise UsageError(f"--compile needs a CUDA device (the compiled step is captured in a CUDA graph), got {device}")
     from infer_ref.engine.fast_decode import FastDecoder
@@ -250,16 +186,13 @@ class _Streamer:
             self.printed = text
 
 
-def _summary(result: GenerationResult, folder: Path, model_type: str, device: torch.device,
-             dtype: torch.dtype, use_kv_cache: bool, decode: str, cache: str) -> dict[str, Any]:
+def _summary(result: GenerationResult, labels: dict[str, str], use_kv_cache: bool, decode: str,
+             cache: str) -> dict[str, Any]:
     timing = result.timing
     forwards_ms = [timing.prefill_time_s * 1e3] + [t * 1e3 for t in timing.decode_times_s]
     decode_s = timing.decode_time_s
     return {
-        "model": str(folder),
-        "model_type": model_type,
-        "device": str(device),
-        "dtype": str(dtype).removeprefix("torch."),
+        **labels,
         "use_kv_cache": use_kv_cache,
         "cache": cache,
         "decode": decode,
@@ -297,6 +230,3 @@ def _metrics_block(summary: dict[str, Any]) -> str:
         f"  per_forward_ms: min {pf['min']:.3f}  max {pf['max']:.3f}  mean {pf['mean']:.3f}  (n={pf['n']})",
     ])
 
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
+from infer_ref.cli.options import UsageError, run_labels
 from infer_ref.engine.engine import Engine, EngineResult, EngineStats
-from infer_ref.errors import UsageError
 
 
 class EngineUsageError(UsageError):
@@ -95,17 +95,13 @@ def run_engine(args: argparse.Namespace, model: Any, tokenizer: Any, config: Any
         results = engine.generate(prompt_ids, params)
     except ValueError as err:
         raise EngineUsageError(str(err)) from None
-    return engine_summary(results, engine.stats, engine, folder, config.model_type, device, dtype)
+    return engine_summary(results, engine.stats, engine, run_labels(folder, config, device, dtype))
 
 
-def engine_summary(results: list[EngineResult], stats: EngineStats, engine: Engine, folder: Path, model_type: str,
-                   device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+def engine_summary(results: list[EngineResult], stats: EngineStats, engine: Engine, labels: dict[str, str]) -> dict[str, Any]:
     prefix = stats.prefix
     return {
-        "model": str(folder),
-        "model_type": model_type,
-        "device": str(device),
-        "dtype": str(dtype).removeprefix("torch."),
+        **labels,
         "engine": {
             "num_blocks": engine.pool.num_blocks,
             "block_size": engine.block_size,

@@ -15,8 +15,9 @@ import importlib.util
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 
+from infer_ref.cli.options import DTYPES, UsageError
+
 PLUGIN = "infer_ref.testing.plugin"
-DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
 def add_conformance_command(commands: argparse._SubParsersAction) -> None:
@@ -28,7 +29,7 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--impl", default="infer_ref.testing.adapters:INFER_REF", metavar="MODULE:OBJECT",
                    help="the adapter under test (default: infer_ref itself)")
     p.add_argument("--device", default="cpu", help="device every adapter call receives (cpu, cuda, cuda:N; default cpu)")
-    p.add_argument("--dtype", default="float64", choices=DTYPES,
+    p.add_argument("--dtype", default="float64", choices=list(DTYPES),
                    help="model / attention dtype: float64 is the exact tier; bfloat16/float16 use the golden tolerances")
     p.add_argument("--xfails", action="append", default=None, metavar="FILE",
                    help="expected failures, one test-id prefix per line (repeatable)")
@@ -37,7 +38,7 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--report", default=None, metavar="FILE", help="write the conformance report (.md or .json)")
     p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly (default: ci when CI=true, else dev)")
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
-    p.set_defaults(run=run_conformance, pass_through=True)
+    p.set_defaults(run=run_conformance, prog="infer-ref", pass_through=True)
 
 
 def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
@@ -61,8 +62,6 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
 
 def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
     import pytest
-
-    from infer_ref.cli import UsageError
 
     if args.numprocesses and importlib.util.find_spec("xdist") is None:
         raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")

@@ -1,0 +1,71 @@
+"""What the ``infer-ref`` commands share: dtypes, devices, model names, output paths, errors.
+
+Every command module imports from here and from the library below it, never from another
+command. A user error is an :class:`~infer_ref.errors.InferRefError`; :func:`run_command` turns it
+into one line on stderr and its documented exit status (``docs/errors.md``), while a bug keeps its
+traceback.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from infer_ref.devices import resolve_device
+from infer_ref.errors import EXIT_USAGE, UsageError, run_reporting_user_errors
+
+__all__ = [
+    "DEFAULT_MODEL", "DTYPES", "EXIT_USAGE", "FIXTURES", "UsageError", "check_output_paths", "default_dtype",
+    "resolve_device", "resolve_model", "run_command", "run_labels",
+]
+
+FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
+DEFAULT_MODEL = "llama-tiny"
+# Model / attention dtypes by their command-line names (the order ``conformance --help`` lists them in).
+DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def run_command(call: Callable[[], int], prog: str) -> int:
+    """Run one command; a user error becomes one line and its exit status (``infer_ref.errors``)."""
+    return run_reporting_user_errors(call, prog)
+
+
+def default_dtype(name: str | None, device: torch.device) -> torch.dtype:
+    """``--dtype``, or bfloat16 on CUDA and float32 on the CPU when it is not given."""
+    if name is not None:
+        return DTYPES[name]
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def resolve_model(name: str) -> Path:
+    """A fixture name, a snapshot folder, or a name under $INFER_REF_MODELS."""
+    from infer_ref.paths import resolve_model_path
+
+    fixture = FIXTURES / name
+    if "/" not in name and fixture.is_dir():
+        return fixture
+    try:
+        return resolve_model_path(name)
+    except FileNotFoundError as err:
+        fixtures = ", ".join(sorted(p.name for p in FIXTURES.iterdir())) if FIXTURES.is_dir() else "none found"
+        raise UsageError(f"{err} Embedded fixtures: {fixtures}.") from None
+
+
+def run_labels(folder: Path, config: Any, device: torch.device, dtype: torch.dtype) -> dict[str, str]:
+    """The first fields of a ``generate`` summary: which model ran where, in what dtype."""
+    return {
+        "model": str(folder),
+        "model_type": config.model_type,
+        "device": str(device),
+        "dtype": str(dtype).removeprefix("torch."),
+    }
+
+
+def check_output_paths(*paths: str | Path | None) -> None:
+    """Output paths that can never be written (a folder) are refused before any work."""
+    for path in paths:
+        if path is not None and Path(path).is_dir():
+            raise UsageError(f"output path {path} is a folder: expected a file path")
