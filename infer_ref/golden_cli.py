@@ -89,7 +89,7 @@ class Progress:
 
 
 def _cmd_generate(args: argparse.Namespace) -> int:
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     _check_generate_args(args)
     sources = [golden.ModelSource.checkpoint(p) for p in args.checkpoint or []]
@@ -167,7 +167,7 @@ def _run_verify(
     path: str, impl: str, device: str | None, checkpoint: str | None, plant: str | None, quiet: bool
 ) -> tuple[int, str, Any]:
     """Verify one file with one implementation: (exit code, message, report or None)."""
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     try:
         doc = golden.load_golden(path)
@@ -269,7 +269,7 @@ def _result_json(path: str, impl: str, code: int, message: str, report: Any) -> 
 def _cmd_report(args: argparse.Namespace) -> int:
     """Verify each file with each implementation and write a markdown report."""
 
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     device = args.device
     reuse: dict[tuple[str, str], dict[str, Any]] = {}
@@ -391,7 +391,7 @@ def _markdown(
     import torch
     import transformers
 
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     dev = device or "cuda" if torch.cuda.is_available() else "cpu"
     lines = [
@@ -480,7 +480,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     Each leaf parser sets ``func``: exit with ``run(args.func, args)`` (or ``args.func(args)``,
     which lets a missing file raise FileNotFoundError).
     """
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     parser = subparsers.add_parser(
         "golden",
@@ -538,7 +538,7 @@ def _impl(value: str) -> str:
 
 
 def golden_implementations() -> tuple[str, ...]:
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     return golden.IMPLEMENTATIONS
 

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from infer_ref import golden
+from infer_ref.conformance.oracles import golden
 from infer_ref.golden_cli import EXIT_EXISTS, EXIT_FORMAT, EXIT_METADATA, EXIT_MISMATCH, EXIT_OK, main
 
 pytest.importorskip("transformers")
