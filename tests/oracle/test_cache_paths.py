@@ -32,7 +32,7 @@ from infer_ref.conformance import strategies as irst
 from infer_ref.conformance.adapters.reference import INFER_REF
 from infer_ref.conformance.assertions import assert_close, assert_equal, fail
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES
-from infer_ref.conformance.oracles.definitions import transformers_available, transformers_logits
+from infer_ref.conformance.oracles.transformers_fp64 import transformers_available, transformers_logits
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
 FIXTURES = ("llama-tiny", "qwen3-tiny", "gemma3-tiny")

@@ -1,21 +1,18 @@
-"""Expected values for the properties, computed without the code under test.
+"""Stated arithmetic: expected values computed from the definitions, without the code under test.
 
 Three kinds of oracle, in the order docs/design.md ranks them:
 
-* **transformers** on the same weights, in float64 (``transformers_logits``): the model-level truth.
-* **stated arithmetic** in float64 (``visible_keys``, ``naive_attention``, ``llama3_inv_freq``,
-  ``rotate_pairs``): the definitions written out with loops and explicit formulas, sharing no code
-  with ``infer_ref.models``.
+* **transformers** on the same weights, in float64: the model-level truth
+  (:mod:`~infer_ref.conformance.oracles.transformers_fp64`).
+* **stated arithmetic** in float64 (this module: ``visible_keys``, ``naive_attention``,
+  ``llama3_inv_freq``, ``rotate_pairs``, the low-precision definitions): the definitions written out
+  with loops and explicit formulas, sharing no code with ``infer_ref.models``.
 * **full recompute** is done by the tests themselves (the implementation's own uncached forward).
 """
 
 from __future__ import annotations
 
-import json
 import math
-from collections import OrderedDict
-from collections.abc import Mapping
-from typing import Any
 
 import torch
 from torch import Tensor
@@ -105,51 +102,6 @@ def rotate_pairs(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
     c, s = angle.cos(), angle.sin()
     x1, x2 = x[..., :half], x[..., half:]
     return torch.cat((x1 * c - x2 * s, x2 * c + x1 * s), dim=-1)
-
-
-# -- transformers --------------------------------------------------------------------------------
-
-_HF_MODELS: OrderedDict[str, Any] = OrderedDict()
-_HF_CACHE_SIZE = 16
-
-
-def transformers_available() -> bool:
-    try:
-        import transformers  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-def transformers_model(hf_config: Mapping[str, Any], state: Mapping[str, Tensor], key: str | None = None) -> Any:
-    """A float64 ``AutoModelForCausalLM`` (sdpa attention) with ``state`` loaded; memoised by ``key``."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    key = key or json.dumps(dict(hf_config), sort_keys=True)
-    if key in _HF_MODELS:
-        _HF_MODELS.move_to_end(key)
-        return _HF_MODELS[key]
-    fields = {k: v for k, v in hf_config.items() if k not in ("model_type", "architectures")}
-    config = AutoConfig.for_model(hf_config["model_type"], **fields)
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64)
-    missing, unexpected = model.load_state_dict({k: v.double() for k, v in state.items()}, strict=False)
-    tied = bool(hf_config.get("tie_word_embeddings"))
-    if unexpected or [m for m in missing if not (tied and m == "lm_head.weight")]:
-        raise RuntimeError(f"transformers oracle: missing {missing}, unexpected {unexpected}")
-    model.eval()
-    _HF_MODELS[key] = model
-    while len(_HF_MODELS) > _HF_CACHE_SIZE:
-        _HF_MODELS.popitem(last=False)
-    return model
-
-
-@torch.inference_mode()
-def transformers_logits(
-    hf_config: Mapping[str, Any], state: Mapping[str, Tensor], input_ids: Tensor, key: str | None = None
-) -> Tensor:
-    """Float64 logits ``[B, T, V]`` of transformers' full (uncached) forward."""
-    model = transformers_model(hf_config, state, key)
-    return model(input_ids.cpu()).logits
 
 
 # -- low-precision definitions -------------------------------------------------------------------

@@ -26,7 +26,7 @@ from infer_ref.conformance import strategies as irst
 from infer_ref.conformance.assertions import assert_close
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, tiny_config
 from infer_ref.conformance.interface.adapter import Adapter, EngineOutput, EngineSpec
-from infer_ref.conformance.oracles.definitions import transformers_available, transformers_logits
+from infer_ref.conformance.oracles.transformers_fp64 import transformers_available, transformers_logits
 from infer_ref.conformance.strategies import ModelCase
 
 pytestmark = pytest.mark.ir_requires("engine")

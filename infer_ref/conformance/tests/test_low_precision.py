@@ -37,10 +37,9 @@ from infer_ref.conformance.oracles.definitions import (
     default_inv_freq,
     rms_norm_definition,
     rope_tables_definition,
-    transformers_available,
-    transformers_model,
     ulps_apart,
 )
+from infer_ref.conformance.oracles.transformers_fp64 import transformers_available, transformers_model
 
 needs_transformers = pytest.mark.skipif(not transformers_available(), reason="needs transformers (the oracle)")
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: run `pytest -m gpu`")

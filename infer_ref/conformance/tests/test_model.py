@@ -25,8 +25,8 @@ from infer_ref.conformance.assertions import assert_logits_agree, assert_tokens_
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, tiny_config
 from infer_ref.conformance.interface.adapter import Adapter
 from infer_ref.conformance.interface.contract import layer_length
-from infer_ref.conformance.oracles.definitions import transformers_available, transformers_logits
 from infer_ref.conformance.oracles.golden import tolerance_for
+from infer_ref.conformance.oracles.transformers_fp64 import transformers_available, transformers_logits
 
 pytestmark = pytest.mark.ir_requires("model")
 needs_transformers = pytest.mark.skipif(not transformers_available(), reason="needs transformers (the oracle)")

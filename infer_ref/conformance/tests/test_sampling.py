@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from infer_ref.conformance import strategies as irst
 from infer_ref.conformance.assertions import assert_close, fail
 from infer_ref.conformance.interface.adapter import Adapter, SamplerSpec
-from infer_ref.conformance.oracles.definitions import transformers_available
+from infer_ref.conformance.oracles.transformers_fp64 import transformers_available
 
 pytestmark = pytest.mark.skipif(not transformers_available(), reason="needs transformers (the oracle)")
 

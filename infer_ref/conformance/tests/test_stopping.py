@@ -30,7 +30,7 @@ from infer_ref.conformance import strategies as irst
 from infer_ref.conformance.assertions import assert_tokens_equal, fail
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, TINY_INITS, random_state_dict
 from infer_ref.conformance.interface.adapter import Adapter
-from infer_ref.conformance.oracles.definitions import transformers_available, transformers_model
+from infer_ref.conformance.oracles.transformers_fp64 import transformers_available, transformers_model
 
 pytestmark = [
     pytest.mark.ir_requires("stopping"),
