@@ -58,12 +58,7 @@ from infer_ref.conformance.checkpoints.golden_models import (
     synthetic_state_dict,
     weights_digest,
 )
-from infer_ref.conformance.oracles.golden.errors import (
-    GoldenError,
-    GoldenFormatError,
-    GoldenMetadataMismatch,
-    GoldenMismatch,
-)
+from infer_ref.conformance.oracles.golden.errors import GoldenError, GoldenFormatError, GoldenMetadataMismatch
 from infer_ref.conformance.oracles.golden.format import (
     DEFAULT_TOP_K,
     DTYPES,
@@ -80,6 +75,7 @@ from infer_ref.conformance.oracles.golden.format import (
 from infer_ref.conformance.oracles.golden.planted import PLANTED_BUGS, planted_bug
 from infer_ref.conformance.oracles.golden.results import (
     CaseResult,
+    GoldenMismatch,
     StepFailure,
     VerifyReport,
     format_failure,

@@ -1,14 +1,15 @@
-"""The errors of golden-file handling, each with the exit status the CLIs give it."""
+"""The errors of golden-file handling, each with the exit status the CLIs give it.
+
+A numerical disagreement, :class:`~infer_ref.conformance.oracles.golden.results.GoldenMismatch`,
+carries the verification's report and lives beside it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from infer_ref.errors import EXIT_BAD_DATA, EXIT_FAILED_CHECK, EXIT_METADATA, DataError, InferRefError
+from infer_ref.errors import EXIT_BAD_DATA, EXIT_METADATA, DataError, InferRefError
 
-if TYPE_CHECKING:
-    from infer_ref.conformance.oracles.golden.results import VerifyReport
 
 class GoldenError(InferRefError):
     """Base class of golden-file errors."""
@@ -44,16 +45,6 @@ class GoldenMetadataMismatch(GoldenError):
             "  If the change is intended, regenerate the file with `infer-ref golden generate ... --force`."
         )
         super().__init__("\n".join(lines))
-
-
-class GoldenMismatch(GoldenError, AssertionError):
-    """The implementation disagrees with the golden file beyond the dtype's tolerance (CLI exit status 1)."""
-
-    exit_code = EXIT_FAILED_CHECK
-
-    def __init__(self, message: str, report: VerifyReport) -> None:
-        super().__init__(message)
-        self.report = report
 
 
 def short_repr(value: Any) -> str:

@@ -1,4 +1,5 @@
-"""The result of a verification: per-step failures, per-case summaries, the readable diff."""
+"""The result of a verification: per-step failures, per-case summaries, the readable diff, and the
+error that carries a failed one (:class:`GoldenMismatch`)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from infer_ref.conformance.oracles.golden.errors import GoldenMismatch
+from infer_ref.conformance.oracles.golden.errors import GoldenError
 from infer_ref.conformance.oracles.golden.tolerances import Tolerance
+from infer_ref.errors import EXIT_FAILED_CHECK
 
 
 @dataclass
@@ -106,6 +108,16 @@ class VerifyReport:
     def raise_for_failures(self, token_text: Callable[[int], str] | None = None) -> None:
         if not self.ok:
             raise GoldenMismatch(format_failure(self, token_text), self)
+
+
+class GoldenMismatch(GoldenError, AssertionError):
+    """The implementation disagrees with the golden file beyond the dtype's tolerance (CLI exit status 1)."""
+
+    exit_code = EXIT_FAILED_CHECK
+
+    def __init__(self, message: str, report: VerifyReport) -> None:
+        super().__init__(message)
+        self.report = report
 
 
 def _fmt_top(top: Sequence[tuple[int, float]], token_text: Callable[[int], str] | None) -> str:
