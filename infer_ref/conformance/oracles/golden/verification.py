@@ -12,6 +12,7 @@ import torch
 
 from infer_ref.conformance.oracles.golden.errors import GoldenMetadataMismatch
 from infer_ref.conformance.oracles.golden.format import DTYPES, load_golden
+from infer_ref.conformance.oracles.golden.planted import planted_impl
 from infer_ref.conformance.oracles.golden.results import CaseResult, StepFailure, VerifyReport
 from infer_ref.conformance.oracles.golden.sessions import (
     SessionFactory,
@@ -205,6 +206,7 @@ def sessions_for(impl: str, source: ModelSource, dtype: str, device: str) -> Ses
     """Load ``source`` with implementation ``impl`` (a built-in name or ``module:ADAPTER``) and
     return its session factory."""
     torch_dtype = DTYPES[dtype]
+    impl = planted_impl(impl)
     if ":" in impl:
         from infer_ref.conformance.interface.adapter import load_adapter
 
