@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import warnings
 from collections.abc import Generator
 from pathlib import Path
 
@@ -136,6 +137,20 @@ def matches(nodeid: str, prefix: str) -> bool:
     return nodeid.startswith(prefix) or nodeid.rsplit("/", 1)[-1].startswith(prefix)
 
 
+def _load_adapter_showing_deprecations(config: pytest.Config, spec: str) -> Adapter:
+    """``load_adapter(spec)``; a DeprecationWarning its import raises (an adapter named by a moved
+    module path) reaches pytest's warnings summary, which warnings raised while configuring miss."""
+    with warnings.catch_warnings(record=True) as raised:
+        warnings.simplefilter("always", DeprecationWarning)
+        adapter = load_adapter(spec)
+    for warning in raised:
+        if isinstance(warning.message, DeprecationWarning):
+            config.issue_config_time_warning(warning.message, stacklevel=2)
+        else:
+            warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+    return adapter
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "ir_requires(*capabilities): skip unless the implementation under test supports them"
@@ -143,7 +158,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ir_oracle(name): what the test compares against (reported separately)")
     spec = impl_spec(config)
     try:
-        adapter = load_adapter(spec)
+        adapter = _load_adapter_showing_deprecations(config, spec)
     except ValueError as exc:
         raise pytest.UsageError(str(exc)) from None
     requested = str(config.getoption("--ir-device"))
