@@ -30,11 +30,13 @@ from torch.nn.attention import sdpa_kernel
 
 from infer_ref.attention import attention_mask, grouped_query_attention
 from infer_ref.cache.contiguous import KVCache
+from infer_ref.cache.prefix import BlockManager
 from infer_ref.config import RopeConfig
 from infer_ref.conformance.adapters import reference as ref
 from infer_ref.conformance.interface.adapter import Adapter, CacheSpec, SamplerSpec
 from infer_ref.conformance.mutants import caches
 from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES
+from infer_ref.conformance.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MANAGERS, prefix_adapter
 from infer_ref.engine.result import GenerationTiming, TokenCollector, first_stop
 from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top_p
 from infer_ref.models.common import (
@@ -604,13 +606,26 @@ MUTANTS: dict[str, Mutant] = {
     )
 }
 
-# Prefix-cache mutants: planted in the block manager (infer_ref/conformance/mutants/prefix.py).
-from infer_ref.conformance.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MUTANTS  # noqa: E402
+
+@dataclass(frozen=True)
+class BlockManagerMutant(Mutant):
+    """A mutant whose planted bug lives in the block manager (infer_ref/conformance/mutants/prefix.py)."""
+
+    manager_cls: type[BlockManager] = BlockManager
+
+    @property
+    def adapter(self) -> Adapter:
+        return prefix_adapter(self.name, self.doc, self.manager_cls)
+
+
+# Prefix-cache mutants: planted in the block manager.
+MUTANTS.update(
+    (name, BlockManagerMutant(name, bug_class, " ".join((cls.__doc__ or "").split()), Knobs(), ("test_block_manager.py",), cls))
+    for name, (bug_class, cls) in PREFIX_MANAGERS.items()
+)
 
 # Every class the suite must catch: DESIGN's list, then precision/sampling/stopping, cache systems, prefix caching.
 ALL_BUG_CLASSES = BUG_CLASSES + EXTRA_BUG_CLASSES + CACHE_BUG_CLASSES + PREFIX_BUG_CLASSES
-
-MUTANTS.update(PREFIX_MUTANTS)
 
 # The unbroken copy: all knobs at their defaults (must pass everything).
 CONTROL = make_adapter("control", Knobs(), "infer_ref through the mutant machinery with no bug planted")

@@ -1,15 +1,14 @@
 """Planted prefix-cache bugs: ``BlockManager`` subclasses with one step done the way it has shipped
 wrong in real engines. Each is an adapter whose ``make_block_manager`` builds the broken manager;
-everything else is infer_ref's own."""
+everything else is infer_ref's own (the mutant records are made in ``mutants/__init__.py``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from infer_ref.cache.prefix import BlockManager, TokenSequence
 from infer_ref.conformance.adapters import reference as ref
 from infer_ref.conformance.interface.adapter import Adapter
-from infer_ref.conformance.mutants import Knobs, Mutant
 from infer_ref.conformance.oracles.allocator import driver_factory
 
 PREFIX_BUG_CLASSES = (
@@ -100,40 +99,22 @@ class EarlyPublish(BlockManager):
             self._publish(seq, i)
 
 
-@dataclass(frozen=True)
-class BlockManagerMutant(Mutant):
-    """A mutant whose planted bug lives in the block manager."""
-
-    manager_cls: type[BlockManager] = BlockManager
-
-    @property
-    def adapter(self) -> Adapter:
-        return replace(
-            ref.INFER_REF,
-            name=self.name,
-            version="mutant",
-            description=self.doc,
-            make_block_manager=driver_factory(self.manager_cls),
-        )
+def prefix_adapter(name: str, doc: str, manager_cls: type[BlockManager]) -> Adapter:
+    """infer_ref's adapter with the broken block manager ``manager_cls``."""
+    return replace(ref.INFER_REF, name=name, version="mutant", description=doc, make_block_manager=driver_factory(manager_cls))
 
 
-_BLOCKS = ("test_block_manager.py",)
-
-
-def _mutant(name: str, bug_class: int, cls: type[BlockManager]) -> BlockManagerMutant:
-    return BlockManagerMutant(name, PREFIX_BUG_CLASSES[bug_class], " ".join((cls.__doc__ or "").split()), Knobs(), _BLOCKS, cls)
-
-
-PREFIX_MUTANTS: dict[str, Mutant] = {
-    m.name: m
-    for m in (
-        _mutant("hash_unchained", 0, UnchainedHash),
-        _mutant("hit_unverified", 1, UnverifiedHit),
-        _mutant("stale_map_entry", 2, StaleMapEntry),
-        _mutant("revived_block_loses_hash", 3, RevivedLosesHash),
-        _mutant("full_prompt_hit", 4, FullPromptHit),
-        _mutant("own_hit_evicted", 5, OwnHitEvicted),
-        _mutant("failed_allocation_leaks", 6, LeakOnFailure),
-        _mutant("hash_published_early", 7, EarlyPublish),
+PREFIX_MANAGERS: dict[str, tuple[str, type[BlockManager]]] = {
+    name: (PREFIX_BUG_CLASSES[bug_class], cls)
+    for name, bug_class, cls in (
+        ("hash_unchained", 0, UnchainedHash),
+        ("hit_unverified", 1, UnverifiedHit),
+        ("stale_map_entry", 2, StaleMapEntry),
+        ("revived_block_loses_hash", 3, RevivedLosesHash),
+        ("full_prompt_hit", 4, FullPromptHit),
+        ("own_hit_evicted", 5, OwnHitEvicted),
+        ("failed_allocation_leaks", 6, LeakOnFailure),
+        ("hash_published_early", 7, EarlyPublish),
     )
 }
+"""Mutant name -> (its bug class, the broken block manager)."""
