@@ -37,13 +37,12 @@ normal, scaled in float32). Regenerate golden files with ``infer-ref golden gene
 edit them by hand: each file records its counts and content digest, and a file that was edited,
 truncated or merged is refused.
 
-The package is split by concern: :mod:`~infer_ref.conformance.oracles.golden.format` (schema, integrity, reading and
-writing), :mod:`~infer_ref.conformance.oracles.golden.tolerances`, :mod:`~infer_ref.conformance.oracles.golden.errors`,
-:mod:`~infer_ref.conformance.checkpoints.golden_models` (the weight generator), :mod:`~infer_ref.conformance.oracles.golden.sources`
-(checkpoint or synthetic weights, loaded into either implementation), :mod:`~infer_ref.conformance.oracles.golden.sessions`,
-:mod:`~infer_ref.conformance.oracles.golden.writing`, :mod:`~infer_ref.conformance.oracles.golden.verification`,
-:mod:`~infer_ref.conformance.oracles.golden.results` and :mod:`~infer_ref.conformance.oracles.golden.planted` (planted bugs). Every public
-name is importable from ``infer_ref.conformance.oracles.golden``.
+The package is split by concern: ``format`` (schema, integrity, reading and writing),
+``tolerances``, ``errors``, ``sources`` (checkpoint or synthetic weights, loaded into either
+implementation; the weight generator is :mod:`infer_ref.conformance.checkpoints.golden_models`),
+``sessions``, ``writing``, ``verification``, ``results`` (the report and :class:`GoldenMismatch`)
+and ``planted`` (known bugs, planted as the kit's mutants). Every public name is importable from
+``infer_ref.conformance.oracles.golden``.
 """
 
 from infer_ref.conformance.checkpoints.golden_models import (
