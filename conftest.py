@@ -10,10 +10,10 @@ import torch
 
 # The conformance plugin (--ir-impl, --ir-xfails, capability skips, report header) is registered
 # through the ``pytest11`` entry point when infer_ref is installed; load it here when it is not.
-# It also registers the Hypothesis profiles (infer_ref/testing/profiles.py): ``ci`` extends the
+# It also registers the Hypothesis profiles (infer_ref/conformance/profiles.py): ``ci`` extends the
 # built-in one (derandomized, no deadline); ``dev`` is a quick local loop; ``nightly`` searches much
 # harder. Pick with --hypothesis-profile=NAME or INFER_REF_HYPOTHESIS_PROFILE=NAME; CI=true selects ``ci``.
-_PLUGIN = "infer_ref.testing.plugin"
+_PLUGIN = "infer_ref.conformance.plugin"
 if not any(ep.value == _PLUGIN for ep in entry_points(group="pytest11")):
     pytest_plugins = [_PLUGIN]
 

@@ -30,10 +30,10 @@ if __package__ in (None, ""):
 
 from benchmarks.bench_utils import DTYPES, environment, load_bench_model, median, pick_device
 from infer_ref.cache.factory import build_cache
+from infer_ref.conformance.oracles.golden import Tolerance, tolerance_for
+from infer_ref.conformance.oracles.teacher_forced import compare_teacher_forced
 from infer_ref.engine.engine import Engine, EngineResult
 from infer_ref.engine.sampling import SamplingParams
-from infer_ref.golden import Tolerance, tolerance_for
-from infer_ref.testing.teacher_forced import compare_teacher_forced
 
 
 def make_prompts(vocab: int, requests: int, system_tokens: int, user_tokens: int, seed: int) -> list[list[int]]:

@@ -6,7 +6,7 @@ gate_up, down, LM head; shapes shared between models are measured once) and for 
 - ``cublas``: the reference (``F.linear``; for gate_up the eager gated MLP: ``F.linear``, the
   activation and the product, three kernels — what the gated kernel replaces);
 - every candidate :class:`GemvConfig` of the sweep, each first checked against a float64 oracle
-  (``infer_ref.testing.gemv_oracle``: the exact product rounded where the kernel rounds, within
+  (``infer_ref.conformance.oracles.gemv``: the exact product rounded where the kernel rounds, within
   the float32-accumulation bound); a config that fails is reported and never timed.
 
 Timing: ~50 calls captured in one CUDA graph and replayed, CUDA-event medians per call, so launch
@@ -73,12 +73,12 @@ if __package__ in (None, ""):
 from benchmarks.bench_kernels import copies_for, graph_of, time_call
 from benchmarks.bench_utils import DTYPES, d2d_copy_bandwidth, environment, pick_device
 from infer_ref.config import ModelConfig
+from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, TINY_CONFIGS
+from infer_ref.conformance.oracles.gemv import gated_oracle, linear_oracle, violations
 from infer_ref.kernels import gemv
 from infer_ref.kernels.gemv import FusedStages, GemvConfig, default_config, split_plan
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.switch import decode_kernels
-from infer_ref.testing.gemv_oracle import gated_oracle, linear_oracle, violations
-from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 
 CALLS_PER_GRAPH = 50
 

@@ -25,8 +25,8 @@ import torch
 from torch import Tensor, nn
 
 from infer_ref.config import ModelConfig
+from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 from infer_ref.loader import build_on_meta, checkpoint_shapes, checkpoint_views, load_model, load_weights
-from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures" / "checkpoints"
@@ -57,7 +57,7 @@ def hf_config_for(name: str) -> dict[str, Any] | None:
 def synthetic_state(hf_config: Mapping[str, Any], device: torch.device, dtype: torch.dtype, seed: int = 0) -> dict[str, Tensor]:
     """infer_ref-named random weights drawn on ``device`` in ``dtype`` (seeded, sorted-name order).
 
-    Same scheme as ``infer_ref.testing.synthetic.random_state_dict`` (linear N(0, 1/fan_in),
+    Same scheme as ``infer_ref.conformance.checkpoints.snapshots.random_state_dict`` (linear N(0, 1/fan_in),
     embedding N(0, 1), norms 1 + 0.1 N(0, 1), Gemma norms the offset only), but without a trip
     through a CPU float32 copy: a 1.7B-parameter model is ready in about a second on a GPU.
     """

@@ -22,7 +22,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_utils import build_infer_ref, calibrate_logit_scale, mean_entropy, synthetic_state
-from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS
+from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS
 
 
 @torch.inference_mode()

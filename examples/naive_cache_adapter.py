@@ -21,7 +21,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from infer_ref.testing.adapter import Adapter, CacheSpec
+from infer_ref.conformance.interface.adapter import Adapter, CacheSpec
 
 
 class CacheFullError(ValueError):

@@ -3,7 +3,7 @@
 ``RingCache`` keeps, for a layer with a sliding window ``w``, only ``w`` slots (position ``p``
 lives in slot ``p % w``), and for a full-attention layer a plain buffer. Each layer's length moves
 inside ``update`` (there is no ``advance``), the style of most engines' per-layer caches, which
-the adapter declares in its :class:`~infer_ref.testing.contract.CacheContract`.
+the adapter declares in its :class:`~infer_ref.conformance.interface.contract.CacheContract`.
 
 The subtle part is a multi-token step that wraps the ring: query ``i`` of the chunk needs the
 ``w - 1`` keys before it, some of which the chunk's own later tokens overwrite. ``update``
@@ -20,8 +20,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from infer_ref.testing.adapter import Adapter, CacheSpec
-from infer_ref.testing.contract import CacheContract
+from infer_ref.conformance.interface.adapter import Adapter, CacheSpec
+from infer_ref.conformance.interface.contract import CacheContract
 
 
 class RingCache:

@@ -8,7 +8,7 @@ its first queries' windows and, slot order no longer being position order, lets 
 keys from later in the chunk: a bug that shipped in a popular sliding-window cache.
 
 ``REFUSES_LONG_STEPS`` is the same cache refusing steps longer than the window by raising
-:class:`~infer_ref.testing.contract.Unsupported` (an engine that loudly rejects such chunks). The
+:class:`~infer_ref.conformance.interface.contract.Unsupported` (an engine that loudly rejects such chunks). The
 kit rejects those draws, reports them as unsupported, and still judges, and catches, the
 wrapping steps below the window.
 """
@@ -22,7 +22,7 @@ from torch import Tensor
 
 from examples.ring_buffer_adapter import ADAPTER as CORRECT
 from examples.ring_buffer_adapter import RingCache
-from infer_ref.testing.contract import Unsupported
+from infer_ref.conformance.interface.contract import Unsupported
 
 
 class WriteFirstRing(RingCache):

@@ -1,6 +1,7 @@
 """infer_ref: an exact, readable reference for KV-cached Llama 3.2, Qwen3 and Gemma 3 inference,
 and the conformance suite around it."""
 
+from infer_ref._moved_modules import install as _install_moved_modules
 from infer_ref.cache import KVCache, KVCacheOverflowError
 from infer_ref.chat import render_chat_template
 from infer_ref.config import ConfigError, ModelConfig
@@ -11,6 +12,8 @@ from infer_ref.loader import CheckpointError, load_model
 from infer_ref.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
+
+_install_moved_modules()  # the conformance kit's old import paths (infer_ref.testing, infer_ref.golden), for one release
 
 __all__ = [
     "CheckpointError",

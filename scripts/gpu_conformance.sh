@@ -40,8 +40,8 @@ IMPLS="${IMPLS:-infer_ref dynamic-sdpa static-sdpa dynamic-eager static-eager}"
 GOLDEN_IMPLS="${GOLDEN_IMPLS:-infer_ref}"
 KIT_WORKERS="${KIT_WORKERS:-4}"
 GPUS="$("$PY" -c 'import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)' 2>/dev/null || echo 0)"
-XF="$ROOT/infer_ref/testing/xfails"
-HF=infer_ref.testing.adapters_transformers
+XF="$ROOT/infer_ref/conformance/xfails"
+HF=infer_ref.conformance.adapters.transformers
 
 {
   echo "# GPU conformance run"
@@ -90,7 +90,7 @@ conformance() {  # conformance NAME IMPL [extra args...]
     -n "$KIT_WORKERS" --report "$OUT/conformance-$name.md" ${only[@]+"${only[@]}"} "$@"
 }
 if has "$STAGES" conformance; then
-  conformance infer_ref infer_ref.testing.adapters:INFER_REF
+  conformance infer_ref infer_ref.conformance.adapters.reference:INFER_REF
   # The cache-level xfails are device-independent; the eager files were measured in float64 (eager's
   # float32 softmax), so bf16 runs of eager attention use only the cache files.
   conformance dynamic-sdpa "$HF:DYNAMIC_SDPA" --xfails "$XF/transformers-dynamic.txt"
@@ -114,7 +114,7 @@ done
 
 {
   echo
-  echo "Each xdist worker gw<i> uses cuda:<i mod $GPUS> (infer_ref.testing.plugin.worker_device);"
+  echo "Each xdist worker gw<i> uses cuda:<i mod $GPUS> (infer_ref.conformance.plugin.worker_device);"
   echo "compare the wall times of the -n 1 and -n 2 rows."
 } >> "$SUMMARY"
 cat "$SUMMARY"

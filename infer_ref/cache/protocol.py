@@ -3,7 +3,7 @@
 The models call ``seq_len``, ``update`` and ``advance`` (and ``num_layers`` / ``remaining_capacity``
 to refuse a forward before anything is written); ``generate`` and the suite also use the capacity
 helpers. Any object with these members can be driven by infer_ref's models and tested by
-``infer_ref.testing``.
+``infer_ref.conformance``.
 
 Three optional members let a cache decide more of the forward; the model asks for them through the
 helpers below, never by looking at the cache's type:

@@ -3,7 +3,7 @@
     infer-ref conformance --impl my_engine.adapter:ADAPTER [--device cuda] [--dtype bfloat16]
                           [--xfails FILE] [-n auto] [--report report.md|json] [-- PYTEST ARGS]
 
-is ``pytest --pyargs infer_ref.testing.conformance --ir-impl=...`` with the options spelled out;
+is ``pytest --pyargs infer_ref.conformance.tests --ir-impl=...`` with the options spelled out;
 everything after ``--`` (or any option it does not know) goes to pytest unchanged. The exit status
 is pytest's.
 """
@@ -17,16 +17,16 @@ from importlib.metadata import entry_points
 
 from infer_ref.cli.options import DTYPES, UsageError
 
-PLUGIN = "infer_ref.testing.plugin"
+PLUGIN = "infer_ref.conformance.plugin"
 
 
 def add_conformance_command(commands: argparse._SubParsersAction) -> None:
     p = commands.add_parser(
         "conformance",
-        help="run the conformance tests against an implementation (an infer_ref.testing.adapter.Adapter)",
+        help="run the conformance tests against an implementation (an infer_ref.conformance.interface.adapter.Adapter)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    p.add_argument("--impl", default="infer_ref.testing.adapters:INFER_REF", metavar="MODULE:OBJECT",
+    p.add_argument("--impl", default="infer_ref.conformance.adapters.reference:INFER_REF", metavar="MODULE:OBJECT",
                    help="the adapter under test (default: infer_ref itself)")
     p.add_argument("--device", default="cpu", help="device every adapter call receives (cpu, cuda, cuda:N; default cpu)")
     p.add_argument("--dtype", default="float64", choices=list(DTYPES),
@@ -43,7 +43,7 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
 
 def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
     """The pytest command line for ``args`` (plus ``extra``, passed through)."""
-    out = ["--pyargs", "infer_ref.testing.conformance", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
+    out = ["--pyargs", "infer_ref.conformance.tests", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
            f"--ir-dtype={args.dtype}", "-p", "no:cacheprovider", "-rfEsxX",
            "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
     if not any(ep.value == PLUGIN for ep in entry_points(group="pytest11")):

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks.bench_utils import build_infer_ref, calibrate_logit_scale, mean_entropy, synthetic_state
-from infer_ref.testing.synthetic import FAMILIES, tiny_config
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES, tiny_config
 
 torch.set_num_threads(1)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref import golden
+from infer_ref.conformance.oracles import golden
 
 pytest.importorskip("transformers")
 

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 import torch
 
-from infer_ref import golden
 from infer_ref.cli.golden import EXIT_EXISTS, EXIT_FORMAT, EXIT_METADATA, EXIT_MISMATCH, EXIT_OK, main
+from infer_ref.conformance.oracles import golden
 
 pytest.importorskip("transformers")
 

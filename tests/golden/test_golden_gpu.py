@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from infer_ref import golden
+from infer_ref.conformance.oracles import golden
 
 pytest.importorskip("transformers")
 pytestmark = pytest.mark.gpu

@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from infer_ref import Engine, SamplingParams, Tokenizer, generate, load_model, render_chat_template
-from infer_ref.testing.allocator import collide_all
-from infer_ref.testing.assertions import assert_close
+from infer_ref.conformance.assertions import assert_close
+from infer_ref.conformance.oracles.allocator import collide_all
 
 transformers = pytest.importorskip("transformers")
 

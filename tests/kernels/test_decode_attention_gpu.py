@@ -2,7 +2,7 @@
 
 Every check draws fresh random inputs: q/k/v as views of one packed projection output (a model's
 layout: every stride a parameter), prefix K/V scattered into randomly permuted blocks with stale
-table entries (``infer_ref.testing.paged``), NaN in every slot no row owns, in the slot each row's
+table entries (``infer_ref.conformance.oracles.paged``), NaN in every slot no row owns, in the slot each row's
 new token goes to and (with a window) in every slot before the window, and a NaN-filled output
 buffer. The expected values are those of ``decode_attention_reference`` (the torch definitions,
 run on the same GPU) on clones of the same inputs.
@@ -28,6 +28,8 @@ from typing import Any
 import pytest
 import torch
 
+from infer_ref.conformance.assertions import assert_close as kit_assert_close
+from infer_ref.conformance.oracles.paged import scatter_to_paged
 from infer_ref.kernels import decode_attention as da
 from infer_ref.kernels.decode_attention import (
     decode_attention,
@@ -36,8 +38,6 @@ from infer_ref.kernels.decode_attention import (
 )
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.paged_attention import contiguous_layer_as_paged
-from infer_ref.testing.assertions import assert_close as kit_assert_close
-from infer_ref.testing.paged import scatter_to_paged
 
 pytestmark = [
     pytest.mark.gpu,

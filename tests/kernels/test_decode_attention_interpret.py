@@ -4,7 +4,7 @@
 
 Each check draws fresh inputs: q/k/v as views of one packed projection output (so every stride is
 a parameter), prefix K/V scattered into randomly permuted blocks with stale table entries
-(``infer_ref.testing.paged``), NaN in every slot no row owns, in the slot each row's new token goes
+(``infer_ref.conformance.oracles.paged``), NaN in every slot no row owns, in the slot each row's new token goes
 to, and (with a window) in every slot before the window; the output buffer starts as NaN. Then:
 
 - the output is finite and within the tolerance of ``tests/unit/test_kernels_gpu.py`` of the
@@ -38,6 +38,8 @@ from typing import Any
 import pytest
 import torch
 
+from infer_ref.conformance.assertions import assert_close as kit_assert_close
+from infer_ref.conformance.oracles.paged import scatter_to_paged
 from infer_ref.kernels import decode_attention as da
 from infer_ref.kernels.decode_attention import decode_attention_reference, decode_attention_triton
 from infer_ref.kernels.norm import NormSpec
@@ -46,8 +48,6 @@ from infer_ref.kernels.paged_attention import (
     paged_decode_attention_reference,
     paged_decode_attention_triton,
 )
-from infer_ref.testing.assertions import assert_close as kit_assert_close
-from infer_ref.testing.paged import scatter_to_paged
 
 interpret = pytest.mark.interpret
 needs_interpreter = pytest.mark.skipif(

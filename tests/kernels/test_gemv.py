@@ -2,7 +2,7 @@
 
 The references are checked against float64 arithmetic written out here (sums of products, the
 activation formulas), the gated reference against the models' ``MLP.forward``, and the bf16/fp16
-references against the rounding chain the kernels copy (``infer_ref.testing.gemv_oracle``, whose
+references against the rounding chain the kernels copy (``infer_ref.conformance.oracles.gemv``, whose
 bound is derived in its docstring). On a CPU every dispatching call must take the reference.
 
 Tests marked ``interpret`` run the Triton kernels themselves under Triton's CPU interpreter; they
@@ -40,6 +40,14 @@ import torch.nn.functional as F
 
 from benchmarks.bench_gemv import FMA_MAX_ROWS, TILES
 from infer_ref.config import ModelConfig
+from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, TINY_CONFIGS
+from infer_ref.conformance.oracles.gemv import (
+    gamma,
+    gated_epilogue_oracle,
+    gated_oracle,
+    linear_oracle,
+    violations,
+)
 from infer_ref.kernels import gemv, gemv_kernels, switch
 from infer_ref.kernels.gemv import (
     MAX_ROWS,
@@ -61,14 +69,6 @@ from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
 from infer_ref.models import common as model_common
 from infer_ref.models.common import MLP, GemmaRMSNorm, RMSNorm
-from infer_ref.testing.gemv_oracle import (
-    gamma,
-    gated_epilogue_oracle,
-    gated_oracle,
-    linear_oracle,
-    violations,
-)
-from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 
 ACTS = ["silu", "gelu_pytorch_tanh"]
 

@@ -5,7 +5,7 @@ of order one, as in a model) and hands the kernel an output buffer full of NaN, 
 fails to write shows.
 
 Tolerance: the kernel is compared with a float64 oracle of the same rounding steps
-(``infer_ref.testing.gemv_oracle``): the exact product (plus bias) rounded to the dtype, and for
+(``infer_ref.conformance.oracles.gemv``): the exact product (plus bias) rounded to the dtype, and for
 the gated kernel ``round(round(act(round g)) * round u)``. The bound is derived there: float32
 accumulation of K products is within ``(K + 2) * 2**-24 * (|x| @ |W|^T + |b|)`` of the exact sum,
 and each rounding to the dtype may land one ulp away from the oracle's when the two values straddle
@@ -32,6 +32,8 @@ import pytest
 import torch
 
 from infer_ref.config import ModelConfig
+from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS
+from infer_ref.conformance.oracles.gemv import gated_epilogue_oracle, gated_oracle, linear_oracle, violations
 from infer_ref.kernels import gemv, gemv_kernels
 from infer_ref.kernels.gemv import (
     CUBLAS_SHAPES,
@@ -56,8 +58,6 @@ from infer_ref.kernels.gemv import (
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.pdl import ENV_SWITCH
 from infer_ref.kernels.switch import decode_kernels
-from infer_ref.testing.gemv_oracle import gated_epilogue_oracle, gated_oracle, linear_oracle, violations
-from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS
 
 pytestmark = [
     pytest.mark.gpu,

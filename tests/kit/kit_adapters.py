@@ -15,9 +15,9 @@ import torch
 from torch import Tensor
 
 from infer_ref.cache.contiguous import KVCache
-from infer_ref.testing import adapters as ref
-from infer_ref.testing.adapter import Adapter, CacheSpec
-from infer_ref.testing.contract import CacheContract
+from infer_ref.conformance.adapters import reference as ref
+from infer_ref.conformance.interface.adapter import Adapter, CacheSpec
+from infer_ref.conformance.interface.contract import CacheContract
 
 
 class CorruptsThenRaises(KVCache):

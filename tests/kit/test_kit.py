@@ -12,14 +12,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from infer_ref.testing import checkpoints
-from infer_ref.testing import strategies as irst
-from infer_ref.testing.adapter import DEFAULT_IMPL, Adapter, load_adapter
-from infer_ref.testing.adapters import INFER_REF
-from infer_ref.testing.assertions import assert_close, assert_tokens_equal, assert_visibility
-from infer_ref.testing.mutants import ALL_BUG_CLASSES, BUG_CLASSES, CONTROL, MUTANTS
-from infer_ref.testing.plugin import matches, read_xfails
-from infer_ref.testing.synthetic import FAMILIES
+from infer_ref.conformance import case_models
+from infer_ref.conformance import strategies as irst
+from infer_ref.conformance.adapters.reference import INFER_REF
+from infer_ref.conformance.assertions import assert_close, assert_tokens_equal, assert_visibility
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES
+from infer_ref.conformance.interface.adapter import DEFAULT_IMPL, Adapter, load_adapter
+from infer_ref.conformance.mutants import ALL_BUG_CLASSES, BUG_CLASSES, CONTROL, MUTANTS
+from infer_ref.conformance.plugin import matches, read_xfails
 
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 
@@ -40,7 +40,7 @@ def test_every_design_bug_class_has_a_mutant() -> None:
 
 def test_each_mutant_is_a_selectable_adapter() -> None:
     for name, mutant in MUTANTS.items():
-        adapter = load_adapter(f"infer_ref.testing.mutants:{name}")
+        adapter = load_adapter(f"infer_ref.conformance.mutants:{name}")
         assert adapter.name == name
         assert mutant.targets, name
         assert adapter.capabilities() == INFER_REF.capabilities(), adapter.capabilities()
@@ -49,7 +49,7 @@ def test_each_mutant_is_a_selectable_adapter() -> None:
 def test_mutant_docs_are_in_the_conformance_guide() -> None:
     doc = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
     for name in MUTANTS:
-        assert f"`{name}`" in doc, f"{name} missing from docs/conformance.md: rerun python -m infer_ref.testing.mutants --write-table docs/conformance.md"
+        assert f"`{name}`" in doc, f"{name} missing from docs/conformance.md: rerun python -m infer_ref.conformance.mutants --write-table docs/conformance.md"
 
 
 @pytest.mark.parametrize("family", FAMILIES)
@@ -59,7 +59,7 @@ def test_control_copy_equals_infer_ref_bit_for_bit(family: str, case: st.DataObj
     infer_ref's logits, cached and uncached: each mutant differs from infer_ref by its bug alone."""
     mc = case.draw(irst.model_configs(family))
     ids = case.draw(irst.token_ids(mc.hf_config["vocab_size"], 1, 12))
-    ref, ctl = checkpoints.load(INFER_REF, mc), checkpoints.load(CONTROL, mc)
+    ref, ctl = case_models.load(INFER_REF, mc), case_models.load(CONTROL, mc)
     assert INFER_REF.forward is not None and INFER_REF.make_model_cache is not None
     assert CONTROL.make_model_cache is not None
     assert torch.equal(INFER_REF.forward(ref, ids, None), INFER_REF.forward(ctl, ids, None))
@@ -94,23 +94,23 @@ def test_assert_visibility_and_tokens_name_the_first_difference() -> None:
 
 def test_xfail_file_reader_and_matching(tmp_path: Path) -> None:
     f = tmp_path / "xfails.txt"
-    f.write_text("# known problems\n\ninfer_ref/testing/conformance/test_cache.py::test_reset  # reset is lazy\ntest_masks.py::test_boundary_cases[1-0-1]\n")
+    f.write_text("# known problems\n\ninfer_ref/conformance/tests/test_cache.py::test_reset  # reset is lazy\ntest_masks.py::test_boundary_cases[1-0-1]\n")
     entries = read_xfails(f)
-    assert entries == ["infer_ref/testing/conformance/test_cache.py::test_reset", "test_masks.py::test_boundary_cases[1-0-1]"]
-    assert matches("infer_ref/testing/conformance/test_cache.py::test_reset_restarts_at_zero", entries[0])
-    assert matches("infer_ref/testing/conformance/test_masks.py::test_boundary_cases[1-0-1]", entries[1])
-    assert not matches("infer_ref/testing/conformance/test_masks.py::test_boundary_cases[1-0-None]", entries[1])
+    assert entries == ["infer_ref/conformance/tests/test_cache.py::test_reset", "test_masks.py::test_boundary_cases[1-0-1]"]
+    assert matches("infer_ref/conformance/tests/test_cache.py::test_reset_restarts_at_zero", entries[0])
+    assert matches("infer_ref/conformance/tests/test_masks.py::test_boundary_cases[1-0-1]", entries[1])
+    assert not matches("infer_ref/conformance/tests/test_masks.py::test_boundary_cases[1-0-None]", entries[1])
 
 
 def test_load_adapter_errors_are_usage_messages() -> None:
     assert load_adapter(DEFAULT_IMPL) is INFER_REF
-    assert load_adapter("infer_ref.testing.adapters") is INFER_REF  # module alone: its ADAPTER
+    assert load_adapter("infer_ref.conformance.adapters.reference") is INFER_REF  # module alone: its ADAPTER
     with pytest.raises(ValueError, match="cannot import module 'no_such_module'"):
         load_adapter("no_such_module:X")
     with pytest.raises(ValueError, match="has no attribute 'NOPE'"):
-        load_adapter("infer_ref.testing.adapters:NOPE")
-    with pytest.raises(ValueError, match="expected an infer_ref.testing.adapter.Adapter"):
-        load_adapter("infer_ref.testing.adapter:DEFAULT_IMPL")
+        load_adapter("infer_ref.conformance.adapters.reference:NOPE")
+    with pytest.raises(ValueError, match="expected an infer_ref.conformance.interface.adapter.Adapter"):
+        load_adapter("infer_ref.conformance.interface.adapter:DEFAULT_IMPL")
 
 
 def test_capabilities_report_what_is_missing() -> None:
@@ -130,7 +130,7 @@ def test_every_mutant_is_caught() -> None:
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
     proc = subprocess.run(
-        [sys.executable, "-m", "infer_ref.testing.mutants", "--jobs", "2"], cwd=root, env=env, capture_output=True, text=True, timeout=1800
+        [sys.executable, "-m", "infer_ref.conformance.mutants", "--jobs", "2"], cwd=root, env=env, capture_output=True, text=True, timeout=1800
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert f"{len(MUTANTS)}/{len(MUTANTS)} mutants caught" in proc.stdout
@@ -138,7 +138,7 @@ def test_every_mutant_is_caught() -> None:
 
 def test_each_xdist_worker_takes_its_own_gpu_round_robin() -> None:
     """``-n 8`` on a 2-GPU runner: gw0..gw7 -> cuda:0, 1, 0, 1, ...; explicit devices and CPUs untouched."""
-    from infer_ref.testing.plugin import worker_device
+    from infer_ref.conformance.plugin import worker_device
 
     assert [worker_device("cuda", f"gw{i}", 2) for i in range(4)] == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
     assert worker_device("cuda", None, 2) == "cuda"

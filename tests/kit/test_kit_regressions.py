@@ -14,10 +14,10 @@ from pathlib import Path
 from conformance_run import HERE, ROOT, conformance
 from hypothesis.vendor.pretty import pretty
 
-import infer_ref.testing.conformance as shipped
+import infer_ref.conformance.tests as shipped
 from infer_ref.cli import main as infer_ref_main
+from infer_ref.conformance.adapters.reference import INFER_REF
 from infer_ref.errors import EXIT_USAGE
-from infer_ref.testing.adapters import INFER_REF
 
 
 def test_the_kit_ships_in_the_package_and_runs_from_any_directory(tmp_path: Path) -> None:
@@ -26,7 +26,7 @@ def test_the_kit_ships_in_the_package_and_runs_from_any_directory(tmp_path: Path
     names = {p.name for p in Path(shipped.__file__).parent.glob("test_*.py")}
     assert {"test_cache.py", "test_masks.py", "test_model.py", "test_golden.py"} <= names
     assert not names & {"test_kit.py", "test_example_adapter.py", "test_kit_regressions.py"}
-    run = conformance("infer_ref.testing.adapters:INFER_REF", "-k", "test_masks", cwd=tmp_path)
+    run = conformance("infer_ref.conformance.adapters.reference:INFER_REF", "-k", "test_masks", cwd=tmp_path)
     assert run.returncode == 0, run.output[-3000:]
     assert f"rootdir: {tmp_path}" in run.output
     assert run.report["totals"]["counts"]["passed"] == 14, run.report["totals"]
@@ -106,7 +106,7 @@ def test_stale_xfail_entries_fail_the_run(tmp_path: Path) -> None:
     """Old: a stale entry was a warning and an unexpected pass an XPASS; both now fail the run."""
     xfails = tmp_path / "xfails.txt"
     xfails.write_text("test_masks.py::test_boundary_cases[1-0-None]  # passes: XPASS(strict)\ntest_masks.py::test_gone\n")
-    run = conformance("infer_ref.testing.adapters:INFER_REF", "-k", "test_boundary_cases", "--xfails", str(xfails), cwd=tmp_path)
+    run = conformance("infer_ref.conformance.adapters.reference:INFER_REF", "-k", "test_boundary_cases", "--xfails", str(xfails), cwd=tmp_path)
     assert run.returncode == 1, run.output[-3000:]
     assert "XPASS(strict)" in run.output
     assert run.report["stale_xfails"] == ["test_masks.py::test_gone"]
@@ -116,7 +116,7 @@ def test_golden_verify_takes_any_adapter(capsys: object) -> None:
     """Old: ``infer-ref golden verify`` judged only infer_ref or transformers."""
     path = str(ROOT / "fixtures" / "golden" / "llama-tiny.cpu-float32.json")
     assert infer_ref_main(["golden", "verify", path, "--impl", "examples.naive_cache_adapter:ADAPTER", "--quiet"]) == 0
-    assert infer_ref_main(["golden", "verify", path, "--impl", "infer_ref.testing.mutants:rope_no_offset", "--quiet"]) == 1
+    assert infer_ref_main(["golden", "verify", path, "--impl", "infer_ref.conformance.mutants:rope_no_offset", "--quiet"]) == 1
     # An adapter that cannot verify golden files (no make_model_cache / forward) is a usage error.
     assert infer_ref_main(["golden", "verify", path, "--impl", "examples.ring_buffer_adapter:ADAPTER", "--quiet"]) == EXIT_USAGE
 
@@ -131,7 +131,7 @@ def test_xfail_conditions_select_entries_by_package_version_and_device(tmp_path:
     where they do not hold the entry does not apply, so it is never reported stale there."""
     import pytest as _pytest
 
-    from infer_ref.testing.plugin import read_xfails
+    from infer_ref.conformance.plugin import read_xfails
 
     f = tmp_path / "xfails.txt"
     f.write_text(

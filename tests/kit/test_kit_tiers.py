@@ -9,10 +9,10 @@ from pathlib import Path
 
 import torch
 
-from infer_ref.testing.adapter import SamplerSpec
-from infer_ref.testing.adapters import INFER_REF
-from infer_ref.testing.mutants import CONTROL
-from infer_ref.testing.mutants.__main__ import Outcome, class_report, failed_test_tiers
+from infer_ref.conformance.adapters.reference import INFER_REF
+from infer_ref.conformance.interface.adapter import SamplerSpec
+from infer_ref.conformance.mutants import CONTROL
+from infer_ref.conformance.mutants.__main__ import Outcome, class_report, failed_test_tiers
 
 FIXTURE = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints" / "llama-tiny"
 
@@ -46,7 +46,7 @@ def test_kill_report_records_tiers_and_flags_classes_the_default_tier_misses(tmp
         '<testcase classname="tests.property.test_x" name="test_c"/></testsuite></testsuites>'
     )
     assert failed_test_tiers(junit) == {"test_x.py::test_a[1]": "slow", "test_x.py::test_b": "default"}
-    from infer_ref.testing.mutants import MUTANTS
+    from infer_ref.conformance.mutants import MUTANTS
 
     slow_only = Outcome(MUTANTS["eos_ignored"], 1, ["test_x.py::test_a[1]"], 1.0, "", {"test_x.py::test_a[1]": "slow"})
     report = class_report([slow_only])
@@ -61,8 +61,12 @@ def test_low_precision_definitions_are_transformers_own() -> None:
     from transformers.models.llama.modeling_llama import LlamaRMSNorm, LlamaRotaryEmbedding
 
     from infer_ref.config import ModelConfig
-    from infer_ref.testing.oracle import default_inv_freq, rms_norm_definition, rope_tables_definition
-    from infer_ref.testing.synthetic import tiny_config
+    from infer_ref.conformance.checkpoints.snapshots import tiny_config
+    from infer_ref.conformance.oracles.definitions import (
+        default_inv_freq,
+        rms_norm_definition,
+        rope_tables_definition,
+    )
 
     g = torch.Generator().manual_seed(3)
     x = (torch.randn(2, 5, 64, generator=g) * 9).to(torch.bfloat16)

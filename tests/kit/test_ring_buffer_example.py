@@ -14,8 +14,8 @@ import torch
 from conformance_run import conformance
 
 from examples.ring_buffer_bugs import WRAP_READS_FUTURE
-from infer_ref.testing.adapter import CacheSpec
-from infer_ref.testing.oracle import naive_attention, visible_keys
+from infer_ref.conformance.interface.adapter import CacheSpec
+from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
 
 RING_TESTS = ("-k", "test_cache or test_attention or test_masks")
 CATCHING = ("-k", "test_update_writes or test_attention or test_boundary_cases or test_mask_is_the_definition")

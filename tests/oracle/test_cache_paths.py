@@ -27,12 +27,12 @@ from hypothesis import strategies as st
 
 from infer_ref import load_model
 from infer_ref.cache.factory import CACHE_KINDS, build_cache
-from infer_ref.testing import checkpoints
-from infer_ref.testing import strategies as irst
-from infer_ref.testing.adapters import INFER_REF
-from infer_ref.testing.assertions import assert_close, assert_equal, fail
-from infer_ref.testing.oracle import transformers_available, transformers_logits
-from infer_ref.testing.synthetic import FAMILIES
+from infer_ref.conformance import case_models
+from infer_ref.conformance import strategies as irst
+from infer_ref.conformance.adapters.reference import INFER_REF
+from infer_ref.conformance.assertions import assert_close, assert_equal, fail
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES
+from infer_ref.conformance.oracles.transformers_fp64 import transformers_available, transformers_logits
 
 CHECKPOINTS = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
 FIXTURES = ("llama-tiny", "qwen3-tiny", "gemma3-tiny")
@@ -105,9 +105,9 @@ def _check_chunks(got: list[torch.Tensor], chunks: list[int], start: int, expect
 def _model_and_oracle(run: dict[str, Any]) -> tuple[Any, torch.Tensor]:
     """The drawn model (infer_ref, float64) and transformers' float64 logits ``[B, T, V]`` of the run's ids."""
     case = run["case"]
-    _, state = checkpoints.snapshot(case)
-    expected = transformers_logits(case.hf_config, state, run["ids"], key=checkpoints.case_key(case))
-    return checkpoints.load(INFER_REF, case), expected
+    _, state = case_models.snapshot(case)
+    expected = transformers_logits(case.hf_config, state, run["ids"], key=case_models.case_key(case))
+    return case_models.load(INFER_REF, case), expected
 
 
 @pytest.mark.parametrize("family", FAMILIES)

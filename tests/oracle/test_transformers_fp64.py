@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from infer_ref import KVCache, SamplingParams, generate, load_model
-from infer_ref.testing.synthetic import FAMILIES, TINY_INITS, random_snapshot, tiny_config
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES, TINY_INITS, random_snapshot, tiny_config
 
 transformers = pytest.importorskip("transformers")
 

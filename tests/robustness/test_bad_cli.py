@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from safetensors.torch import load_file, save_file
 
-from infer_ref import golden
+from infer_ref.conformance.oracles import golden
 from infer_ref.errors import (
     EXIT_BAD_DATA,
     EXIT_BROKEN_PIPE,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from infer_ref.config import ConfigError, ModelConfig
+from infer_ref.conformance.checkpoints.snapshots import tiny_config
 from infer_ref.errors import DataError
-from infer_ref.testing.synthetic import tiny_config
 
 Edit = Callable[[dict[str, Any]], None]
 

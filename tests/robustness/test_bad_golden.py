@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from infer_ref import golden
+from infer_ref.conformance.oracles import golden
 from infer_ref.errors import OverwriteRefused, UsageError
 from infer_ref.fileio import atomic_write_text, check_file_name
 

@@ -24,7 +24,7 @@ from infer_ref.analysis import (
     projection_flops_per_position,
 )
 from infer_ref.config import ModelConfig
-from infer_ref.testing.synthetic import tiny_config
+from infer_ref.conformance.checkpoints.snapshots import tiny_config
 
 MIB = 2**20
 

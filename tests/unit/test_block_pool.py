@@ -8,7 +8,7 @@ import torch
 from infer_ref.cache import BlockPool, PoolExhaustedError
 from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.config import ModelConfig
-from infer_ref.testing.synthetic import tiny_config
+from infer_ref.conformance.checkpoints.snapshots import tiny_config
 
 
 def _pool(num_blocks: int = 6, free_order: list[int] | None = None) -> BlockPool:

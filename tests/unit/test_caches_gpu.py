@@ -14,8 +14,8 @@ import torch
 
 from infer_ref import load_model
 from infer_ref.cache.factory import CACHE_KINDS, build_cache
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES, WeightInit, random_snapshot, tiny_config
 from infer_ref.engine.fast_decode import FastDecoder
-from infer_ref.testing.synthetic import FAMILIES, WeightInit, random_snapshot, tiny_config
 
 pytestmark = pytest.mark.gpu
 

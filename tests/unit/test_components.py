@@ -10,6 +10,7 @@ import torch
 from infer_ref import KVCache, ModelConfig
 from infer_ref.attention import attention_mask
 from infer_ref.config import RopeConfig
+from infer_ref.conformance.checkpoints.snapshots import tiny_config
 from infer_ref.models.common import (
     Attention,
     GemmaRMSNorm,
@@ -19,7 +20,6 @@ from infer_ref.models.common import (
     apply_rope_to_pair,
     rope_inv_freq,
 )
-from infer_ref.testing.synthetic import tiny_config
 
 DTYPE = torch.float64
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from infer_ref.config import FULL_ATTENTION, SLIDING_ATTENTION, ConfigError, ModelConfig
-from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, tiny_config
+from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, tiny_config
 
 transformers = pytest.importorskip("transformers")
 

@@ -4,7 +4,7 @@
 definitions it stands for (``rms_norm``, ``apply_rope``, ``store_kvcache_reference``,
 ``paged_decode_attention_reference``, called here as a model's layer would), and in float64 against
 attention written out (the per-head norm and the rotation by their formulas, attention by
-``infer_ref.testing.oracle``). Every bad argument is refused with an error naming it, before
+``infer_ref.conformance.oracles.definitions``). Every bad argument is refused with an error naming it, before
 anything is written. On a CPU the dispatching ``decode_attention`` must take the reference. The
 Triton kernel is checked against the reference under Triton's interpreter
 (``tests/kernels/test_decode_attention_interpret.py``) and on a GPU
@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 import torch
 
+from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
+from infer_ref.conformance.oracles.paged import scatter_to_paged
 from infer_ref.kernels import decode_attention as da
 from infer_ref.kernels import paged_attention
 from infer_ref.kernels.decode_attention import (
@@ -31,8 +33,6 @@ from infer_ref.kernels.norm import NormSpec, rms_norm
 from infer_ref.kernels.paged_attention import paged_decode_attention_reference
 from infer_ref.kernels.rotary import apply_rope
 from infer_ref.kernels.store import store_kvcache_reference
-from infer_ref.testing.oracle import naive_attention, visible_keys
-from infer_ref.testing.paged import scatter_to_paged
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:

@@ -21,11 +21,11 @@ from infer_ref.cache.protocol import cached_attention
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.cache.static_paged import StaticPagedKVCache
 from infer_ref.config import ModelConfig
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES, tiny_config
 from infer_ref.kernels.rotary import apply_rope
 from infer_ref.kernels.switch import decode_kernels
 from infer_ref.models import build_model
 from infer_ref.models.common import RMSNorm
-from infer_ref.testing.synthetic import FAMILIES, tiny_config
 
 PROMPT, STEPS = 6, 12  # the tiny configs' windows are shorter than PROMPT + STEPS: the decode steps cross them
 

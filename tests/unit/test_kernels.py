@@ -1,8 +1,8 @@
 """The kernels' torch references on the CPU: cache store, paged gather, paged decode attention.
 
 Expected values come from stated arithmetic (slot ``s`` is row ``(s // inner, s % inner)``), from
-a layout built with plain slicing (``infer_ref.testing.paged``), and from float64 attention
-written out (``infer_ref.testing.oracle.naive_attention``): ``softmax(q·kᵀ·scale)·v`` over the
+a layout built with plain slicing (``infer_ref.conformance.oracles.paged``), and from float64 attention
+written out (``infer_ref.conformance.oracles.definitions.naive_attention``): ``softmax(q·kᵀ·scale)·v`` over the
 keys at distance ``< window`` from the query, query head ``h`` reading KV head ``h // (H / Hkv)``.
 The Triton kernels are checked against these references in ``test_kernels_gpu.py``.
 """
@@ -18,11 +18,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
+from infer_ref.conformance.assertions import assert_close, assert_equal
+from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
+from infer_ref.conformance.oracles.paged import relabel_blocks, scatter_to_paged
 from infer_ref.kernels import gather_paged_kv, paged_decode_attention, store_kvcache
 from infer_ref.kernels.paged_attention import contiguous_layer_as_paged
-from infer_ref.testing.assertions import assert_close, assert_equal
-from infer_ref.testing.oracle import naive_attention, visible_keys
-from infer_ref.testing.paged import relabel_blocks, scatter_to_paged
 
 SENTINEL = -123.5  # exact in every float dtype: a slot still holding it was never written
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)

@@ -17,6 +17,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
+from infer_ref.conformance.oracles.paged import PagedLayout, scatter_to_paged, to_device
 from infer_ref.kernels import paged_attention, store
 from infer_ref.kernels.paged_attention import (
     contiguous_decode_attention,
@@ -25,8 +27,6 @@ from infer_ref.kernels.paged_attention import (
     paged_decode_attention_reference,
 )
 from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
-from infer_ref.testing.oracle import naive_attention, visible_keys
-from infer_ref.testing.paged import PagedLayout, scatter_to_paged, to_device
 
 pytestmark = [
     pytest.mark.gpu,

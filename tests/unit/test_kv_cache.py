@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from infer_ref import KVCache, KVCacheOverflowError, ModelConfig
-from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, tiny_config
+from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, tiny_config
 
 
 def _kv(n: int, *, batch: int = 1, heads: int = 4, dim: int = 8, dtype: torch.dtype = torch.float32, seed: int = 0):

@@ -9,8 +9,8 @@ import torch
 from safetensors.torch import save_file
 
 from infer_ref import CheckpointError, load_model
+from infer_ref.conformance.checkpoints.snapshots import random_state_dict, tiny_config, write_snapshot
 from infer_ref.loader import build_on_meta, checkpoint_shapes, checkpoint_views
-from infer_ref.testing.synthetic import random_state_dict, tiny_config, write_snapshot
 
 
 def _write(folder, family="llama", mutate=None, **overrides):

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from infer_ref import KVCache, KVCacheOverflowError, load_model
-from infer_ref.testing.synthetic import FAMILIES, WeightInit, random_snapshot, tiny_config
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES, WeightInit, random_snapshot, tiny_config
 
 
 @pytest.fixture(scope="module", params=FAMILIES)

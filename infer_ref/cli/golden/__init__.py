@@ -35,7 +35,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     Each leaf parser sets ``run`` and ``prog``: exit with ``run(args.run, args)`` (or ``args.run(args)``,
     which lets a missing file raise FileNotFoundError).
     """
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     parser = subparsers.add_parser(
         "golden",
@@ -93,7 +93,7 @@ def _impl(value: str) -> str:
 
 
 def golden_implementations() -> tuple[str, ...]:
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     return golden.IMPLEMENTATIONS
 

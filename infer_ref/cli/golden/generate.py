@@ -13,7 +13,7 @@ from infer_ref.fileio import check_file_name
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     _check_generate_args(args)
     sources = [golden.ModelSource.checkpoint(p) for p in args.checkpoint or []]

@@ -68,7 +68,7 @@ def _report_file(
     files_meta: list[dict[str, Any]],
 ) -> int:
     """Verify one golden file with every ``--impl``, adding its rows and metadata; the worst exit code."""
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     try:
         doc = golden.load_golden(path)
@@ -122,7 +122,7 @@ def _report_file(
 
 def _file_meta(path: str, doc: dict[str, Any]) -> dict[str, Any]:
     """What the report says about a golden file: its model, cases, margins and where it was made."""
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     return {
         "file": path,

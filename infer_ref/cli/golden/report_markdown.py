@@ -30,7 +30,7 @@ def markdown(
     import torch
     import transformers
 
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     dev = device or "cuda" if torch.cuda.is_available() else "cpu"
     lines = [

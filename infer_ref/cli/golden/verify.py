@@ -18,7 +18,7 @@ def run_verify(
     path: str, impl: str, device: str | None, checkpoint: str | None, plant: str | None, quiet: bool
 ) -> tuple[int, str, Any]:
     """Verify one file with one implementation: (exit code, message, report or None)."""
-    from infer_ref import golden
+    from infer_ref.conformance.oracles import golden
 
     try:
         doc = golden.load_golden(path)

@@ -1,0 +1,1 @@
+"""The adapters the project ships: infer_ref's own (``reference``) and transformers' (``transformers``)."""

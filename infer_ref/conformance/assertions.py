@@ -1,0 +1,229 @@
+"""Comparison helpers whose failures say everything needed to act on them.
+
+On failure each helper raises ``AssertionError`` with: what was compared, shapes and dtypes, the
+largest error, the first differing position (row-major) with both values and a few neighbours, the
+drawn parameters, and a one-line command that re-runs exactly that test against the same
+implementation (the ``ci`` profile is derandomized, so the same examples are drawn again).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+_CONTEXT: dict[str, str] = {}
+
+
+def set_run_context(**values: str) -> None:
+    """Recorded by the pytest plugin: ``impl``, the --ir-impl spec of this run."""
+    _CONTEXT.update(values)
+
+
+def repro_command() -> str:
+    """``pytest '<node id>' --ir-impl=... --hypothesis-profile=...`` for the test now running."""
+    current = os.environ.get("PYTEST_CURRENT_TEST", "")
+    node = current.rsplit(" (", 1)[0] if current else "<test id>"
+    parts = ["pytest", shlex.quote(node), "-p", "no:xdist"]
+    if "impl" in _CONTEXT:
+        parts.append(f"--ir-impl={_CONTEXT['impl']}")
+    for option in ("device", "dtype"):
+        if _CONTEXT.get(option) not in (None, "cpu", "float64"):
+            parts.append(f"--ir-{option}={_CONTEXT[option]}")
+    from hypothesis import settings
+
+    parts.append(f"--hypothesis-profile={settings.get_current_profile_name()}")
+    return " ".join(parts)
+
+
+def _format_params(params: Mapping[str, Any] | None) -> str:
+    if not params:
+        return "  (none)"
+    return "\n".join(f"  {k} = {v!r}" for k, v in params.items())
+
+
+def _fail(title: str, body: Sequence[str], params: Mapping[str, Any] | None) -> None:
+    lines = [title, *body, "drawn parameters:", _format_params(params), f"repro: {repro_command()}"]
+    raise AssertionError("\n".join(lines))
+
+
+def _neighbourhood(t: Tensor, index: tuple[int, ...], span: int = 3) -> str:
+    if t.dim() == 0:
+        return repr(t.item())
+    row = t[index[:-1]] if t.dim() > 1 else t
+    j = index[-1]
+    lo, hi = max(0, j - span), min(row.shape[0], j + span + 1)
+    vals = ", ".join(f"{v:.6g}" for v in row[lo:hi].double().tolist())
+    return f"[{lo}:{hi}] = [{vals}]"
+
+
+def assert_close(
+    actual: Tensor,
+    expected: Tensor,
+    *,
+    what: str,
+    atol: float = 1e-9,
+    rtol: float = 1e-9,
+    params: Mapping[str, Any] | None = None,
+) -> None:
+    """``|actual - expected| <= atol + rtol * |expected|`` elementwise, shapes equal.
+
+    Both are compared in float64 on the CPU. ``what`` names the quantity (e.g. "logits of chunk 2").
+    """
+    if not isinstance(actual, Tensor):
+        _fail(f"{what}: expected a tensor, got {type(actual).__name__}", [], params)
+    if tuple(actual.shape) != tuple(expected.shape):
+        _fail(
+            f"{what}: shape {tuple(actual.shape)} != expected {tuple(expected.shape)}",
+            [f"  dtypes: actual {actual.dtype}, expected {expected.dtype}"],
+            params,
+        )
+    a, e = actual.detach().to("cpu", torch.float64), expected.detach().to("cpu", torch.float64)
+    bad = ~((a - e).abs() <= atol + rtol * e.abs())
+    bad |= a.isnan() != e.isnan()
+    if not bool(bad.any()):
+        return
+    first = tuple(int(i) for i in bad.nonzero()[0].tolist())
+    err = (a - e).abs().nan_to_num(float("inf"))
+    _fail(
+        f"{what}: {int(bad.sum())} of {bad.numel()} elements differ beyond atol={atol:g}, rtol={rtol:g}",
+        [
+            f"  shape {tuple(a.shape)}, dtypes actual {actual.dtype} / expected {expected.dtype}",
+            f"  max abs error {err.max().item():.3e} at {tuple(int(i) for i in torch.unravel_index(err.argmax(), err.shape))}",
+            f"  first differing position {first}: actual {a[first].item():.17g}, expected {e[first].item():.17g}",
+            f"  actual   {_neighbourhood(a, first)}",
+            f"  expected {_neighbourhood(e, first)}",
+        ],
+        params,
+    )
+
+
+def assert_logits_agree(
+    actual: Tensor,
+    expected: Tensor,
+    *,
+    dtype: torch.dtype,
+    what: str,
+    params: Mapping[str, Any] | None = None,
+    exact: float = 1e-9,
+    top_k: int = 5,
+) -> None:
+    """Logits ``[..., V]`` agree: to ``exact`` (atol = rtol) in float64, the exact tier; in lower
+    precision by the golden files' teacher-forced, tie-aware rule for that dtype — at every position
+    the expected top token's logprob is within ``eps`` of our best, and the expected top-k logprobs
+    within ``topk_atol`` (``infer_ref.conformance.oracles.golden.TOLERANCES``)."""
+    if dtype == torch.float64:
+        assert_close(actual, expected, what=what, atol=exact, rtol=exact, params=params)
+        return
+    from infer_ref.conformance.oracles.golden import tolerance_for
+
+    if tuple(actual.shape) != tuple(expected.shape):
+        _fail(f"{what}: shape {tuple(actual.shape)} != expected {tuple(expected.shape)}", [], params)
+    tol = tolerance_for(str(dtype).removeprefix("torch."))
+    ours = torch.log_softmax(actual.detach().to("cpu", torch.float64), dim=-1)
+    theirs = torch.log_softmax(expected.detach().to("cpu", torch.float64), dim=-1)
+    top = theirs.topk(min(top_k, theirs.shape[-1]), dim=-1).indices  # [..., k]
+    deficit = ours.max(dim=-1).values - ours.gather(-1, top[..., :1]).squeeze(-1)  # [...]
+    delta = (ours.gather(-1, top) - theirs.gather(-1, top)).abs().max(dim=-1).values  # [...]
+    bad = (deficit > tol.eps) | (delta > tol.topk_atol) | ours.isnan().any(dim=-1)
+    if not bool(bad.any()):
+        return
+    first = tuple(int(i) for i in bad.nonzero()[0].tolist())
+    _fail(
+        f"{what}: {int(bad.sum())} of {bad.numel()} positions outside the {dtype} tolerance "
+        f"(eps {tol.eps}, top-k atol {tol.topk_atol})",
+        [
+            f"  first position {first}: expected top token {int(top[first][0])} is {float(deficit[first]):.4g} below our best "
+            f"(our top token {int(ours[first].argmax())}); worst top-{top.shape[-1]} |Δlogprob| {float(delta[first]):.4g}",
+            f"  max deficit {float(deficit.max()):.4g}, max top-k |Δlogprob| {float(delta.max()):.4g}",
+        ],
+        params,
+    )
+
+
+def assert_equal(actual: Tensor, expected: Tensor, *, what: str, params: Mapping[str, Any] | None = None) -> None:
+    """Bitwise equality (same shape, same dtype, same values): for data a cache merely stores."""
+    if isinstance(actual, Tensor) and actual.dtype != expected.dtype:
+        _fail(f"{what}: dtype {actual.dtype} != expected {expected.dtype}", [], params)
+    assert_close(actual, expected, what=what, atol=0.0, rtol=0.0, params=params)
+
+
+def assert_visibility(
+    actual: Tensor, expected: Tensor, *, q_len: int, start: int, window: int | None, params: Mapping[str, Any] | None = None
+) -> None:
+    """Two bool ``[q_len, start+q_len]`` visibility tables are equal; on failure name the first
+    (query, key) pair that differs and list the keys that query sees in each."""
+    if tuple(actual.shape) != tuple(expected.shape):
+        _fail(
+            f"attention mask shape {tuple(actual.shape)} != expected {tuple(expected.shape)} "
+            f"(q_len={q_len}, start={start}, window={window})",
+            [],
+            params,
+        )
+    diff = actual != expected
+    if not bool(diff.any()):
+        return
+    i, j = (int(x) for x in diff.nonzero()[0].tolist())
+    seen = [int(x) for x in actual[i].nonzero().flatten().tolist()]
+    want = [int(x) for x in expected[i].nonzero().flatten().tolist()]
+    _fail(
+        f"attention mask: query {i} (position {start + i}) {'sees' if actual[i, j] else 'misses'} key {j}; "
+        f"q_len={q_len}, start={start}, window={window}",
+        [
+            f"  query {i} sees keys    {seen}",
+            f"  it should see keys     {want}",
+            f"  {int(diff.sum())} (query, key) pairs differ in total",
+        ],
+        params,
+    )
+
+
+def assert_tokens_equal(
+    actual: Sequence[int], expected: Sequence[int], *, what: str, params: Mapping[str, Any] | None = None
+) -> None:
+    """Two token sequences are equal; on failure give the first differing step."""
+    actual, expected = list(actual), list(expected)
+    if actual == expected:
+        return
+    n = next((i for i, (a, b) in enumerate(zip(actual, expected, strict=False)) if a != b), min(len(actual), len(expected)))
+    _fail(
+        f"{what}: tokens differ at step {n}",
+        [
+            f"  actual   ({len(actual)} tokens) {actual}",
+            f"  expected ({len(expected)} tokens) {expected}",
+            f"  at step {n}: actual {actual[n] if n < len(actual) else '<end>'}, "
+            f"expected {expected[n] if n < len(expected) else '<end>'}",
+        ],
+        params,
+    )
+
+
+NOTES: list[str] = []
+"""Observations that are reported, not failed (e.g. an error message that does not name the value)."""
+
+
+def note(message: str) -> None:
+    """Record an observation for the conformance report (the plugin attaches it to the running test)."""
+    NOTES.append(message)
+
+
+def fail(message: str, *, params: Mapping[str, Any] | None = None, details: Sequence[str] = ()) -> None:
+    """Fail with the same report layout (for checks that are not tensor comparisons)."""
+    _fail(message, list(details), params)
+
+
+__all__ = [
+    "assert_close",
+    "assert_equal",
+    "assert_logits_agree",
+    "assert_tokens_equal",
+    "assert_visibility",
+    "fail",
+    "note",
+    "repro_command",
+    "set_run_context",
+]

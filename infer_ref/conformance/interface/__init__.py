@@ -1,0 +1,1 @@
+"""What an implementation provides to be judged: the adapter protocol and the cache contract."""

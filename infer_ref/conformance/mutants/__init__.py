@@ -1,0 +1,640 @@
+"""Planted bugs: deliberately broken implementations, one or more per bug class of docs/design.md.
+
+Each mutant is a complete :class:`~infer_ref.conformance.interface.adapter.Adapter`, selectable like any other
+implementation (``pytest --ir-impl=infer_ref.conformance.mutants:rope_no_offset``), and each plants
+one bug the way it has shipped in real engines. The suite is only trusted if it fails on every one
+of them: ``python -m infer_ref.conformance.mutants`` runs it against all mutants and prints which tests
+caught each. The low-precision, sampling and stopping families (``EXTRA_BUG_CLASSES``) have
+mutants too: norms and RoPE patched on the instance, and knobbed copies of the sampler and of the
+greedy loop's stopping rule.
+
+Nothing global is patched. A mutant's models are ordinary infer_ref models whose *instances* get a
+replacement ``forward`` / ``embed`` / attention ``forward`` (:func:`_patch_model`), copies of the
+real code with one switch (:class:`Knobs`) flipped; its caches are subclasses of ``KVCache``. With
+every switch at its default the copies produce the real model's logits bit for bit (checked by
+``tests/kit/test_kit.py``), so a mutant differs from infer_ref by exactly its planted bug.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch.nn.attention import sdpa_kernel
+
+from infer_ref.attention import attention_mask, grouped_query_attention
+from infer_ref.cache.contiguous import KVCache
+from infer_ref.engine.block_manager import BlockManager
+from infer_ref.config import RopeConfig
+from infer_ref.conformance.adapters import reference as ref
+from infer_ref.conformance.interface.adapter import Adapter, CacheSpec, SamplerSpec
+from infer_ref.conformance.mutants import caches
+from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES
+from infer_ref.conformance.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MANAGERS, prefix_adapter
+from infer_ref.engine.result import GenerationTiming, TokenCollector, first_stop
+from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top_p
+from infer_ref.models.common import (
+    SDPA_BACKENDS,
+    GemmaRMSNorm,
+    Normed,
+    RMSNorm,
+    RotaryEmbedding,
+    apply_rope,
+    rope_inv_freq,
+)
+from infer_ref.tokenizer import Tokenizer
+
+MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
+
+# The bug classes of docs/design.md, verbatim.
+BUG_CLASSES = (
+    "RoPE position not offset by the cache length",
+    "sliding-window mask missing on decode",
+    "window off-by-one",
+    "one layer's window applied to all layers",
+    "global length read from a sliding layer",
+    "causal mask top-left aligned for T>1 over a cache",
+    "unwritten cache slots attended",
+    "cache not reset between requests",
+    "advance skipped or doubled",
+    "V rotated by RoPE",
+    "QK-norm after RoPE or missing",
+    "wrong attention scale (query_pre_attn_scalar)",
+    "embed scale not rounded to dtype",
+    "llama3 rope scaling ignored",
+    "layers aliasing one cache slice",
+    "overflow clamped silently",
+)
+
+# Bug classes beyond docs/design.md's list: the low-precision, sampling and stopping families, which a
+# float64 suite cannot see.
+EXTRA_BUG_CLASSES = (
+    "RMSNorm accumulated or scaled in low precision",
+    "Gemma's 1 + w formed in low precision",
+    "RoPE frequencies or angles held in low precision",
+    "sampling warpers in the wrong order",
+    "top-k / top-p support not transformers'",
+    "sampled draws not from the filtered distribution",
+    "EOS ignored or only partly honoured",
+    "one token too many or too few",
+    "stop strings across token boundaries or out of order",
+)
+
+# -- broken masks --------------------------------------------------------------------------------
+
+
+def mask_no_window_on_decode(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
+    """The "one new token sees everything" shortcut taken without looking at the window."""
+    if q_len == 1:
+        return None
+    return attention_mask(q_len, start, window, device)
+
+
+def mask_window_off_by_one(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
+    """``j >= p - window`` instead of ``j > p - window``: every query sees window + 1 keys."""
+    kv_len = start + q_len
+    if q_len == 1 and (window is None or kv_len <= window + 1):
+        return None
+    q_pos = torch.arange(start, kv_len, device=device)[:, None]
+    k_pos = torch.arange(kv_len, device=device)[None, :]
+    visible = k_pos <= q_pos
+    if window is not None:
+        visible = visible & (k_pos >= q_pos - window)
+    return visible
+
+
+def mask_top_left_aligned(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
+    """``torch.ones(T, S).tril()``: query i sees keys 0..i, as if the chunk started at position 0."""
+    kv_len = start + q_len
+    if q_len == 1 and (window is None or kv_len <= window):
+        return None
+    q_idx = torch.arange(q_len, device=device)[:, None]
+    k_pos = torch.arange(kv_len, device=device)[None, :]
+    visible = k_pos <= q_idx
+    if window is not None:
+        visible = visible & (k_pos > q_idx - window)
+    return visible
+
+
+# -- broken caches -------------------------------------------------------------------------------
+
+
+class FullBufferCache(KVCache):
+    """``update`` returns the whole ``max_seq_len`` buffer (a static cache read without its length):
+    unwritten zero slots take part in attention."""
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        super().update(layer_idx, k, v)
+        return self.k[layer_idx], self.v[layer_idx]
+
+
+class NoRestartCache(KVCache):
+    """``reset`` clears the tensors but forgets the counter: the next request starts mid-cache."""
+
+    def reset(self) -> None:
+        self.k.zero_()
+        self.v.zero_()
+
+
+class ClampingCache(KVCache):
+    """Writes past ``max_seq_len`` are truncated and ``advance`` saturates, without an error."""
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        self._check_layer(layer_idx)
+        self._check_entries(k, v)
+        start = self._seq_len
+        end = min(start + k.shape[2], self.max_seq_len)
+        self.k[layer_idx, :, :, start:end] = k[:, :, : end - start]
+        self.v[layer_idx, :, :, start:end] = v[:, :, : end - start]
+        return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
+
+    def advance(self, n: int) -> None:
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise ValueError(f"advance(n) needs a positive integer n, got {n!r}")
+        self._seq_len = min(self._seq_len + n, self.max_seq_len)
+
+
+def aliased_cache(spec: CacheSpec) -> KVCache:
+    """Per-layer storage built by broadcasting one layer (``zeros(1, ...).expand(L, ...)``, the tensor
+    version of ``[torch.zeros(shape)] * num_layers``): every layer reads and writes the same slice."""
+    shape = (1, spec.batch_size, spec.num_kv_heads, spec.max_seq_len, spec.head_dim)
+    full = (spec.num_layers, *shape[1:])
+    k = torch.zeros(shape, dtype=spec.dtype, device=spec.device).expand(full)
+    v = torch.zeros(shape, dtype=spec.dtype, device=spec.device).expand(full)
+    return KVCache(k, v)
+
+
+# -- the switchable copies of the model code ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """One switch per planted bug; the defaults reproduce infer_ref exactly."""
+
+    mask: MaskFn = attention_mask
+    rope_offset: bool = True  # False: positions 0..T-1 on every call
+    rope_offset_from_sliding_layer: bool = False  # offset = min(seq_len, window) when layer 0 slides
+    first_layer_window_everywhere: bool = False
+    pad_mask_to_capacity: bool = False  # with FullBufferCache: the mask covers the written length only
+    advance: str = "once"  # "once" | "twice" | "skip_decode"
+    v_rotated: bool = False
+    qk_norm: str = "before_rope"  # "before_rope" | "after_rope" | "missing"
+    scale_from_head_dim: bool = False
+    embed_scale_unrounded: bool = False
+    llama3_ignored: bool = False
+    cache_factory: Callable[[CacheSpec], Any] | None = None
+    cache_cls: type[KVCache] = KVCache
+    store_kvcache: Callable[..., None] | None = None  # replaces the adapter's store
+    paged_decode_attention: Callable[..., Tensor] | None = None  # replaces the adapter's paged read
+    norm_precision: str = "fp32"  # "fp32" | "low_accumulate" | "gemma_one_plus_w_low"
+    rope_precision: str = "fp32"  # "fp32" | "angles_low" | "inv_freq_low"
+    sampler: str = "reference"  # | "top_p_before_temperature" | "top_k_strict" | "race_inverted"
+    # "reference" | "eos_ignored" | "eos_config_only" | "eos_first_id_only" | "one_token_too_many" | "eos_dropped"
+    # | "stop_first_listed" | "stop_within_token"
+    stopping: str = "reference"
+
+
+def _mask_for(knobs: Knobs, q_len: int, start: int, window: int | None, device: torch.device | str, kv_cache: Any) -> Tensor | None:
+    mask = knobs.mask(q_len, start, window, device)
+    if knobs.pad_mask_to_capacity and kv_cache is not None and mask is not None:
+        mask = F.pad(mask, (0, kv_cache.max_seq_len - mask.shape[-1]), value=True)  # [T, max_seq_len]
+    return mask
+
+
+def _decoder_forward(self: Any, input_ids: Tensor, kv_cache: Any = None, *, all_logits: bool = False, knobs: Knobs) -> Tensor:
+    """Copy of ``DecoderLM.forward`` with the knobs."""
+    config = self.config
+    t = self._check_inputs(input_ids, kv_cache)
+    start = 0 if kv_cache is None else kv_cache.seq_len
+    rope_start = start if knobs.rope_offset else 0
+    if knobs.rope_offset_from_sliding_layer and config.is_sliding(0):
+        rope_start = min(start, config.sliding_window)
+    positions = torch.arange(rope_start, rope_start + t, device=input_ids.device)
+    x = self.embed(input_ids)  # [B, T, E]
+    tables = {lt: rotary(positions, x.dtype) for lt, rotary in self.rotary.items()}
+    with sdpa_kernel(SDPA_BACKENDS, set_priority=True):
+        for i, block in enumerate(self.layers):
+            layer_type = config.layer_types[i]
+            window_type = config.layer_types[0] if knobs.first_layer_window_everywhere else layer_type
+            mask = _mask_for(knobs, t, start, self._window(window_type), input_ids.device, kv_cache)
+            cos, sin = tables[layer_type]
+            x = block(x, cos, sin, mask, kv_cache, i)
+    if kv_cache is not None:
+        if knobs.advance == "once" or (knobs.advance == "skip_decode" and t > 1):
+            kv_cache.advance(t)
+        elif knobs.advance == "twice":
+            kv_cache.advance(t)
+            kv_cache.advance(t)
+        if not all_logits:
+            x = x[:, -1:, :]
+    return self.logits(self.norm(x))
+
+
+def _attention_forward(
+    self: Any,
+    x: Any,
+    cos: Tensor,
+    sin: Tensor,
+    mask: Tensor | None,
+    kv_cache: Any = None,
+    layer_idx: int = 0,
+    *,
+    residual: Tensor | None = None,
+    out_norm: Any = None,
+    knobs: Knobs,
+) -> Tensor:
+    """Copy of ``Attention.forward`` with the knobs (the head transform written out, so the knobs
+    can reorder it; the cache written through ``update``)."""
+    b, t, _ = (x.x if isinstance(x, Normed) else x).shape
+    q, k, v = self.qkv_proj.split(self.qkv_proj(x))
+    q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
+    k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+    v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
+    has_norm = self.q_norm is not None and self.k_norm is not None
+    if has_norm and knobs.qk_norm == "before_rope":
+        q, k = self.q_norm(q), self.k_norm(k)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    if knobs.v_rotated:
+        v = apply_rope(v, cos, sin)
+    if has_norm and knobs.qk_norm == "after_rope":
+        q, k = self.q_norm(q), self.k_norm(k)
+    if kv_cache is not None:
+        k, v = kv_cache.update(layer_idx, k, v)
+    scale = self.head_dim**-0.5 if knobs.scale_from_head_dim else self.scale
+    out = grouped_query_attention(q, k, v, mask, scale)
+    return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim), residual=residual, out_norm=out_norm)
+
+
+def _gemma_embed_unrounded(self: Any, input_ids: Tensor) -> Tensor:
+    return self.embed_tokens(input_ids) * self.config.hidden_size**0.5  # 33.94..., not bf16's 34.0
+
+
+def _strip_llama3(rope: RopeConfig) -> RopeConfig:
+    return RopeConfig(theta=rope.theta) if rope.rope_type == "llama3" else rope
+
+
+def _rms_norm_low_accumulate(self: Any, x: Tensor) -> Tensor:
+    """Mean of squares, rsqrt and scaling all in the activation dtype (no fp32 upcast)."""
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+    weight = 1.0 + self.weight if isinstance(self, GemmaRMSNorm) else self.weight
+    return weight * h
+
+
+def _gemma_norm_one_plus_w_low(self: Any, x: Tensor) -> Tensor:
+    """``1 + w`` added in the weight dtype (bf16 rounds it to 2^-6..2^-7), the rest in fp32."""
+    return F.rms_norm(x.float(), self.weight.shape, (1.0 + self.weight).float(), self.eps).type_as(x)
+
+
+def _rope_angles_low(self: Any, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+    """``position * inv_freq`` formed in the activation dtype: the angle error grows with the position."""
+    freqs = positions[:, None].to(dtype) * self.inv_freq[None, :].to(dtype)  # [T, D/2]
+    emb = torch.cat((freqs, freqs), dim=-1).float()
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def _patch_precision(model: Any, knobs: Knobs) -> None:
+    if knobs.norm_precision != "fp32":
+        patched = _rms_norm_low_accumulate if knobs.norm_precision == "low_accumulate" else _gemma_norm_one_plus_w_low
+        for module in model.modules():
+            if isinstance(module, GemmaRMSNorm) or (isinstance(module, RMSNorm) and knobs.norm_precision == "low_accumulate"):
+                module.forward = types.MethodType(patched, module)  # type: ignore[method-assign]
+    for rotary in model.rotary.values():
+        if knobs.rope_precision == "angles_low":
+            rotary.forward = types.MethodType(_rope_angles_low, rotary)
+        elif knobs.rope_precision == "inv_freq_low":
+            # A registered buffer that ``model.to(dtype)`` rounded: the fp32 forward reads rounded values.
+            rotary.inv_freq = rotary.inv_freq.to(model.embed_tokens.weight.dtype)
+
+
+def _patch_model(model: Any, knobs: Knobs) -> Any:
+    """Give this model instance the knobbed forward methods (nothing global is touched)."""
+    model.forward = types.MethodType(lambda self, ids, kv_cache=None, *, all_logits=False: _decoder_forward(
+        self, ids, kv_cache, all_logits=all_logits, knobs=knobs
+    ), model)
+    for block in model.layers:
+        attn = block.self_attn
+        attn.forward = types.MethodType(
+            lambda self, x, cos, sin, mask, kv_cache=None, layer_idx=0, *, residual=None, out_norm=None: _attention_forward(
+                self, x, cos, sin, mask, kv_cache, layer_idx, residual=residual, out_norm=out_norm, knobs=knobs
+            ),
+            attn,
+        )
+    if knobs.embed_scale_unrounded and model.config.model_type == "gemma3_text":
+        model.embed = types.MethodType(_gemma_embed_unrounded, model)
+    if knobs.llama3_ignored:
+        for rotary in model.rotary.values():
+            rotary.inv_freq = rope_inv_freq(rotary.head_dim, _strip_llama3(rotary.rope)).to(rotary.inv_freq.device)
+    _patch_precision(model, knobs)
+    return model
+
+
+# -- the switchable copy of the sampler -----------------------------------------------------------
+
+
+def _warp_logits(logits: Tensor, context: list[int], spec: SamplerSpec, knobs: Knobs) -> Tensor:
+    """Copy of ``engine.sampling.warp_logits`` (sampling, not greedy) with the sampler knob."""
+    logits = apply_repetition_penalty(logits, context, spec.repetition_penalty)
+    if knobs.sampler == "top_p_before_temperature":
+        return filter_top_k_top_p(logits, spec.top_k, spec.top_p) / spec.temperature
+    logits = logits / spec.temperature
+    if knobs.sampler == "top_k_strict" and spec.top_k is not None and spec.top_k < logits.shape[-1]:
+        # The k indices torch.topk returns, not every token tied with the k-th value.
+        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(0, torch.topk(logits, spec.top_k).indices, True)
+        return filter_top_k_top_p(logits.masked_fill(~keep, float("-inf")), None, spec.top_p)
+    return filter_top_k_top_p(logits, spec.top_k, spec.top_p)
+
+
+def _sample_draws(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int, knobs: Knobs) -> list[int]:
+    """Copy of the sampling path of ``engine.sampling.sample_token`` from one seeded generator."""
+    generator = torch.Generator(device="cpu").manual_seed(seed)
+    probs = torch.softmax(_warp_logits(logits.float(), context, spec, knobs), dim=-1).cpu()
+    if knobs.sampler == "race_inverted":
+        # The exponential race argmax(p / q), q ~ Exp(1), written as argmax(p * q): same support,
+        # a distribution sharpened towards the likely tokens.
+        out = []
+        for _ in range(num_draws):
+            q = torch.empty_like(probs).exponential_(generator=generator)
+            out.append(int((probs * q).argmax()))
+        return out
+    return [int(torch.multinomial(probs, num_samples=1, generator=generator).item()) for _ in range(num_draws)]
+
+
+# -- the switchable copy of the stopping rule and the greedy loop ---------------------------------
+
+
+class _KnobbedCollector(TokenCollector):
+    """Copy of ``TokenCollector.accept`` with the stopping knob."""
+
+    def __init__(self, *args: Any, knobs: Knobs, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._knobs = knobs
+
+    def accept(self, token: int) -> bool:
+        mode = self._knobs.stopping
+        before = self._tokenizer.decode(self.generated, skip_special_tokens=True)
+        self.tokens.append(token)
+        self.generated.append(token)
+        if token in self._eos_ids and mode != "eos_ignored":
+            self.finish = "eos"
+            if mode == "eos_dropped":  # the EOS token left out of the returned tokens
+                self.generated.pop()
+            return True
+        if self._stop:
+            text = self._tokenizer.decode(self.generated, skip_special_tokens=True)
+            cut = self._find_stop(text, before, token)
+            if cut is not None:
+                self._text, self.finish = text[:cut], "stop"
+                return True
+        if mode == "one_token_too_many":
+            return len(self.generated) > self._max_new_tokens  # `>` for `>=`
+        return len(self.generated) >= self._max_new_tokens
+
+    def _find_stop(self, text: str, before: str, token: int) -> int | None:
+        if self._knobs.stopping == "stop_first_listed":  # the first string of the list that occurs
+            return next((text.find(s) for s in self._stop if s in text), None)
+        if self._knobs.stopping == "stop_within_token":  # each new token's own text searched alone
+            piece = self._tokenizer.decode([token], skip_special_tokens=True)
+            hit = first_stop(piece, self._stop)
+            return None if hit is None else len(before) + hit
+        return first_stop(text, self._stop)
+
+
+@torch.inference_mode()
+def _generate_stopping(
+    model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...], knobs: Knobs
+) -> tuple[list[int], str]:
+    """Copy of the eager greedy loop of ``engine.generate`` with the knobbed stopping rule."""
+    tokenizer = Tokenizer(folder)
+    config = model.config
+    eos_ids = set(config.eos_token_ids)
+    if knobs.stopping != "eos_config_only":  # generation_config.json and tokenizer_config.json too
+        eos_ids |= set(tokenizer.eos_token_ids)
+    if knobs.stopping == "eos_first_id_only":  # `eos_token_id` read as one int: the first id found
+        eos_ids = set((*config.eos_token_ids, *tokenizer.eos_token_ids)[:1])
+    param = next(model.parameters())
+    cache = KVCache.from_model_config(config, len(prompt_ids) + max_new_tokens + 1, dtype=param.dtype, device=param.device)
+    collector = _KnobbedCollector(prompt_ids, tokenizer, max_new_tokens=max_new_tokens, stop=stop, eos_ids=eos_ids, knobs=knobs)
+    done = False
+    while not done:
+        fed = collector.tokens if not collector.generated else collector.tokens[-1:]
+        logits = model(torch.tensor([fed], device=param.device), kv_cache=cache)  # [1, 1, V]
+        done = collector.accept(int(logits[0, -1].argmax()))
+    result = collector.result(GenerationTiming(), None)
+    return list(result.token_ids), result.text
+
+
+def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
+    """An Adapter over infer_ref whose every path goes through ``knobs``."""
+
+    def make_cache(spec: CacheSpec) -> Any:
+        if knobs.cache_factory is not None:
+            return knobs.cache_factory(spec)
+        cache = ref.make_cache(spec)
+        return knobs.cache_cls(cache.k, cache.v)
+
+    def mask(q_len: int, start: int, window: int | None) -> Tensor | None:
+        return knobs.mask(q_len, start, window, "cpu")
+
+    def rope_tables(head_dim: int, rope: RopeConfig, positions: Tensor) -> tuple[Tensor, Tensor]:
+        if knobs.llama3_ignored:
+            rope = _strip_llama3(rope)
+        if not knobs.rope_offset:
+            positions = positions - positions.min() if positions.numel() else positions
+        return RotaryEmbedding(head_dim, rope).to(positions.device)(positions, torch.float32)
+
+    def attend(q: Tensor, k: Tensor, v: Tensor, cache: Any, layer_idx: int, window: int | None, scale: float) -> Tensor:
+        start, t = cache.seq_len, q.shape[2]
+        keys, values = cache.update(layer_idx, k, v)
+        return grouped_query_attention(q, keys, values, _mask_for(knobs, t, start, window, q.device, cache), scale)
+
+    def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
+        return _patch_model(ref.load_model(folder, dtype, device), knobs)
+
+    def make_model_cache(model: Any, max_seq_len: int, batch_size: int) -> Any:
+        param = next(model.parameters())
+        cfg = model.config
+        spec = CacheSpec(
+            cfg.num_hidden_layers, batch_size, cfg.num_key_value_heads, cfg.computed_head_dim, max_seq_len, param.dtype, str(param.device)
+        )
+        return make_cache(spec)
+
+    def sample_probs(logits: Tensor, context: list[int], spec: SamplerSpec) -> Tensor:
+        return torch.softmax(_warp_logits(logits, context, spec, knobs), dim=-1)
+
+    def sample(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int) -> list[int]:
+        return _sample_draws(logits, context, spec, seed, num_draws, knobs)
+
+    def generate_stopping(model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...]) -> tuple[list[int], str]:
+        return _generate_stopping(model, folder, prompt_ids, max_new_tokens, stop, knobs)
+
+    # The reference adapter with every path a knob can reach replaced; the rest (reading the
+    # cache, apply_rope, forward, generate) is infer_ref's own.
+    return replace(
+        ref.INFER_REF,
+        name=name,
+        version="mutant",
+        description=description,
+        make_cache=make_cache,
+        attention_mask=mask,
+        rope_tables=rope_tables,
+        attend=attend,
+        load_model=load_model,
+        make_model_cache=make_model_cache,
+        store_kvcache=knobs.store_kvcache or ref.INFER_REF.store_kvcache,
+        paged_decode_attention=knobs.paged_decode_attention or ref.INFER_REF.paged_decode_attention,
+        sample_probs=sample_probs,
+        sample=sample,
+        generate_stopping=generate_stopping,
+    )
+
+
+@dataclass(frozen=True)
+class Mutant:
+    """A planted bug: its name (the ``--ir-impl`` attribute), its bug class (docs/design.md), what it does,
+    and the test files worth running against it (the runner's subset)."""
+
+    name: str
+    bug_class: str
+    doc: str
+    knobs: Knobs
+    targets: tuple[str, ...] = field(default=())
+
+    @property
+    def adapter(self) -> Adapter:
+        return make_adapter(self.name, self.knobs, self.doc)
+
+    @property
+    def impl(self) -> str:
+        return f"infer_ref.conformance.mutants:{self.name}"
+
+
+_CACHE = ("test_cache.py",)
+_MASK = ("test_masks.py",)
+_ROPE = ("test_rope.py",)
+_ATTN = ("test_attention.py",)
+_MODEL = ("test_model.py",)
+_STORE = ("test_store.py",)
+_PAGED = ("test_paged_attention.py",)
+_SNAPSHOT = ("test_snapshots.py",)
+_LOWP = ("test_low_precision.py",)
+_SAMPLING = ("test_sampling.py",)
+_STOPPING = ("test_stopping.py",)
+
+MUTANTS: dict[str, Mutant] = {
+    m.name: m
+    for m in (
+        Mutant("rope_no_offset", BUG_CLASSES[0], "RoPE positions restart at 0 on every call instead of at seq_len.",
+               Knobs(rope_offset=False), _ROPE + _MODEL),
+        Mutant("decode_window_missing", BUG_CLASSES[1], "A single decode token gets no mask, so it sees past its sliding window.",
+               Knobs(mask=mask_no_window_on_decode), _MASK + _ATTN + _MODEL),
+        Mutant("window_off_by_one", BUG_CLASSES[2], "Sliding layers see window + 1 keys (`>=` for `>`).",
+               Knobs(mask=mask_window_off_by_one), _MASK + _ATTN + _MODEL),
+        Mutant("first_layer_window_everywhere", BUG_CLASSES[3], "The mask built for layer 0 (sliding in Gemma 3) is used by every layer, global ones included.",
+               Knobs(first_layer_window_everywhere=True), _MODEL),
+        Mutant("offset_from_sliding_layer", BUG_CLASSES[4], "The RoPE offset is layer 0's stored length, which a sliding layer caps at the window.",
+               Knobs(rope_offset_from_sliding_layer=True), _MODEL),
+        Mutant("mask_top_left", BUG_CLASSES[5], "Chunk masks are `ones(T, S).tril()`: query i sees keys 0..i whatever the cache holds.",
+               Knobs(mask=mask_top_left_aligned), _MASK + _ATTN + _MODEL),
+        Mutant("attend_unwritten_slots", BUG_CLASSES[6], "`update` returns the whole max_seq_len buffer and the mask lets the query see its zero tail.",
+               Knobs(cache_cls=FullBufferCache, pad_mask_to_capacity=True), _CACHE + _ATTN + _MODEL),
+        Mutant("reset_keeps_length", BUG_CLASSES[7], "`reset` zeroes the tensors but leaves seq_len, so the next request continues the last one.",
+               Knobs(cache_cls=NoRestartCache), _CACHE + _MODEL),
+        Mutant("advance_twice", BUG_CLASSES[8], "Both the model and its caller advance the cache: seq_len moves 2T per forward.",
+               Knobs(advance="twice"), _MODEL),
+        Mutant("advance_skipped_on_decode", BUG_CLASSES[8], "Prefill advances, single-token steps do not: each decode token overwrites the last.",
+               Knobs(advance="skip_decode"), _MODEL),
+        Mutant("v_rotated", BUG_CLASSES[9], "RoPE applied to V as well as Q and K.",
+               Knobs(v_rotated=True), _MODEL),
+        Mutant("qk_norm_after_rope", BUG_CLASSES[10], "Qwen3/Gemma 3 per-head q_norm/k_norm applied after RoPE instead of before.",
+               Knobs(qk_norm="after_rope"), _MODEL),
+        Mutant("qk_norm_missing", BUG_CLASSES[10], "Qwen3/Gemma 3 q_norm/k_norm weights loaded but never applied.",
+               Knobs(qk_norm="missing"), _MODEL),
+        Mutant("scale_from_head_dim", BUG_CLASSES[11], "Attention scale head_dim ** -0.5 instead of query_pre_attn_scalar ** -0.5.",
+               Knobs(scale_from_head_dim=True), _MODEL),
+        Mutant("embed_scale_unrounded", BUG_CLASSES[12], "Gemma embeddings multiplied by the Python float sqrt(hidden) (33.94) instead of its bf16 value (34.0).",
+               Knobs(embed_scale_unrounded=True), _MODEL),
+        Mutant("llama3_scaling_ignored", BUG_CLASSES[13], "rope_scaling of type llama3 dropped: plain theta ** (-2i/D) frequencies.",
+               Knobs(llama3_ignored=True), _ROPE + _MODEL),
+        Mutant("layers_aliased", BUG_CLASSES[14], "All layers share one storage slice (`zeros(1, ...).expand(L, ...)`).",
+               Knobs(cache_factory=aliased_cache), _CACHE + _ATTN + _MODEL),
+        Mutant("overflow_clamped", BUG_CLASSES[15], "Writes past capacity are truncated and advance saturates, no error.",
+               Knobs(cache_cls=ClampingCache), _CACHE),
+        Mutant("store_minus_one_wraps", CACHE_BUG_CLASSES[0], "The slot store indexes with -1 as well: a skipped token overwrites the cache's last slot.",
+               Knobs(store_kvcache=caches.store_minus_one_wraps), _STORE),
+        Mutant("paged_read_whole_last_block", CACHE_BUG_CLASSES[1], "Paged decode attends all ceil(len/bs)*bs slots of its blocks, unwritten tail included.",
+               Knobs(paged_decode_attention=caches.paged_decode_reads_whole_last_block), _PAGED),
+        Mutant("decode_slot_off_by_one", CACHE_BUG_CLASSES[2], "A paged cache writes each decode token at the slot of the position before it.",
+               Knobs(cache_factory=caches.paged_off_by_one_cache), _CACHE + _MODEL),
+        Mutant("shallow_snapshot", CACHE_BUG_CLASSES[3], "snapshot() returns views of the live K/V buffers instead of a copy.",
+               Knobs(cache_cls=caches.ShallowSnapshotCache), _SNAPSHOT),
+        Mutant("restore_rebinds_buffers", CACHE_BUG_CLASSES[4], "restore() rebinds k/v to new tensors instead of copying into the existing ones.",
+               Knobs(cache_cls=caches.RebindingRestoreCache), _SNAPSHOT),
+        Mutant("rms_norm_low_precision", EXTRA_BUG_CLASSES[0], "RMSNorm's mean of squares, rsqrt and scaling computed in the activation dtype (no fp32 upcast).",
+               Knobs(norm_precision="low_accumulate"), _LOWP),
+        Mutant("gemma_one_plus_w_low_precision", EXTRA_BUG_CLASSES[1], "Gemma's `1 + w` added in the weight dtype (bf16), then applied in fp32.",
+               Knobs(norm_precision="gemma_one_plus_w_low"), _LOWP),
+        Mutant("rope_angles_low_precision", EXTRA_BUG_CLASSES[2], "RoPE angle `position * inv_freq` formed in the activation dtype.",
+               Knobs(rope_precision="angles_low"), _LOWP),
+        Mutant("rope_inv_freq_low_precision", EXTRA_BUG_CLASSES[2], "RoPE inverse frequencies rounded to the model dtype (a buffer `model.to(bfloat16)` cast).",
+               Knobs(rope_precision="inv_freq_low"), _LOWP),
+        Mutant("top_p_before_temperature", EXTRA_BUG_CLASSES[3], "Top-k/top-p filter the raw logits, temperature is applied after (transformers: temperature first).",
+               Knobs(sampler="top_p_before_temperature"), _SAMPLING),
+        Mutant("top_k_ties_dropped", EXTRA_BUG_CLASSES[4], "Top-k keeps exactly the k indices `torch.topk` returns, dropping tokens tied with the k-th logit.",
+               Knobs(sampler="top_k_strict"), _SAMPLING),
+        Mutant("exponential_race_inverted", EXTRA_BUG_CLASSES[5], "Draws by `argmax(p * q)`, q ~ Exp(1), instead of `argmax(p / q)`: right support, wrong frequencies.",
+               Knobs(sampler="race_inverted"), _SAMPLING),
+        Mutant("eos_ignored", EXTRA_BUG_CLASSES[6], "EOS ids never end generation: it always runs to max_new_tokens.",
+               Knobs(stopping="eos_ignored"), _STOPPING),
+        Mutant("eos_from_config_only", EXTRA_BUG_CLASSES[6], "EOS ids read from config.json only: generation_config.json and the tokenizer's eos_token (Llama 3's <|eot_id|>) ignored.",
+               Knobs(stopping="eos_config_only"), _STOPPING),
+        Mutant("eos_first_config_id_only", EXTRA_BUG_CLASSES[6], "Only the first EOS id found (config.json's list first) ends generation: `eos_token_id` read as one int.",
+               Knobs(stopping="eos_first_id_only"), _STOPPING),
+        Mutant("one_token_too_many", EXTRA_BUG_CLASSES[7], "The length limit tested with `>` instead of `>=`: max_new_tokens + 1 tokens.",
+               Knobs(stopping="one_token_too_many"), _STOPPING),
+        Mutant("eos_dropped_from_tokens", EXTRA_BUG_CLASSES[7], "Generation stops at EOS but the EOS token is left out of the returned tokens.",
+               Knobs(stopping="eos_dropped"), _STOPPING),
+        Mutant("stop_first_listed", EXTRA_BUG_CLASSES[8], "With several stop strings, the text is cut at the first *listed* one found, not the earliest occurrence.",
+               Knobs(stopping="stop_first_listed"), _STOPPING),
+        Mutant("stop_within_token", EXTRA_BUG_CLASSES[8], "Stop strings searched in each new token's text alone: one spanning a token boundary is missed.",
+               Knobs(stopping="stop_within_token"), _STOPPING),
+    )
+}
+
+
+@dataclass(frozen=True)
+class BlockManagerMutant(Mutant):
+    """A mutant whose planted bug lives in the block manager (infer_ref/conformance/mutants/prefix.py)."""
+
+    manager_cls: type[BlockManager] = BlockManager
+
+    @property
+    def adapter(self) -> Adapter:
+        return prefix_adapter(self.name, self.doc, self.manager_cls)
+
+
+# Prefix-cache mutants: planted in the block manager.
+MUTANTS.update(
+    (name, BlockManagerMutant(name, bug_class, " ".join((cls.__doc__ or "").split()), Knobs(), ("test_block_manager.py",), cls))
+    for name, (bug_class, cls) in PREFIX_MANAGERS.items()
+)
+
+# Every class the suite must catch: DESIGN's list, then precision/sampling/stopping, cache systems, prefix caching.
+ALL_BUG_CLASSES = BUG_CLASSES + EXTRA_BUG_CLASSES + CACHE_BUG_CLASSES + PREFIX_BUG_CLASSES
+
+# The unbroken copy: all knobs at their defaults (must pass everything).
+CONTROL = make_adapter("control", Knobs(), "infer_ref through the mutant machinery with no bug planted")
+
+
+def __getattr__(name: str) -> Adapter:
+    if name in MUTANTS:
+        return MUTANTS[name].adapter
+    raise AttributeError(f"module {__name__!r} has no mutant {name!r}; mutants: {', '.join(MUTANTS)}")
+
+
+__all__ = ["ALL_BUG_CLASSES", "BUG_CLASSES", "CACHE_BUG_CLASSES", "CONTROL", "EXTRA_BUG_CLASSES", "MUTANTS", "PREFIX_BUG_CLASSES", "Knobs", "Mutant", "make_adapter"]

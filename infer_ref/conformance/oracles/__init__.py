@@ -1,0 +1,1 @@
+"""Expected values: definitions in float64 and stated arithmetic, transformers, golden files."""

@@ -1,0 +1,54 @@
+"""The model-level oracle: transformers on the same weights, in float64, through its full (uncached)
+forward. Models are memoised (the last few configs), so a property's examples share one model."""
+
+from __future__ import annotations
+
+import json
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor
+
+_HF_MODELS: OrderedDict[str, Any] = OrderedDict()
+_HF_CACHE_SIZE = 16
+
+
+def transformers_available() -> bool:
+    try:
+        import transformers  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def transformers_model(hf_config: Mapping[str, Any], state: Mapping[str, Tensor], key: str | None = None) -> Any:
+    """A float64 ``AutoModelForCausalLM`` (sdpa attention) with ``state`` loaded; memoised by ``key``."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    key = key or json.dumps(dict(hf_config), sort_keys=True)
+    if key in _HF_MODELS:
+        _HF_MODELS.move_to_end(key)
+        return _HF_MODELS[key]
+    fields = {k: v for k, v in hf_config.items() if k not in ("model_type", "architectures")}
+    config = AutoConfig.for_model(hf_config["model_type"], **fields)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float64)
+    missing, unexpected = model.load_state_dict({k: v.double() for k, v in state.items()}, strict=False)
+    tied = bool(hf_config.get("tie_word_embeddings"))
+    if unexpected or [m for m in missing if not (tied and m == "lm_head.weight")]:
+        raise RuntimeError(f"transformers oracle: missing {missing}, unexpected {unexpected}")
+    model.eval()
+    _HF_MODELS[key] = model
+    while len(_HF_MODELS) > _HF_CACHE_SIZE:
+        _HF_MODELS.popitem(last=False)
+    return model
+
+
+@torch.inference_mode()
+def transformers_logits(
+    hf_config: Mapping[str, Any], state: Mapping[str, Tensor], input_ids: Tensor, key: str | None = None
+) -> Tensor:
+    """Float64 logits ``[B, T, V]`` of transformers' full (uncached) forward."""
+    model = transformers_model(hf_config, state, key)
+    return model(input_ids.cpu()).logits

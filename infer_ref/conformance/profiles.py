@@ -1,0 +1,44 @@
+"""Hypothesis profiles of the conformance suite.
+
+``ci`` extends Hypothesis' built-in ``ci`` profile (derandomized, no deadline, database off), so a
+failure in CI is reproduced by re-running the same test id; ``dev`` is a quick local loop;
+``nightly`` searches twenty times harder (random, not derandomized); ``mutants`` is ``ci`` without
+the shrink phase, used by ``python -m infer_ref.conformance.mutants`` (same examples, faster verdict).
+
+Select with ``--hypothesis-profile=NAME`` or ``INFER_REF_HYPOTHESIS_PROFILE=NAME``; with neither,
+``CI=true`` selects ``ci`` and anything else ``dev``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, Phase, settings
+
+PROFILE_ENV_VAR = "INFER_REF_HYPOTHESIS_PROFILE"
+# filter_too_much: draws an adapter refuses as Unsupported are rejected examples, and an
+# implementation may refuse most of a strategy's range (every chunk longer than its window).
+_SLOW_OK = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+
+
+def register_profiles() -> None:
+    """Register ``ci``, ``dev``, ``nightly`` and ``mutants`` (idempotent)."""
+    ci = settings(settings.get_profile("ci"), max_examples=25, deadline=None, suppress_health_check=_SLOW_OK)
+    settings.register_profile("ci", ci)
+    settings.register_profile("dev", max_examples=10, deadline=None, suppress_health_check=_SLOW_OK)
+    settings.register_profile("nightly", max_examples=500, deadline=None, suppress_health_check=_SLOW_OK)
+    settings.register_profile(
+        "mutants", ci, phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target]
+    )
+
+
+def default_profile_name() -> str:
+    return os.environ.get(PROFILE_ENV_VAR) or ("ci" if os.environ.get("CI") else "dev")
+
+
+def load_default_profile() -> str:
+    """Register the profiles and load the one the environment asks for; returns its name."""
+    register_profiles()
+    name = default_profile_name()
+    settings.load_profile(name)
+    return name

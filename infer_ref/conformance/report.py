@@ -1,0 +1,193 @@
+"""The conformance report: per capability and per bug class, what passed, failed, was expected to
+fail or is not supported, with the first failure's repro line.
+
+The pytest plugin registers a :class:`Collector` in the process that sees every test report (the
+xdist controller, or the only process). Each test carries, in its ``user_properties``, the
+capabilities it needs (``ir_requires``), the bug classes its docstring guards (``Guards: *...*``),
+its xfail entry and how many draws the adapter refused as :class:`~infer_ref.conformance.interface.contract.Unsupported`.
+The report is printed at the end of the run; ``--ir-report FILE.md`` or ``FILE.json`` writes it.
+Stale xfail entries (matching no test that ran) fail the run here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+OUTCOMES = ("passed", "failed", "xfailed", "not supported", "skipped")
+
+
+def bug_classes_of(item: pytest.Item) -> list[str]:
+    """The bug classes a test's docstring names as ``*class*`` (those of the kit's mutant registry)."""
+    from infer_ref.conformance.mutants import BUG_CLASSES
+
+    doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
+    named = {" ".join(m.split()) for m in re.findall(r"\*([^*]+)\*", doc)}
+    return [c for c in BUG_CLASSES if c in named]
+
+
+@dataclass
+class Tally:
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
+    first_failure: str | None = None
+    unsupported_draws: int = 0
+
+    def add(self, outcome: str, repro: str | None, unsupported: int) -> None:
+        self.counts[outcome] += 1
+        self.unsupported_draws += unsupported
+        if outcome == "failed" and self.first_failure is None:
+            self.first_failure = repro
+
+
+@dataclass
+class Report:
+    impl: str
+    adapter: str
+    version: str
+    device: str
+    dtype: str
+    capabilities: dict[str, str | None]
+    by_capability: dict[str, Tally] = field(default_factory=OrderedDict)
+    by_bug_class: dict[str, Tally] = field(default_factory=OrderedDict)
+    by_oracle: dict[str, Tally] = field(default_factory=OrderedDict)
+    totals: Tally = field(default_factory=Tally)
+    stale_xfails: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2)
+
+    def to_markdown(self) -> str:
+        lines = [
+            f"# Conformance report: {self.adapter} {self.version}".rstrip(),
+            "",
+            f"implementation `{self.impl}`, device `{self.device}`, dtype `{self.dtype}`",
+            "",
+            f"totals: {_counts(self.totals)}",
+            "",
+            *_table("capability", self.by_capability, self.capabilities),
+            "",
+            *_table("bug class", self.by_bug_class, None),
+            "",
+            *_table("oracle", self.by_oracle, None),
+        ]
+        if self.stale_xfails:
+            lines += ["", "stale xfail entries (they fail the run): " + ", ".join(f"`{s}`" for s in self.stale_xfails)]
+        if self.notes:
+            lines += ["", "notes:", *(f"- {n}" for n in self.notes)]
+        return "\n".join(lines) + "\n"
+
+
+def _counts(t: Tally) -> str:
+    text = ", ".join(f"{n} {k}" for k, n in t.counts.items() if n)
+    if t.unsupported_draws:
+        text += f" ({t.unsupported_draws} draws refused as unsupported)"
+    return text or "nothing ran"
+
+
+def _table(title: str, rows: dict[str, Tally], why_not: dict[str, str | None] | None) -> list[str]:
+    out = [f"| {title} | passed | failed | xfailed | not supported | first failure |", "|---|---|---|---|---|---|"]
+    for name, t in rows.items():
+        c = t.counts
+        unsupported = str(c["not supported"])
+        if why_not and why_not.get(name):
+            unsupported += f" ({why_not[name]})"
+        elif t.unsupported_draws:
+            unsupported += f" (+{t.unsupported_draws} draws)"
+        first = f"`{t.first_failure}`" if t.first_failure else ""
+        out.append(f"| {name} | {c['passed']} | {c['failed']} | {c['xfailed']} | {unsupported} | {first} |")
+    return out
+
+
+def outcome_of(report: pytest.TestReport) -> str | None:
+    """The test's outcome from the report of the phase that decides it (None: not that phase)."""
+    if report.when == "call" or (report.when == "setup" and not report.passed):
+        if hasattr(report, "wasxfail"):
+            return "xfailed" if report.skipped else "failed"  # strict xfail: an XPASS fails
+        if report.skipped:
+            reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            return "not supported" if ("not supported by" in reason or "unsupported by" in reason) else "skipped"
+        return "passed" if report.passed else "failed"
+    if report.when == "teardown" and report.failed:
+        return "failed"
+    return None
+
+
+def repro_of(report: pytest.TestReport, impl: str) -> str:
+    text = str(report.longrepr) if report.longrepr is not None else ""
+    found = re.findall(r"^\s*repro: (.+)$", text, flags=re.MULTILINE)
+    return found[-1] if found else f"pytest '{report.nodeid}' -p no:xdist --ir-impl={impl}"
+
+
+class Collector:
+    """Tallies test reports into a :class:`Report` (registered by the plugin as a pytest plugin)."""
+
+    def __init__(self, config: pytest.Config, impl: str, adapter: Any, capabilities: dict[str, str | None], xfails: list[str] | None) -> None:
+        self.config = config
+        self.xfails = list(xfails or [])
+        self.used_xfails: set[str] = set()
+        self.after_loss = 0  # failures in a process whose CUDA context an earlier test lost
+        self.report = Report(
+            impl=impl,
+            adapter=adapter.name,
+            version=adapter.version,
+            device=str(config.getoption("--ir-device")),
+            dtype=str(config.getoption("--ir-dtype")),
+            capabilities=capabilities,
+        )
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props: dict[str, Any] = dict(report.user_properties)
+        if "ir_capabilities" not in props:
+            return  # not a conformance test
+        if "ir_xfail" in props:
+            self.used_xfails.add(str(props["ir_xfail"]))
+        outcome = outcome_of(report)
+        if outcome is None:
+            return
+        repro = repro_of(report, self.report.impl) if outcome == "failed" else None
+        unsupported = int(props.get("ir_unsupported", [0])[0])
+        if outcome == "failed" and "ir_cuda_lost" in props:
+            self._note(f"{report.nodeid} hit a CUDA device-side assert: the process's CUDA context is lost after it")
+        if outcome == "failed" and "ir_after_cuda_loss" in props:
+            self.after_loss += 1
+        for text in props.get("ir_notes", []):
+            self._note(text)
+        self.report.totals.add(outcome, repro, unsupported)
+        for cap in props["ir_capabilities"] or ["(no capability)"]:
+            self.report.by_capability.setdefault(cap, Tally()).add(outcome, repro, unsupported)
+        if "ir_oracle" in props:
+            self.report.by_oracle.setdefault(str(props["ir_oracle"]), Tally()).add(outcome, repro, unsupported)
+        for bug in props.get("ir_bug_classes", []):
+            self.report.by_bug_class.setdefault(bug, Tally()).add(outcome, repro, unsupported)
+
+    def _note(self, text: str) -> None:
+        if text not in self.report.notes and len(self.report.notes) < 50:
+            self.report.notes.append(text)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.report.totals == Tally():
+            return
+        if self.after_loss:
+            self._note(f"{self.after_loss} failure(s) came after a CUDA device-side assert in the same process: rerun them alone before reading them as findings")
+        self.report.stale_xfails = [e for e in self.xfails if e not in self.used_xfails]
+        if self.report.stale_xfails and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        path = self.config.getoption("--ir-report")
+        if path:
+            target = Path(path)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(self.report.to_json() if target.suffix == ".json" else self.report.to_markdown())
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.report.totals == Tally():
+            return
+        terminalreporter.section("infer_ref conformance report")
+        for line in self.report.to_markdown().splitlines():
+            terminalreporter.write_line(line)
