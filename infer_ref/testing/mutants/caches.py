@@ -14,7 +14,7 @@ from torch import Tensor
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.cache.snapshot import KVSnapshot
-from infer_ref.kernels.paged_attention import paged_decode_attention_reference
+from infer_ref.kernels.attention import paged_decode_attention_reference
 from infer_ref.kernels.store import check_store_args
 from infer_ref.testing import adapters as ref
 from infer_ref.testing.adapter import CacheSpec
