@@ -6,7 +6,7 @@ context in {128, 1024, 4096, 16384} (positions already in the cache; the new tok
 one decode step of ``--layers`` layers, each with its own paged K/V pools (blocks of 16, a shuffled
 table), batch ``--batch``, bf16:
 
-- ``fused``: :func:`~infer_ref.kernels.decode_attention.decode_attention` per layer, one kernel
+- ``fused``: :func:`~infer_ref.kernels.attention.decode_attention` per layer, one kernel
   from the projected q/k/v to the attention output (norms, RoPE, K/V store, split attention and
   its combine);
 - ``unfused``: what it replaces, the eager chain a layer ran before: the per-head norms

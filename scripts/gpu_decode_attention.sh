@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fused decode attention kernel (infer_ref/kernels/decode_attention.py) on a CUDA machine: the
+# The fused decode attention kernel (infer_ref/kernels/attention/) on a CUDA machine: the
 # GPU tests against the torch reference, the benchmark against the unfused chain it replaces, then
 # planted-bug kernels that the GPU tests must catch.
 #
@@ -50,12 +50,12 @@ if want bench; then
 fi
 
 # mutant NAME OLD NEW GPU_SELECTION [FILE]: a copy of the package with OLD replaced by NEW (exactly
-# one occurrence) in infer_ref/kernels/FILE (default decode_attention.py); in the mutants stage the
+# one occurrence) in infer_ref/kernels/FILE (default attention/kernel.py); in the mutants stage the
 # GPU tests selected by -k GPU_SELECTION must fail on it, in the interpret stage the interpreter
 # tests (all of them, stopping at the first failure).
 MODE=gpu
 mutant() {
-    local name=$1 old=$2 new=$3 sel=$4 file=${5:-decode_attention.py} dir
+    local name=$1 old=$2 new=$3 sel=$4 file=${5:-attention/kernel.py} dir
     dir=$(mktemp -d)
     cp -r infer_ref tests conftest.py pyproject.toml "$dir"/
     $PY - "$dir/infer_ref/kernels/$file" "$old" "$new" <<'PYEOF' || { say "mutant $name: its source line is gone, update this script"; RC=1; rm -rf "$dir"; return; }
@@ -115,8 +115,8 @@ planted_bugs() {
         "return tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int64)" \
         "return tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int32)" "int32"
     # Programmatic dependent launch: the kernel lets its successor start but no longer waits for its
-    # predecessor (kernels/pdl.py): the chained-layers graph must show it.
-    mutant no_dependency_wait "gdc_wait()" "pass" "$G" pdl.py
+    # predecessor (kernels/common.py): the chained-layers graph must show it.
+    mutant no_dependency_wait "gdc_wait()" "pass" "$G" common.py
     # The preload: a first tile read through stale lengths or tables must be read again. On a GPU
     # the stale case is a race the tests cannot force, so only the interpreter tests (which pass
     # stale hints on purpose) are asked to catch it.

@@ -387,7 +387,7 @@ def test_graph_of_chained_layers_sharing_counters() -> None:
     """Eight launches in one graph, each layer's query the previous layer's output, all sharing one
     set of arrival counters (one batch size): with programmatic dependent launch a layer may start
     while the previous drains, so this holds only if every program waits for its predecessor
-    before reading q or the counters (kernels/pdl.py) and each launch resets the counters."""
+    before reading q or the counters (kernels/common.py) and each launch resets the counters."""
     shape, norms = FAMILIES["llama"]
     layers = [build(shape, norms, [3000, 777, 64], 16, torch.bfloat16, _seed("chain", i))[0] for i in range(8)]
     static = [_fresh_caches(a) for a in layers]

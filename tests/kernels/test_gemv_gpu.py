@@ -400,7 +400,7 @@ def test_weights_past_int32_addressing() -> None:
 
 def test_a_captured_chain_reads_each_predecessors_output(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight dependent products, each launched with programmatic dependent launch where the GPU
-    has it (kernels/pdl.py), captured in one graph: every kernel must wait for the one before it.
+    has it (kernels/common.py), captured in one graph: every kernel must wait for the one before it.
     A kernel that read x before its grid-dependency wait would see its predecessor's unfinished
     output. Expected: the same chain run eagerly with PDL switched off, bit for bit (the kernels
     are deterministic), for two different inputs replayed through the same graph."""

@@ -14,7 +14,7 @@ heads of one KV head, or ``heads_per_program`` of them):
   query block padded to tl.dot's 16 rows; one taking a part of a group runs them as float32
   multiply-and-sums without padding, and reads its KV head's keys itself (the other programs of
   the group read the same ones, mostly from L2). Gemma-3-1b's 4 heads of 256 take a program each:
-  padded to 16 rows, they held ~220 registers a thread (:data:`TILES_BY_HEAD_DIM`);
+  padded to 16 rows, they held ~220 registers a thread (``tuning.TILES``);
 - every program loads its query heads and normalises and rotates them in
   registers, reproducing eager torch's roundings in the activation dtype (the norm per
   ``norm.py``; RoPE as ``round(round(x * cos) + round(rotate_half(x) * sin))``, each product of two

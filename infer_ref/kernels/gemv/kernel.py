@@ -365,7 +365,7 @@ if HAVE_TRITON:
             # Everything but the partials comes in before the wait. The kernel before this one is
             # the call's own product, which writes only partials; when this kernel starts, that
             # product has passed its own wait, so whatever wrote the call's other inputs (the norm
-            # weight, the residual) has finished (kernels/pdl.py). After the wait only the
+            # weight, the residual) has finished (kernels/common.py). After the wait only the
             # partials' round trip is left before the stores.
             w, r = _row_inputs(norm_w_ptr, res_ptr, row, offs_n, n_ok, stride_rm, stride_rn, HAS_RESIDUAL)
             pdl_prologue(USE_PDL)

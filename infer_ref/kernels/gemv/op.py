@@ -111,7 +111,7 @@ def gated_mlp(
 # -- custom ops ------------------------------------------------------------------------------------
 # torch.compile sees each call as one opaque node: Inductor neither re-lays out the kernel's inputs
 # nor launches the kernel itself, so the launch keeps its options (programmatic dependent launch,
-# infer_ref/kernels/pdl.py) and its tuned configuration. A custom op cannot take a NormSpec: each
+# infer_ref/kernels/common.py) and its tuned configuration. A custom op cannot take a NormSpec: each
 # norm travels as (weight or None, eps, unit_offset).
 
 
