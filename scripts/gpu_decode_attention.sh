@@ -96,12 +96,12 @@ planted_bugs() {
     mutant llama_norm_not_rounded_before_weight "(w32 * (x32 * rstd[:, None]).to(x.dtype).to(tl.float32))" "(w32 * (x32 * rstd[:, None]))" "$FS and qwen3"
     mutant rotate_half_sign "rot = tl.where(first_half[None, :], -partner, partner)" "rot = tl.where(first_half[None, :], partner, -partner)" "$FS"
     # The new token: stored by exactly the program whose split holds n - 1, never read back.
-    mutant owner_does_not_store "if (split == owner) & (n > 0):" "if (split == owner) & (n < 0):" "$FS"
+    mutant owner_does_not_store "if (split == owner) & (n > 0) & (first_head % GROUP == 0):" "if (split == owner) & (n < 0) & (first_head % GROUP == 0):" "$FS"
     mutant owner_misidentified "owner = (n - 1 - first) // chunk" "owner = (n - 1) // chunk" "$W"
     mutant new_key_read_from_cache "is_new = pos == new_pos" "is_new = pos < 0" "$FS"
     # Attention: the window, GQA heads, the split ranges.
     mutant window_off_by_one "first = tl.where(window > 0, tl.maximum(n - window, 0), 0)" "first = tl.where(window > 0, tl.maximum(n - window + 1, 0), 0)" "$W"
-    mutant gqa_heads_interleaved "q_heads = (kvh * GROUP + g).to(tl.int64)" "q_heads = (g * NUM_KV_HEADS + kvh).to(tl.int64)" "$FS"
+    mutant gqa_heads_interleaved "q_heads = first_head + g.to(tl.int64)" "q_heads = (g * NUM_KV_HEADS + kvh).to(tl.int64)" "$FS"
     mutant reads_one_past_the_length "return used, owner, start, tl.minimum(start + chunk, n)" "return used, owner, start, tl.minimum(start + chunk, n + 1)" "$FS"
     # The in-kernel combine: every split, rescaled, by the last arrival, counters reset.
     mutant combine_drops_last_split "ok = (spc < used)[:, None] & gc_ok[None, :]" "ok = (spc < used - 1)[:, None] & gc_ok[None, :]" "$FS"
