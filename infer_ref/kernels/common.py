@@ -69,11 +69,6 @@ ENV_SWITCH = "INFER_REF_PDL"
 KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
-@functools.cache
-def _capable(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index)[0] >= 9
-
-
 def pdl_launch(device: torch.device) -> bool:
     """Whether kernels launched on ``device`` use PDL: a CUDA device of compute capability 9.0 or
     later, a Triton with grid-dependency control, and ``INFER_REF_PDL`` not ``0``. Never under the
@@ -82,7 +77,7 @@ def pdl_launch(device: torch.device) -> bool:
         return False
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return False
-    return _capable(device.index if device.index is not None else torch.cuda.current_device())
+    return device_profile(device).capability >= (9, 0)
 
 
 def pdl_options(device: torch.device) -> dict[str, Any]:
