@@ -349,8 +349,8 @@ def decode_attention_triton(
     the table entries valid block ids and the rows' new slots distinct; the kernel cannot check
     values without a sync (the reference does).
     """
-    call = AttentionCall(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
     check_decode_attention_args(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
+    call = AttentionCall(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
     knobs = LaunchKnobs(num_splits, block_n, num_warps, num_stages, first_n, heads_per_program, preload)
     return launch(call, knobs, out)
 
