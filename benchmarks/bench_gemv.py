@@ -21,7 +21,8 @@ device-to-device copy (bytes read plus written).
 Prints a table per case; per model, the projections of one whole decode step (every layer's qkv, o,
 gate_up and down, then the LM head) summed with cuBLAS and with the best configs, as GB/s and % of
 copy; the best config per weight shape (batch-1 rows) as a dict literal to paste into
-``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/kernels/gemv.py``; and writes JSON with ``--json``.
+``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/kernels/gemv/tuning.py`` (keyed by the device's
+capability, ``CAPABILITY`` in the literal); and writes JSON with ``--json``.
 Batch 1 runs first; past ``--budget-s`` seconds the remaining cases time only the configuration the
 dispatch picks and the heuristic's, so the run stays under five minutes.
 
@@ -76,11 +77,61 @@ from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 from infer_ref.conformance.oracles.gemv import gated_oracle, linear_oracle, violations
 from infer_ref.kernels import gemv
-from infer_ref.kernels.gemv import FusedStages, GemvConfig, default_config, split_plan
+from infer_ref.kernels.common import DeviceProfile, device_profile
+from infer_ref.kernels.gemv import GemvConfig, default_config, split_plan, target_programs
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.switch import decode_kernels
 
 CALLS_PER_GRAPH = 50
+
+
+# -- the model's side: which products a decode step runs, and the stages its blocks fold in ---------
+# (the kernels take shapes; which model needs which shapes is the caller's knowledge)
+
+
+def decode_projections(config: ModelConfig) -> dict[str, tuple[int, int, bool]]:
+    """The weight shapes ``(N, K, gated)`` a decode step of ``config`` multiplies by, by projection.
+
+    ``qkv`` and ``gate_up`` are the stacked matrices of ``PackedLinear``; ``gate_up`` runs gated.
+    """
+    e, d = config.hidden_size, config.computed_head_dim
+    q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
+    return {
+        "qkv": (q + 2 * kv, e, False),
+        "o": (e, q, False),
+        "gate_up": (2 * config.intermediate_size, e, True),
+        "down": (e, config.intermediate_size, False),
+        "lm_head": (config.vocab_size, e, False),
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedStages:
+    """The fused stages a decode projection takes in a model's block (``gemv.linear``'s arguments):
+    ``in_norm`` (the block's input norm), ``residual``, ``out_norm`` (Gemma's post-norms), and the
+    norms' formula (``unit_offset``: Gemma's ``1 + w``)."""
+
+    in_norm: bool = False
+    residual: bool = False
+    out_norm: bool = False
+    unit_offset: bool = False
+
+
+def decode_stages(config: ModelConfig) -> dict[str, FusedStages]:
+    """Per projection of :func:`decode_projections`, the stages its block folds into it.
+
+    Llama/Qwen (``x + attn(norm(x))``, ``x + mlp(norm(x))``): qkv and gate_up read the normed
+    stream (in_norm), o and down add to it (residual). Gemma 3 (``x + post_norm(sublayer(pre_norm(x)))``):
+    the same, and o and down normalise their output first (out_norm). The LM head takes none: the
+    model applies the final norm itself (one small kernel per step), because an in_norm prologue
+    would have each of the LM head's ~16k programs read the whole hidden row once more.
+    """
+    gemma = config.model_type == "gemma3_text"
+    pre = FusedStages(in_norm=True, unit_offset=gemma)
+    post = FusedStages(residual=True, out_norm=gemma, unit_offset=gemma)
+    return {"qkv": pre, "o": post, "gate_up": pre, "down": post, "lm_head": FusedStages()}
+
+
 
 # (block_n, block_k, num_warps, num_stages, path): tile shapes tried, each with several split_k.
 TILES = [
@@ -122,8 +173,8 @@ def cases_of(models: dict[str, dict[str, Any]], with_stages: bool = False) -> li
     seen: dict[tuple[int, int, bool], Case] = {}
     for model, hf in models.items():
         c = ModelConfig.from_hf_dict(hf)
-        shapes = gemv.decode_projections(c)
-        stages = gemv.decode_stages(c)
+        shapes = decode_projections(c)
+        stages = decode_stages(c)
         for proj, (n, k, gated) in shapes.items():
             if (n, k, gated) not in seen:
                 staged = stages[proj] if with_stages else None
@@ -161,14 +212,15 @@ def stage_inputs(case: Case, rows: int, gen: torch.Generator, device: torch.devi
     )
 
 
-def candidates(case: Case, rows: int) -> list[GemvConfig]:
-    """Tiles x split_k in {1, half, the heuristic's, double} (distinct launched splits only), plus the default."""
+def candidates(case: Case, rows: int, profile: DeviceProfile) -> list[GemvConfig]:
+    """Tiles x split_k in {1, half, the heuristic's, double} (distinct launched splits only), plus the
+    default, on the device ``profile`` describes."""
     n_out = case.n // 2 if case.gated else case.n
-    found = [default_config(n_out, case.k, rows)]
+    found = [default_config(n_out, case.k, rows, device=profile)]
     tiles = [t for t in TILES if t[4] != "fma" or rows <= FMA_MAX_ROWS]
     for block_n, block_k, warps, stages, path in tiles:
         blocks = math.ceil(n_out / block_n)
-        wanted = max(1, math.ceil(gemv.TARGET_PROGRAMS / blocks))
+        wanted = max(1, math.ceil(target_programs(profile) / blocks))
         launched: set[int] = set()
         for split in sorted({1, max(1, wanted // 2), wanted, 2 * wanted}):
             splits = split_plan(case.k, block_k, split)[1]
@@ -314,7 +366,7 @@ def step_summary(
         config = ModelConfig.from_hf_dict(hf)
         moved = cublas_s = best_s = 0.0
         complete = True
-        for proj, (n, k, gated) in gemv.decode_projections(config).items():
+        for proj, (n, k, gated) in decode_projections(config).items():
             r = by_shape.get((n, k, gated))
             if r is None or r["best"] is None:
                 complete = False
@@ -330,16 +382,17 @@ def step_summary(
 
 
 def table_literal(results: list[dict[str, Any]]) -> str:
-    """The best batch-1 config per weight shape, as Python source for the two tables of gemv.py."""
+    """The best batch-1 config per weight shape, as Python source for the two tables of
+    infer_ref/kernels/gemv/tuning.py (the entries of the device's capability)."""
     lines = []
     for gated, table in ((False, "LINEAR_CONFIGS"), (True, "GATED_CONFIGS")):
-        lines.append(f"{table}: dict[tuple[int, int], GemvConfig] = {{")
+        lines.append(f"{table}: dict[tuple[tuple[int, int], tuple[int, int]], GemvConfig] = {{")
         for r in results:
             if r["rows"] != 1 or r["best"] is None or r["gated"] != gated:
                 continue
             cfg = GemvConfig(**r["best"]["config"])
             lines.append(
-                f"    ({r['n']}, {r['k']}): {cfg!r},  # {r['case']}: {r['best']['pct_copy']:.0f}% of copy, "
+                f"    (CAPABILITY, ({r['n']}, {r['k']})): {cfg!r},  # {r['case']}: {r['best']['pct_copy']:.0f}% of copy, "
                 f"cuBLAS {r['cublas']['pct_copy']:.0f}%"
             )
         lines.append("}")
@@ -369,7 +422,7 @@ def make_layers(
     config: ModelConfig, copies: int, device: torch.device, dtype: torch.dtype
 ) -> list[LayerWeights]:
     """``copies`` layers of random weights (N(0, 1/K)) and norm weights as trained models have them."""
-    shapes = gemv.decode_projections(config)
+    shapes = decode_projections(config)
     gemma = config.model_type == "gemma3_text"
     e = config.hidden_size
     gen = torch.Generator(device=device).manual_seed(0)
@@ -466,7 +519,7 @@ def run_chain(
     """Per-layer times of each chain variant for one family, and each projection alone with and
     without its stages."""
     config = ModelConfig.from_hf_dict(hf)
-    shapes = gemv.decode_projections(config)
+    shapes = decode_projections(config)
     layer_bytes = sum(n * k for proj, (n, k, _) in shapes.items() if proj != "lm_head") * dtype.itemsize
     copies = copies_for(layer_bytes, device)
     layers = make_layers(config, copies, device, dtype)
@@ -508,7 +561,7 @@ def run_chain(
                                            "GBps": layer_bytes * depth / seconds / 1e9, "rel_err_vs_reference": rel}  # fmt: skip
         except Exception as exc:  # a variant the compiler or the device refuses: reported, not fatal
             result["variants"][variant] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    stages = gemv.decode_stages(config)
+    stages = decode_stages(config)
     for proj in ("qkv", "o", "gate_up", "down"):
         result["projections"][proj] = time_projection(
             config, proj, stages[proj], layers, args, device, dtype, use_kernels
@@ -519,7 +572,7 @@ def run_chain(
 def time_projection(
     config: ModelConfig,
     proj: str,
-    st: gemv.FusedStages,
+    st: FusedStages,
     layers: list[LayerWeights],
     args: argparse.Namespace,
     device: torch.device,
@@ -528,7 +581,7 @@ def time_projection(
 ) -> dict[str, Any]:
     """One projection alone (its table config, rotating weight copies, graph-replayed): ``plain``,
     ``staged`` (the stages its block folds in) and ``staged_constant`` (also weight_is_constant)."""
-    n, k, gated = gemv.decode_projections(config)[proj]
+    n, k, gated = decode_projections(config)[proj]
     copies = len(layers)
     ws = [getattr(p, proj) for p in layers]
     gen = torch.Generator(device=device).manual_seed(n + k)
@@ -684,14 +737,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"wrote {args.json}")
         return 0
     models = {f"tiny-{k}": v for k, v in TINY_CONFIGS.items()} if args.dry_run else dict(REAL_SHAPE_CONFIGS)
+    profile = device_profile(device)  # the device the heuristic's candidates fill
     results = []
     with torch.inference_mode():
         for rows in args.rows:  # batch 1 first: it picks the table entries
             for case in cases_of(models, args.stages):
-                configs = candidates(case, rows)[: 2 if args.dry_run else None]
+                configs = candidates(case, rows, profile)[: 2 if args.dry_run else None]
                 if time.perf_counter() - started > args.budget_s:  # out of time: what dispatch picks only
                     configs = list(
-                        dict.fromkeys([gemv.gemv_config(case.n, case.k, rows, gated=case.gated), configs[0]])
+                        dict.fromkeys([gemv.gemv_config(case.n, case.k, rows, gated=case.gated, device=profile), configs[0]])
                     )
                 r = run_case(case, rows, configs, args, device, dtype)
                 print_case(r)
@@ -703,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * row['cublas_GBps'] / args.copy_gbps:.0f}% of copy), best configs {row['best_us']:.0f} us "
               f"({row['best_GBps']:.0f} GB/s, {100 * row['best_GBps'] / args.copy_gbps:.0f}% of copy)")  # fmt: skip
     literal = table_literal(results)
-    print("\n# best batch-1 config per weight shape (paste into infer_ref/kernels/gemv.py):\n" + literal)
+    print("\n# best batch-1 config per weight shape (paste into infer_ref/kernels/gemv/tuning.py):\n" + literal)
     elapsed = time.perf_counter() - started
     print(f"\n{len(results)} cases in {elapsed:.0f} s")
     report = {

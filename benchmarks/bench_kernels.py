@@ -39,8 +39,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_utils import DTYPES, environment, median, pick_device, sync
-from infer_ref.kernels import gather_paged_kv, paged_attention, paged_decode_attention
-from infer_ref.kernels.paged_attention import contiguous_layer_as_paged
+from infer_ref.kernels import gather_paged_kv, paged_decode_attention
+from infer_ref.kernels.attention import contiguous_layer_as_paged
+from infer_ref.kernels.common import HAVE_TRITON
 
 
 def time_call(fn: Callable[[], Any], device: torch.device, iters: int, repeats: int) -> float:
@@ -195,7 +196,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "paged_decode_attention",
         "shape": {"batch": args.batch, "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim,
                   "block_size": args.block_size, "dtype": args.dtype},
-        "kernel": "triton" if (device.type == "cuda" and paged_attention.HAVE_TRITON) else "reference",
+        "kernel": "triton" if (device.type == "cuda" and HAVE_TRITON) else "reference",
         "timing": {"iters": args.iters, "repeats": args.repeats, "l2_multiple": L2_MULTIPLE, "clock": "cuda events" if device.type == "cuda" else "perf_counter"},
         "environment": environment(device),
         "results": rows,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fused decode attention kernel (infer_ref/kernels/decode_attention.py) on a CUDA machine: the
+# The fused decode attention kernel (infer_ref/kernels/attention/) on a CUDA machine: the
 # GPU tests against the torch reference, the benchmark against the unfused chain it replaces, then
 # planted-bug kernels that the GPU tests must catch.
 #
@@ -50,12 +50,12 @@ if want bench; then
 fi
 
 # mutant NAME OLD NEW GPU_SELECTION [FILE]: a copy of the package with OLD replaced by NEW (exactly
-# one occurrence) in infer_ref/kernels/FILE (default decode_attention.py); in the mutants stage the
+# one occurrence) in infer_ref/kernels/FILE (default attention/kernel.py); in the mutants stage the
 # GPU tests selected by -k GPU_SELECTION must fail on it, in the interpret stage the interpreter
 # tests (all of them, stopping at the first failure).
 MODE=gpu
 mutant() {
-    local name=$1 old=$2 new=$3 sel=$4 file=${5:-decode_attention.py} dir
+    local name=$1 old=$2 new=$3 sel=$4 file=${5:-attention/kernel.py} dir
     dir=$(mktemp -d)
     cp -r infer_ref tests conftest.py pyproject.toml "$dir"/
     $PY - "$dir/infer_ref/kernels/$file" "$old" "$new" <<'PYEOF' || { say "mutant $name: its source line is gone, update this script"; RC=1; rm -rf "$dir"; return; }
@@ -96,12 +96,12 @@ planted_bugs() {
     mutant llama_norm_not_rounded_before_weight "(w32 * (x32 * rstd[:, None]).to(x.dtype).to(tl.float32))" "(w32 * (x32 * rstd[:, None]))" "$FS and qwen3"
     mutant rotate_half_sign "rot = tl.where(first_half[None, :], -partner, partner)" "rot = tl.where(first_half[None, :], partner, -partner)" "$FS"
     # The new token: stored by exactly the program whose split holds n - 1, never read back.
-    mutant owner_does_not_store "if (split == owner) & (n > 0):" "if (split == owner) & (n < 0):" "$FS"
+    mutant owner_does_not_store "if (split == owner) & (n > 0) & (first_head % GROUP == 0):" "if (split == owner) & (n < 0) & (first_head % GROUP == 0):" "$FS"
     mutant owner_misidentified "owner = (n - 1 - first) // chunk" "owner = (n - 1) // chunk" "$W"
     mutant new_key_read_from_cache "is_new = pos == new_pos" "is_new = pos < 0" "$FS"
     # Attention: the window, GQA heads, the split ranges.
     mutant window_off_by_one "first = tl.where(window > 0, tl.maximum(n - window, 0), 0)" "first = tl.where(window > 0, tl.maximum(n - window + 1, 0), 0)" "$W"
-    mutant gqa_heads_interleaved "q_heads = (kvh * GROUP + g).to(tl.int64)" "q_heads = (g * NUM_KV_HEADS + kvh).to(tl.int64)" "$FS"
+    mutant gqa_heads_interleaved "q_heads = first_head + g.to(tl.int64)" "q_heads = (g * NUM_KV_HEADS + kvh).to(tl.int64)" "$FS"
     mutant reads_one_past_the_length "return used, owner, start, tl.minimum(start + chunk, n)" "return used, owner, start, tl.minimum(start + chunk, n + 1)" "$FS"
     # The in-kernel combine: every split, rescaled, by the last arrival, counters reset.
     mutant combine_drops_last_split "ok = (spc < used)[:, None] & gc_ok[None, :]" "ok = (spc < used - 1)[:, None] & gc_ok[None, :]" "$FS"
@@ -115,8 +115,8 @@ planted_bugs() {
         "return tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int64)" \
         "return tl.load(table_row + (pos // block_size) * stride_tm, mask=live, other=0).to(tl.int32)" "int32"
     # Programmatic dependent launch: the kernel lets its successor start but no longer waits for its
-    # predecessor (kernels/pdl.py): the chained-layers graph must show it.
-    mutant no_dependency_wait "gdc_wait()" "pass" "$G" pdl.py
+    # predecessor (kernels/common.py): the chained-layers graph must show it.
+    mutant no_dependency_wait "gdc_wait()" "pass" "$G" common.py
     # The preload: a first tile read through stale lengths or tables must be read again. On a GPU
     # the stale case is a race the tests cannot force, so only the interpreter tests (which pass
     # stale hints on purpose) are asked to catch it.

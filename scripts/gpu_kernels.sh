@@ -59,16 +59,16 @@ PYEOF
     rm -rf "$dir"
 }
 if want mutants; then
-    PA=infer_ref/kernels/decode_attention.py ST=infer_ref/kernels/store.py
+    PA=infer_ref/kernels/attention/kernel.py ST=infer_ref/kernels/store/kernel.py
     mutant window_off_by_one $PA "tl.maximum(n - window, 0)" "tl.maximum(n - window - 1, 0)" window
     mutant window_ignored $PA "first = tl.where(window > 0, tl.maximum(n - window, 0), 0)" "first = 0" window
     mutant minus_one_wraps $ST "slot = tl.load(slot_ptr + token).to(tl.int64)" \
         "slot = tl.load(slot_ptr + token).to(tl.int64); slot = (slot + num_slots) % num_slots" store
     mutant int32_addressing $ST "slot = tl.load(slot_ptr + token).to(tl.int64)" "slot = tl.load(slot_ptr + token).to(tl.int32)" int32
     mutant splits_not_rescaled $PA 'w = tl.exp(tl.load(part_max_ptr + idx, mask=ok, other=float("-inf"), cache_modifier=".cg") - m_all[None, :])' 'w = 1.0 + 0.0 * tl.load(part_max_ptr + idx, mask=ok, other=0.0, cache_modifier=".cg")' decode
-    mutant gqa_heads_interleaved $PA "q_heads = (kvh * GROUP + g).to(tl.int64)" "q_heads = (g * NUM_KV_HEADS + kvh).to(tl.int64)" decode
-    mutant reads_one_past_the_length $PA "end = tl.minimum(start + chunk, n)" "end = tl.minimum(start + chunk, n + 1)" decode
-    mutant first_rows_length_for_all $PA "n = tl.load(lens_ptr + row).to(tl.int32)" "n = tl.load(lens_ptr).to(tl.int32)" decode
+    mutant gqa_heads_interleaved $PA "q_heads = first_head + g.to(tl.int64)" "q_heads = (g * NUM_KV_HEADS + kvh).to(tl.int64)" decode
+    mutant reads_one_past_the_length $PA "return used, owner, start, tl.minimum(start + chunk, n)" "return used, owner, start, tl.minimum(start + chunk, n + 1)" decode
+    mutant first_rows_length_for_all $PA "n = tl.load(lens_ptr + row * stride_lb).to(tl.int32)" "n = tl.load(lens_ptr).to(tl.int32)" decode
 fi
 
 say "done in ${SECONDS}s (rc=$RC)"

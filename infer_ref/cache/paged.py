@@ -37,7 +37,7 @@ from infer_ref.cache.base import CacheBase
 from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.cache.pool import BlockPool, PoolGeometry
 from infer_ref.cache.snapshot import KVSnapshot
-from infer_ref.kernels.paged_attention import gather_slots, paged_decode_attention, slots_through_tables
+from infer_ref.kernels.attention import gather_slots, paged_decode_attention, slots_through_tables
 from infer_ref.kernels.store import store_kvcache
 
 if TYPE_CHECKING:

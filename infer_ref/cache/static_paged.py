@@ -28,8 +28,8 @@ from infer_ref.cache.base import CacheBase
 from infer_ref.cache.pool import BlockPool, PoolGeometry
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.static import DevicePosition, check_layer_windows
+from infer_ref.kernels.attention import gather_slots, slots_through_tables
 from infer_ref.kernels.decode_step import paged_decode_step
-from infer_ref.kernels.paged_attention import gather_slots, slots_through_tables
 from infer_ref.kernels.store import store_kvcache
 
 if TYPE_CHECKING:

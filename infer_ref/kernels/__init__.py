@@ -1,28 +1,42 @@
-"""Device kernels, each beside the torch reference it must equal.
+"""Device kernels, each beside the torch reference it must equal, one family a package.
 
-``store_kvcache`` writes K/V rows into a cache through a slot mapping; ``gather_paged_kv`` and
-``paged_decode_attention`` read a paged cache through its block tables. Each public function
-dispatches to its Triton kernel on CUDA (when Triton is importable) and to the torch reference
-everywhere else; the ``*_reference`` functions are the definitions the kernels are tested against.
-``contiguous_layer_as_paged`` lets the paged kernel read a contiguous cache layer in place.
-``decode_attention.decode_attention`` is one decode step's attention from the projected q/k/v in
-one kernel (per-head norms, RoPE, the K/V store, split-K attention and its combine).
-``linear`` and ``gated_mlp`` are the decode projections' matrix-vector products; they take their
-kernels only while ``decode_kernels()`` is on (the captured decode path), see ``switch.py``.
+- :mod:`infer_ref.kernels.gemv`: the decode projections' matrix-vector products, ``linear`` and
+  ``gated_mlp`` (RMSNorms and the residual add folded in); they take their kernels only while
+  ``decode_kernels()`` is on (the captured decode path), see ``switch.py``.
+- :mod:`infer_ref.kernels.attention`: decode attention. ``decode_attention`` is one decode step's
+  attention from the projected q/k/v in one kernel (per-head norms, RoPE, the K/V store, split-K
+  attention and its combine); ``paged_decode_attention`` the same kernel over a stored prefix,
+  read through the block tables; ``gather_paged_kv`` the reference read of a paged cache;
+  ``contiguous_layer_as_paged`` lets the kernel read a contiguous cache layer in place.
+- :mod:`infer_ref.kernels.store`: ``store_kvcache`` writes K/V rows into a cache through a slot mapping.
+- :mod:`infer_ref.kernels.common`: what the families share (Triton's presence, programmatic
+  dependent launch, the device profile the tuning tables are keyed by, the memory checks).
+
+Each family's package holds ``reference.py`` (the definitions the kernels are tested against, the
+``*_reference`` functions), ``kernel.py`` (Triton), ``launch.py``, and where it has them
+``tuning.py`` and ``op.py`` (the dispatch and its custom ops). Each public function dispatches to
+its Triton kernel on CUDA (when Triton is importable) and to the torch reference everywhere else.
 """
 
-from infer_ref.kernels.gemv import gated_mlp, gated_mlp_reference, linear, linear_reference
-from infer_ref.kernels.paged_attention import (
+from infer_ref.kernels.attention import (
     contiguous_layer_as_paged,
+    decode_attention,
+    decode_attention_reference,
+    decode_attention_triton,
     gather_paged_kv,
     paged_decode_attention,
     paged_decode_attention_reference,
 )
+from infer_ref.kernels.gemv import ACTIVATIONS, gated_mlp, gated_mlp_reference, linear, linear_reference
 from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
 from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
 
 __all__ = [
+    "ACTIVATIONS",
     "contiguous_layer_as_paged",
+    "decode_attention",
+    "decode_attention_reference",
+    "decode_attention_triton",
     "decode_kernels",
     "decode_kernels_enabled",
     "gated_mlp",

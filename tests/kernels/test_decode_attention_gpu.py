@@ -30,19 +30,20 @@ import torch
 
 from infer_ref.conformance.assertions import assert_close as kit_assert_close
 from infer_ref.conformance.oracles.paged import scatter_to_paged
-from infer_ref.kernels import decode_attention as da
-from infer_ref.kernels.decode_attention import (
+from infer_ref.kernels.attention import (
+    contiguous_layer_as_paged,
     decode_attention,
     decode_attention_reference,
     decode_attention_triton,
 )
+from infer_ref.kernels.attention import launch as attention_launch
+from infer_ref.kernels.common import HAVE_TRITON
 from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.paged_attention import contiguous_layer_as_paged
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device: run `pytest -m gpu` on a GPU machine"),
-    pytest.mark.skipif(not da.HAVE_TRITON, reason="needs Triton (the kernel under test)"),
+    pytest.mark.skipif(not HAVE_TRITON, reason="needs Triton (the kernel under test)"),
 ]
 
 CUDA = "cuda"
@@ -159,7 +160,7 @@ def assert_caches_match(got: dict[str, Any], want: dict[str, Any], new_slots: li
 
 
 def assert_counters_zero(what: str) -> None:
-    for (device, size), counters in da._COUNTERS.items():
+    for (device, size), counters in attention_launch._COUNTERS.items():
         if device.type == "cuda":
             assert not counters.any(), f"{what}: arrival counters ({size} pairs on {device}) not reset: {counters.nonzero().flatten().tolist()[:8]}"
 
@@ -386,7 +387,7 @@ def test_graph_of_chained_layers_sharing_counters() -> None:
     """Eight launches in one graph, each layer's query the previous layer's output, all sharing one
     set of arrival counters (one batch size): with programmatic dependent launch a layer may start
     while the previous drains, so this holds only if every program waits for its predecessor
-    before reading q or the counters (kernels/pdl.py) and each launch resets the counters."""
+    before reading q or the counters (kernels/common.py) and each launch resets the counters."""
     shape, norms = FAMILIES["llama"]
     layers = [build(shape, norms, [3000, 777, 64], 16, torch.bfloat16, _seed("chain", i))[0] for i in range(8)]
     static = [_fresh_caches(a) for a in layers]
@@ -522,8 +523,8 @@ def test_first_call_of_a_shape_inside_a_capture_is_refused() -> None:
     shape, norms = FAMILIES["gemma3"]
     b = 13  # a batch size no other test uses: its counters do not exist yet
     args, _ = build(shape, norms, [300] * b, 16, torch.bfloat16, 31)
-    da._COUNTERS.pop((torch.device(CUDA, torch.cuda.current_device()), b), None)
-    da._COUNTERS.pop((torch.device(CUDA), b), None)
+    attention_launch._COUNTERS.pop((torch.device(CUDA, torch.cuda.current_device()), b), None)
+    attention_launch._COUNTERS.pop((torch.device(CUDA), b), None)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph), pytest.raises(RuntimeError, match="call it once before capturing"):
         decode_attention_triton(**args, num_splits=4)

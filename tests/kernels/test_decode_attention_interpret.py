@@ -40,18 +40,24 @@ import torch
 
 from infer_ref.conformance.assertions import assert_close as kit_assert_close
 from infer_ref.conformance.oracles.paged import scatter_to_paged
-from infer_ref.kernels import decode_attention as da
-from infer_ref.kernels.decode_attention import decode_attention_reference, decode_attention_triton
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.paged_attention import (
+from infer_ref.kernels.attention import (
+    AttentionCall,
+    LaunchKnobs,
     contiguous_layer_as_paged,
+    decode_attention_reference,
+    decode_attention_triton,
+    default_tile,
     paged_decode_attention_reference,
     paged_decode_attention_triton,
 )
+from infer_ref.kernels.attention import launch as attention_launch
+from infer_ref.kernels.attention.kernel import NORM_GEMMA, NORM_LLAMA, NORM_NONE, _decode_attention_kernel
+from infer_ref.kernels.common import HAVE_TRITON, DeviceProfile
+from infer_ref.kernels.norm import NormSpec
 
 interpret = pytest.mark.interpret
 needs_interpreter = pytest.mark.skipif(
-    not (da.HAVE_TRITON and os.environ.get("TRITON_INTERPRET") == "1"),
+    not (HAVE_TRITON and os.environ.get("TRITON_INTERPRET") == "1"),
     reason="runs the Triton kernel on CPU: set TRITON_INTERPRET=1 with Triton installed",
 )
 TOLERANCE = {torch.float16: 2e-2, torch.float32: 1e-5}
@@ -199,7 +205,7 @@ def assert_pools_match(
 
 
 def assert_counters_zero(what: str) -> None:
-    for (device, size), counters in da._COUNTERS.items():
+    for (device, size), counters in attention_launch._COUNTERS.items():
         assert not counters.any(), f"{what}: arrival counters for {size} (row, head block) pairs on {device} not reset: {counters.tolist()}"
 
 
@@ -219,10 +225,10 @@ def check(case: Case, dtype: torch.dtype, seed: int, hints: Any = None, edit: An
             **a, num_splits=case.splits, block_n=case.block_n, out=out, heads_per_program=case.heads, **knobs
         )
     else:
-        got = da.launch_decode_attention(
-            *a.values(), case.splits, case.block_n, None, 2, out, preload=True, hints=hints(a),
-            heads_per_program=case.heads, **knobs,
-        )  # fmt: skip
+        launch_knobs = LaunchKnobs(
+            case.splits, case.block_n, None, 2, preload=True, heads_per_program=case.heads, **knobs
+        )
+        got = attention_launch.launch(AttentionCall(**a), launch_knobs, out, hints=hints(a))
     what = f"{case} {dtype} seed {seed}"
     assert got is out
     _assert_close(got, want, TOLERANCE[dtype], what)
@@ -571,7 +577,8 @@ def test_compiled_layers_share_one_computation_of_the_rope_rows() -> None:
 
 H100_SHARED_MEMORY = 227 * 1024  # the most dynamic shared memory one block may opt into on sm_90
 FAMILY_SHAPES = {"llama": (32, 8, 64), "qwen3": (16, 8, 128), "gemma3": (4, 1, 256)}
-FAMILY_NORMS = {"llama": da.NORM_NONE, "qwen3": da.NORM_LLAMA, "gemma3": da.NORM_GEMMA}
+FAMILY_NORMS = {"llama": NORM_NONE, "qwen3": NORM_LLAMA, "gemma3": NORM_GEMMA}
+H100 = DeviceProfile(capability=(9, 0), sm_count=132)  # what the ahead-of-time compile targets
 
 
 def compile_for_sm90(
@@ -594,11 +601,11 @@ def compile_for_sm90(
     from triton.compiler import ASTSource
 
     h, hkv, d = FAMILY_SHAPES[family]
-    tile = da.default_tile(d)
+    tile = default_tile(d, H100)
     block_n = tile.block_n if block_n is None else block_n
-    norm = FAMILY_NORMS[family] if prep else da.NORM_NONE
+    norm = FAMILY_NORMS[family] if prep else NORM_NONE
     torch_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[dtype]
-    constexprs = da.kernel_constexprs(
+    constexprs = attention_launch.kernel_constexprs(
         h, hkv, d, splits, block_n, torch_dtype, new_kv=prep, rope=prep, q_norm=norm, k_norm=norm,
         first_n=max(tile.first_n, block_n) if first_n is None else first_n, preload=preload,
         heads_per_program=tile.heads_per_program if heads_per_program is None else heads_per_program,
@@ -612,7 +619,7 @@ def compile_for_sm90(
     signature: dict[str, str] = {}
     consts: dict[tuple[int, ...], Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
-    for i, name in enumerate(da._decode_attention_kernel.arg_names):
+    for i, name in enumerate(_decode_attention_kernel.arg_names):
         if name in constexprs or name in unit_strides:
             signature[name] = "constexpr"
             consts[(i,)] = constexprs.get(name, 1)
@@ -621,8 +628,8 @@ def compile_for_sm90(
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             signature[name] = "fp32" if name in ("scale", "q_eps", "k_eps") else "i32"
-    source = ASTSource(fn=da._decode_attention_kernel, signature=signature, constexprs=consts, attrs=attrs)
-    options = {"num_warps": tile.num_warps if num_warps is None else num_warps, "num_stages": 2, **da.LAUNCH_OPTIONS}
+    source = ASTSource(fn=_decode_attention_kernel, signature=signature, constexprs=consts, attrs=attrs)
+    options = {"num_warps": tile.num_warps if num_warps is None else num_warps, "num_stages": 2, **attention_launch.LAUNCH_OPTIONS}
     if fp_fusion is not None:
         options["enable_fp_fusion"] = fp_fusion
     return triton.compile(source, target=GPUTarget("cuda", 90, 32), options=options)
@@ -639,7 +646,7 @@ SM90_CASES = [
 
 
 @interpret
-@pytest.mark.skipif(not da.HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
+@pytest.mark.skipif(not HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter")
 @pytest.mark.parametrize(("family", "dtype", "splits", "prep", "preload"), SM90_CASES)
 def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bool, preload: bool) -> None:
@@ -660,7 +667,7 @@ def test_kernel_compiles_for_h100(family: str, dtype: str, splits: int, prep: bo
     if preload:
         # K/V elements are 16-bit (scalar loads here: the compile has no stride divisibility hints).
         assert re.search(r"ld\.global(\.\w+)*\.(v[248]|b16)", before), "a preloading launch issues no K/V load before the wait"
-    elif FAMILY_NORMS[family] == da.NORM_NONE or not prep:
+    elif FAMILY_NORMS[family] == NORM_NONE or not prep:
         assert "ld.global" not in before, "a global load before the dependency wait (only norm weights may come first)"
     atomics = re.findall(r"atom\.[\w.]+", ptx)
     if splits == 1:
@@ -695,7 +702,7 @@ def ptxas_report(ptx: str, tmp_path: Any) -> str:
 
 
 @interpret
-@pytest.mark.skipif(not da.HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
+@pytest.mark.skipif(not HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter")
 @pytest.mark.parametrize("family", sorted(FAMILY_SHAPES))
 def test_the_tile_table_does_not_spill_registers(family: str, tmp_path: Any) -> None:
@@ -712,7 +719,7 @@ def test_the_tile_table_does_not_spill_registers(family: str, tmp_path: Any) -> 
 
 
 @interpret
-@pytest.mark.skipif(not da.HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
+@pytest.mark.skipif(not HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter")
 @pytest.mark.parametrize(("family", "block_n", "first_n"), [("llama", 64, 128), ("gemma3", 16, 64), ("qwen3", 32, 32)])
 def test_first_tile_larger_than_the_loop_tile_compiles(family: str, block_n: int, first_n: int) -> None:
@@ -724,7 +731,7 @@ def test_first_tile_larger_than_the_loop_tile_compiles(family: str, block_n: int
 
 
 @interpret
-@pytest.mark.skipif(not da.HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
+@pytest.mark.skipif(not HAVE_TRITON, reason="compiles the Triton kernel: needs Triton installed")
 @pytest.mark.skipif(os.environ.get("TRITON_INTERPRET") == "1", reason="compiles for a GPU target: not under the interpreter")
 def test_float32_launches_compile_without_contraction() -> None:
     """Float32 RoPE must round ``x*cos`` and ``r*sin`` separately: the launch turns multiply-add

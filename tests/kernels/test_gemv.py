@@ -38,7 +38,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.bench_gemv import FMA_MAX_ROWS, TILES
+from benchmarks.bench_gemv import FMA_MAX_ROWS, TILES, decode_projections, decode_stages
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 from infer_ref.conformance.oracles.gemv import (
@@ -48,12 +48,12 @@ from infer_ref.conformance.oracles.gemv import (
     linear_oracle,
     violations,
 )
-from infer_ref.kernels import gemv, gemv_kernels, switch
+from infer_ref.kernels import gemv, switch
+from infer_ref.kernels.common import INTERPRETED_AS, DeviceProfile
 from infer_ref.kernels.gemv import (
     MAX_ROWS,
+    SM90,
     GemvConfig,
-    decode_projections,
-    decode_stages,
     default_config,
     gated_mlp,
     gated_mlp_reference,
@@ -62,15 +62,20 @@ from infer_ref.kernels.gemv import (
     linear,
     linear_reference,
     linear_triton,
+    prefetched_tiles,
     split_plan,
 )
-from infer_ref.kernels.gemv_config import prefetched_tiles
+from infer_ref.kernels.gemv import kernel as gemv_kernel
+from infer_ref.kernels.gemv import launch as gemv_launch
+from infer_ref.kernels.gemv import op as gemv_op
 from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
 from infer_ref.models import common as model_common
 from infer_ref.models.common import MLP, GemmaRMSNorm, RMSNorm
 
 ACTS = ["silu", "gelu_pytorch_tanh"]
+H100 = DeviceProfile(capability=(9, 0), sm_count=132)  # what the tables were measured on
+assert INTERPRETED_AS == H100, "the interpreter plans launches as an H100 would"
 
 
 def _gen(seed: int) -> torch.Generator:
@@ -304,8 +309,8 @@ def test_models_projection_with_kernels_switched_on_is_its_eager_path(gemma: boo
 
 
 def test_every_activation_has_a_kernel_code() -> None:
-    assert set(gemv_kernels.ACT_CODES) == set(gemv.ACTIVATIONS)
-    assert len(set(gemv_kernels.ACT_CODES.values())) == len(gemv_kernels.ACT_CODES)
+    assert set(gemv_kernel.ACT_CODES) == set(gemv.ACTIVATIONS)
+    assert len(set(gemv_kernel.ACT_CODES.values())) == len(gemv_kernel.ACT_CODES)
 
 
 @pytest.mark.parametrize("family", sorted(TINY_CONFIGS))
@@ -475,8 +480,8 @@ def _forbid_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: Any, **kwargs: Any) -> torch.Tensor:
         raise AssertionError("the kernel path was taken")
 
-    monkeypatch.setattr(gemv, "linear_triton", boom)
-    monkeypatch.setattr(gemv, "gated_mlp_triton", boom)
+    monkeypatch.setattr(gemv_op, "linear_triton", boom)
+    monkeypatch.setattr(gemv_op, "gated_mlp_triton", boom)
 
 
 @pytest.mark.parametrize("enabled", [False, True])
@@ -547,9 +552,9 @@ def test_dispatch_passes_the_stages_through_the_custom_ops(monkeypatch: pytest.M
     A CUBLAS_SHAPES weight keeps F.linear for a plain product but takes the kernel with an in_norm
     (the norm is then in the kernel's prologue)."""
     lin, gated = _Recorder(linear_reference), _Recorder(gated_mlp_reference)
-    monkeypatch.setattr(gemv, "linear_triton", lin)
-    monkeypatch.setattr(gemv, "gated_mlp_triton", gated)
-    monkeypatch.setattr(gemv, "_kernel_eligible", lambda x, w: True)
+    monkeypatch.setattr(gemv_op, "linear_triton", lin)
+    monkeypatch.setattr(gemv_op, "gated_mlp_triton", gated)
+    monkeypatch.setattr(gemv_op, "_kernel_eligible", lambda x, w: True)
     x, w, b = _case((1,), 12, 16, torch.float32, 13)
     n_in, n_out, r = (
         _norm(16, torch.float32, False, 14, eps=1e-5),
@@ -965,34 +970,48 @@ def test_split_plan(k: int, block_k: int, split_k: int, want: tuple[int, int]) -
 
 
 def test_default_config_arithmetic() -> None:
+    # An H100's 132 SMs: 4 * 132 = 528 programs wanted.
     # Llama-3.2-1B o_proj [2048, 2048]: 64 blocks of 32 columns; ceil(528 / 64) = 9 splits wanted,
     # but 2048 // 256 = 8 keeps two 128-wide tiles per split.
-    assert default_config(2048, 2048, 1) == GemvConfig(32, 128, 8, 4, 4, "dot")
+    assert default_config(2048, 2048, 1, device=H100) == GemvConfig(32, 128, 8, 4, 4, "dot")
     # qkv [3072, 2048]: 96 blocks, ceil(528 / 96) = 6 splits.
-    assert default_config(3072, 2048, 1).split_k == 6
+    assert default_config(3072, 2048, 1, device=H100).split_k == 6
     # LM head [128256, 2048]: 2004 blocks of 64 columns >= 528: no split.
-    assert default_config(128256, 2048, 1) == GemvConfig(64, 128, 1, 4, 4, "dot")
+    assert default_config(128256, 2048, 1, device=H100) == GemvConfig(64, 128, 1, 4, 4, "dot")
     # gated gate_up [16384, 2048] (the table's shape is bypassed): 8192 columns -> 256 blocks of 32,
     # ceil(528 / 256) = 3 splits.
-    assert default_config(16384 // 2, 2048, 1).split_k == 3
+    assert default_config(16384 // 2, 2048, 1, device=H100).split_k == 3
+
+
+def test_default_config_fills_the_device_it_is_asked_about() -> None:
+    """The heuristic's program target is four per SM of the device: on 66 SMs (264 programs) Llama's
+    qkv [3072, 2048] (96 blocks of 32) wants ceil(264 / 96) = 3 splits instead of 6; the LM head
+    [128256, 2048] takes 64-column blocks as soon as 2004 >= 4 * SMs, but 32-column ones on 600 SMs."""
+    small = DeviceProfile(capability=(8, 0), sm_count=66)
+    assert default_config(3072, 2048, 1, device=small).split_k == 3
+    assert default_config(128256, 2048, 1, device=small).block_n == 64
+    assert default_config(128256, 2048, 1, device=DeviceProfile((9, 0), 600)).block_n == 32
 
 
 def test_tables_override_the_heuristic(monkeypatch: pytest.MonkeyPatch) -> None:
     tuned = GemvConfig(16, 256, 2, 8, 3, "fma")
-    monkeypatch.setitem(gemv.LINEAR_CONFIGS, (3072, 2048), tuned)
-    assert gemv_config(3072, 2048, 1) == tuned
-    assert gemv_config(3072, 2048, 1, gated=True) != tuned, "the gated kernel reads its own table"
+    monkeypatch.setitem(gemv.LINEAR_CONFIGS, (SM90, (3072, 2048)), tuned)
+    assert gemv_config(3072, 2048, 1, device=H100) == tuned
+    assert gemv_config(3072, 2048, 1, gated=True, device=H100) != tuned, "the gated kernel reads its own table"
+    other = DeviceProfile(capability=(8, 0), sm_count=132)
+    assert gemv_config(3072, 2048, 1, device=other) != tuned, "another device read the sm_90 table"
 
 
 def test_table_entries_apply_to_the_rows_they_were_tuned_for() -> None:
     """The tables hold batch-1 winners (some on the multiply-and-add path, whose accumulator grows
     with the rows): past TABLE_ROWS rows every shape takes the heuristic's config."""
     for gated, table in ((False, gemv.LINEAR_CONFIGS), (True, gemv.GATED_CONFIGS)):
-        for (n, k), tuned in table.items():
-            assert gemv_config(n, k, gemv.TABLE_ROWS, gated=gated) == tuned
+        for (capability, (n, k)), tuned in table.items():
+            device = DeviceProfile(capability, 132)
+            assert gemv_config(n, k, gemv.TABLE_ROWS, gated=gated, device=device) == tuned
             for rows in range(gemv.TABLE_ROWS + 1, MAX_ROWS + 1):
-                expected = default_config(n // 2 if gated else n, k, rows)
-                assert gemv_config(n, k, rows, gated=gated) == expected, (n, k, rows, gated)
+                expected = default_config(n // 2 if gated else n, k, rows, device=device)
+                assert gemv_config(n, k, rows, gated=gated, device=device) == expected, (n, k, rows, gated)
 
 
 # -- the kernels under Triton's interpreter ------------------------------------------------------
@@ -1204,7 +1223,7 @@ def test_out_norm_over_a_row_wider_than_its_block_under_interpreter(monkeypatch:
     """A row wider than OUT_NORM_BLOCK is walked twice (the squares, then the normalised values): the
     norm is still over the whole row. Exact sums, so the check is exact where the oracle's range is
     one value; a mean square over one block would be off everywhere."""
-    monkeypatch.setattr(gemv_kernels, "OUT_NORM_BLOCK", 32)
+    monkeypatch.setattr(gemv_launch, "OUT_NORM_BLOCK", 32)
     n, k = 70, 64  # blocks of 32, 32 and 6 columns
     for config in (GemvConfig(16, 32, 1, 4, 1, "dot"), GemvConfig(8, 16, 2, 4, 1, "fma")):
         for unit_offset in (False, True):
@@ -1285,7 +1304,7 @@ def _compile_for_sm90(
 
 
 class Launch:
-    """One call as gemv._launch would make it: a weight ``[n, k]``, ``rows``, a config, the stages."""
+    """One call as gemv.launch.launch would make it: a weight ``[n, k]``, ``rows``, a config, the stages."""
 
     def __init__(
         self, what: str, config: GemvConfig, n: int, k: int, rows: int, gated: bool, *,
@@ -1309,7 +1328,7 @@ class Launch:
         partials = splits > 1 or self.out_norm
         rows_pad = 1 << (rows - 1).bit_length()
         rows_pad = rows_pad if c.path == "fma" else max(16, rows_pad)
-        norm_block = min(1 << (k - 1).bit_length(), gemv_kernels.NORM_TILE_ELEMENTS)
+        norm_block = min(1 << (k - 1).bit_length(), gemv_launch.NORM_TILE_ELEMENTS)
         strides = {"stride_ps": rows * n if partials else 0, "stride_pm": n if partials else n_out, "stride_om": n_out,
                    "stride_rm": n_out, "stride_rn": 1}  # fmt: skip
         runtime = {
@@ -1326,9 +1345,9 @@ class Launch:
             "PREFETCH_RESIDUAL": self.residual and self.settled and not partials, "WRITE_PARTIALS": partials,
             "USE_PDL": True,  # as an H100 launch compiles it
         }  # fmt: skip
-        options = {"num_warps": c.num_warps, "num_stages": c.num_stages, **gemv_kernels.LAUNCH_OPTIONS}
+        options = {"num_warps": c.num_warps, "num_stages": c.num_stages, **gemv_launch.LAUNCH_OPTIONS}
         compiled = [
-            ("_gemv_kernel", _compile_for_sm90(gemv_kernels._gemv_kernel, runtime, constexprs, options))
+            ("_gemv_kernel", _compile_for_sm90(gemv_kernel._gemv_kernel, runtime, constexprs, options))
         ]
         combine_runtime = {
             "splits": splits,
@@ -1338,27 +1357,27 @@ class Launch:
             **strides,
         }
         if self.out_norm:
-            block = min(1 << (n_out - 1).bit_length(), gemv_kernels.OUT_NORM_BLOCK)
+            block = min(1 << (n_out - 1).bit_length(), gemv_launch.OUT_NORM_BLOCK)
             flags = {"BLOCK": block, "ONE_BLOCK": n_out <= block, "UNIT_OFFSET": self.unit_offset, "HAS_BIAS": True,
                      "HAS_RESIDUAL": self.residual, "USE_PDL": True}  # fmt: skip
-            options = {"num_warps": 8 if block >= 2048 else 4, "num_stages": 3, **gemv_kernels.LAUNCH_OPTIONS}
+            options = {"num_warps": 8 if block >= 2048 else 4, "num_stages": 3, **gemv_launch.LAUNCH_OPTIONS}
             compiled.append(
                 (
                     "_combine_norm_kernel",
-                    _compile_for_sm90(gemv_kernels._combine_norm_kernel, combine_runtime, flags, options),
+                    _compile_for_sm90(gemv_kernel._combine_norm_kernel, combine_runtime, flags, options),
                 )
             )
         elif splits > 1:
-            flags = {"BLOCK": gemv_kernels.COMBINE_BLOCK, "GATED": self.gated, "ACT": 0, "HAS_BIAS": not self.gated,
+            flags = {"BLOCK": gemv_launch.COMBINE_BLOCK, "GATED": self.gated, "ACT": 0, "HAS_BIAS": not self.gated,
                      "HAS_RESIDUAL": self.residual, "USE_PDL": True}  # fmt: skip
             compiled.append(
                 (
                     "_combine_kernel",
                     _compile_for_sm90(
-                        gemv_kernels._combine_kernel,
+                        gemv_kernel._combine_kernel,
                         combine_runtime,
                         flags,
-                        {"num_warps": 4, "num_stages": 3, **gemv_kernels.LAUNCH_OPTIONS},
+                        {"num_warps": 4, "num_stages": 3, **gemv_launch.LAUNCH_OPTIONS},
                     ),
                 )
             )
@@ -1378,8 +1397,8 @@ def _sm90_cases() -> list[Launch]:
         for proj, (n, k, gated) in decode_projections(config).items():
             st = stages[proj]
             for rows in (1, MAX_ROWS):
-                picked = gemv_config(n, k, rows, gated=gated)
-                heuristic = default_config(n // 2 if gated else n, k, rows)
+                picked = gemv_config(n, k, rows, gated=gated, device=H100)
+                heuristic = default_config(n // 2 if gated else n, k, rows, device=H100)
                 for label, c in dict.fromkeys([("picked", picked), ("heuristic", heuristic)]):
                     what = f"{model}/{proj} {label} rows {rows}"
                     cases.append(Launch(what, c, n, k, rows, gated))
@@ -1404,7 +1423,7 @@ def _sm90_cases() -> list[Launch]:
                     what + " gated", c, 4096, 2048, rows, True, in_norm=True, unit_offset=True, prefetch=True
                 )
             )
-    cases.append(Launch("out_norm over a row of two blocks", GemvConfig(32, 128, 2), 2 * gemv_kernels.OUT_NORM_BLOCK + 64, 512, 2, False,
+    cases.append(Launch("out_norm over a row of two blocks", GemvConfig(32, 128, 2), 2 * gemv_launch.OUT_NORM_BLOCK + 64, 512, 2, False,
                         out_norm=True, residual=True))  # fmt: skip
     for block_n, block_k, warps, stages_, path in TILES:
         c = GemvConfig(block_n, block_k, 4, warps, stages_, path)

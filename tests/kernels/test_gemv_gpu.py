@@ -31,20 +31,19 @@ import zlib
 import pytest
 import torch
 
+from benchmarks.bench_gemv import FusedStages, decode_projections, decode_stages
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS
 from infer_ref.conformance.oracles.gemv import gated_epilogue_oracle, gated_oracle, linear_oracle, violations
-from infer_ref.kernels import gemv, gemv_kernels
+from infer_ref.kernels import gemv
+from infer_ref.kernels.common import ENV_SWITCH, device_profile
 from infer_ref.kernels.gemv import (
     CUBLAS_SHAPES,
     GATED_CONFIGS,
     LINEAR_CONFIGS,
     MAX_ROWS,
     TABLE_ROWS,
-    FusedStages,
     GemvConfig,
-    decode_projections,
-    decode_stages,
     default_config,
     gated_mlp,
     gated_mlp_reference,
@@ -55,8 +54,8 @@ from infer_ref.kernels.gemv import (
     linear_triton,
     split_plan,
 )
+from infer_ref.kernels.gemv import launch as gemv_launch
 from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.pdl import ENV_SWITCH
 from infer_ref.kernels.switch import decode_kernels
 
 pytestmark = [
@@ -120,7 +119,11 @@ def test_table_and_default_configs_on_the_real_shapes(
     """The configuration the dispatch picks (the table's or the heuristic's) and the heuristic's own,
     rows 1..MAX_ROWS (the tables are tuned at 1 row but serve every row count)."""
     n_out = n // 2 if gated else n
-    configs = {"picked": gemv_config(n, k, 1, gated=gated), "heuristic": default_config(n_out, k, 1)}
+    device = device_profile(torch.device(CUDA))
+    configs = {
+        "picked": gemv_config(n, k, 1, gated=gated, device=device),
+        "heuristic": default_config(n_out, k, 1, device=device),
+    }
     for label, config in configs.items():
         for rows in (1, 2, 4, MAX_ROWS):
             seed = zlib.crc32(f"{name} {label} {rows}".encode())
@@ -133,8 +136,10 @@ def test_table_and_default_configs_on_the_real_shapes(
                 _check_linear(x, w, None, config, what + " (no bias)")
 
 
-TABLE_ENTRIES = [(False, key, c) for key, c in LINEAR_CONFIGS.items()] + [
-    (True, key, c) for key, c in GATED_CONFIGS.items()
+# Every entry of every device's table (keys: (capability, (N, K))): each must compute correctly
+# on whichever GPU runs the tests.
+TABLE_ENTRIES = [(False, shape, c) for (_, shape), c in LINEAR_CONFIGS.items()] + [
+    (True, shape, c) for (_, shape), c in GATED_CONFIGS.items()
 ]
 
 
@@ -395,7 +400,7 @@ def test_weights_past_int32_addressing() -> None:
 
 def test_a_captured_chain_reads_each_predecessors_output(monkeypatch: pytest.MonkeyPatch) -> None:
     """Eight dependent products, each launched with programmatic dependent launch where the GPU
-    has it (kernels/pdl.py), captured in one graph: every kernel must wait for the one before it.
+    has it (kernels/common.py), captured in one graph: every kernel must wait for the one before it.
     A kernel that read x before its grid-dependency wait would see its predecessor's unfinished
     output. Expected: the same chain run eagerly with PDL switched off, bit for bit (the kernels
     are deterministic), for two different inputs replayed through the same graph."""
@@ -636,7 +641,7 @@ def test_exact_sums_epilogue_rounds_like_eager(config: GemvConfig, dtype: torch.
 def test_out_norm_over_a_row_wider_than_its_block(monkeypatch: pytest.MonkeyPatch) -> None:
     """With OUT_NORM_BLOCK lowered to 256, Gemma's 1152-wide rows are walked in five blocks: the
     norm must still be over the whole row (exact sums: exact wherever the oracle's range is one value)."""
-    monkeypatch.setattr(gemv_kernels, "OUT_NORM_BLOCK", 256)
+    monkeypatch.setattr(gemv_launch, "OUT_NORM_BLOCK", 256)
     n, k = 1152, 1024
     for config in (None, GemvConfig(32, 128, 4, 4, 4, "dot")):
         for unit_offset in (False, True):

@@ -21,16 +21,20 @@ import torch
 
 from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
 from infer_ref.conformance.oracles.paged import scatter_to_paged
-from infer_ref.kernels import decode_attention as da
-from infer_ref.kernels import paged_attention
-from infer_ref.kernels.decode_attention import (
+from infer_ref.kernels.attention import (
+    AttentionCall,
+    LaunchKnobs,
     check_decode_attention_args,
     decode_attention,
     decode_attention_reference,
     decode_attention_triton,
+    paged_decode_attention_reference,
+    paged_decode_attention_triton,
 )
+from infer_ref.kernels.attention import kernel as attention_kernel
+from infer_ref.kernels.attention import launch as attention_launch
+from infer_ref.kernels.attention import op as attention_op
 from infer_ref.kernels.norm import NormSpec, rms_norm
-from infer_ref.kernels.paged_attention import paged_decode_attention_reference
 from infer_ref.kernels.rotary import apply_rope
 from infer_ref.kernels.store import store_kvcache_reference
 
@@ -176,8 +180,8 @@ def test_cpu_calls_take_the_reference(monkeypatch: pytest.MonkeyPatch) -> None:
     def boom(*args: Any, **kwargs: Any) -> torch.Tensor:
         raise AssertionError("the kernel path was taken on a CPU")
 
-    monkeypatch.setattr(da, "decode_attention_triton", boom)
-    monkeypatch.setattr(da, "launch_decode_attention", boom)
+    monkeypatch.setattr(attention_op, "decode_attention_triton", boom)
+    monkeypatch.setattr(attention_launch, "launch", boom)
     args, _, _ = _case((4, 2, 16), [5, 13], 4, torch.bfloat16, seed=3, norms="llama")
     ours, ref = _with_fresh_caches(args), _with_fresh_caches(args)
     got = decode_attention(**ours)
@@ -197,17 +201,18 @@ def test_the_op_declares_that_it_writes_the_caches() -> None:
 def test_paged_attention_is_the_same_kernel_with_the_prep_off(monkeypatch: pytest.MonkeyPatch) -> None:
     """One decode attention kernel in the codebase: the paged entry point launches the fused kernel
     with no new K/V, no RoPE and no norms; the separate split and combine kernels are gone."""
-    assert not hasattr(paged_attention, "_decode_split_kernel") and not hasattr(paged_attention, "_decode_combine_kernel")
+    assert not hasattr(attention_kernel, "_decode_split_kernel") and not hasattr(attention_kernel, "_decode_combine_kernel")
     calls: list[tuple[Any, ...]] = []
-    monkeypatch.setattr(da, "launch_decode_attention", lambda *a: calls.append(a) or a[0])
+    monkeypatch.setattr(attention_launch, "launch", lambda *a: calls.append(a) or a[0].q)
     args, _, _ = _case((4, 2, 16), [5, 13], 4, torch.float32, seed=4)
-    paged_attention.paged_decode_attention_triton(
+    paged_decode_attention_triton(
         args["q"], args["k_cache"], args["v_cache"], args["block_tables"], args["seq_lens"], 0.5, 3, 2, block_n=32
     )
-    (call,) = calls
-    assert call[1:5] == (None, None, None, None), "k, v, cos, sin must be None (no new token, no RoPE)"
-    assert call[11:13] == (None, None), "no norms"
-    assert call[10] == 3 and call[13:16] == (2, 32, None)
+    ((call, knobs),) = calls
+    assert isinstance(call, AttentionCall) and isinstance(knobs, LaunchKnobs)
+    assert (call.k, call.v, call.cos, call.sin) == (None, None, None, None), "k, v, cos, sin must be None (no new token, no RoPE)"
+    assert (call.q_norm, call.k_norm) == (None, None), "no norms"
+    assert call.window == 3 and (knobs.num_splits, knobs.block_n, knobs.num_warps) == (2, 32, None)
 
 
 # -- bad arguments ---------------------------------------------------------------------------------
@@ -339,10 +344,8 @@ def test_a_preload_without_the_new_token_is_refused() -> None:
     args = _good()
     before = args["k_cache"].clone()
     with pytest.raises(ValueError, match=re.escape("preload needs the new token's k and v")):
-        da.launch_decode_attention(
-            args["q"], None, None, None, None, args["k_cache"], args["v_cache"], args["block_tables"], args["seq_lens"],
-            0.5, None, None, None, None, None, None, 2, preload=True,
-        )  # fmt: skip
+        call = AttentionCall.paged(args["q"], args["k_cache"], args["v_cache"], args["block_tables"], args["seq_lens"], 0.5, None)
+        attention_launch.launch(call, LaunchKnobs(preload=True))
     assert torch.equal(_bits(args["k_cache"]), _bits(before))
 
 
@@ -351,7 +354,7 @@ def test_hints_of_another_shape_are_refused() -> None:
     before = args["k_cache"].clone()
     hints = (args["seq_lens"][:1], args["block_tables"])
     with pytest.raises(ValueError, match=re.escape("hints must be shaped like (seq_lens, block_tables)")):
-        da.launch_decode_attention(*args.values(), None, None, None, 2, preload=True, hints=hints)
+        attention_launch.launch(AttentionCall(**args), LaunchKnobs(preload=True), hints=hints)
     assert torch.equal(_bits(args["k_cache"]), _bits(before))
 
 

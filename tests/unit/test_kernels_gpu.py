@@ -19,20 +19,18 @@ import torch
 
 from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
 from infer_ref.conformance.oracles.paged import PagedLayout, scatter_to_paged, to_device
-from infer_ref.kernels import paged_attention, store
-from infer_ref.kernels.paged_attention import (
-    contiguous_decode_attention,
+from infer_ref.kernels.attention import (
     contiguous_layer_as_paged,
     paged_decode_attention,
     paged_decode_attention_reference,
+    paged_decode_attention_triton,
 )
+from infer_ref.kernels.common import HAVE_TRITON
 from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(
-        not (store.HAVE_TRITON and paged_attention.HAVE_TRITON), reason="needs Triton (the kernels under test)"
-    ),
+    pytest.mark.skipif(not HAVE_TRITON, reason="needs Triton (the kernels under test)"),
 ]
 
 CUDA = "cuda"
@@ -198,7 +196,7 @@ def _check_decode(
     if num_splits is None:
         got = paged_decode_attention(*args)
     else:
-        got = paged_attention.paged_decode_attention_triton(*args, num_splits=num_splits)
+        got = paged_decode_attention_triton(*args, num_splits=num_splits)
     want = paged_decode_attention_reference(*args)
     torch.cuda.synchronize()
     _assert_close(got, want, TOLERANCE[q.dtype], what)
@@ -288,9 +286,10 @@ def test_decode_kernel_reads_a_contiguous_layer_through_an_identity_table(family
 
 @pytest.mark.parametrize("compiled", [False, True])
 @pytest.mark.parametrize("window", [None, 100])
-def test_contiguous_decode_op_reads_only_the_prefix_eager_and_compiled(compiled: bool, window: int | None) -> None:
-    """The static cache's decode path (``contiguous_decode_attention``, a custom op), called as is
-    and from inside ``torch.compile``: NaN in every unwritten slot, float64 attention as the oracle."""
+def test_contiguous_layer_read_in_place_reads_only_the_prefix_eager_and_compiled(compiled: bool, window: int | None) -> None:
+    """A contiguous layer read in place through identity block tables (``contiguous_layer_as_paged``,
+    64-position blocks, as the decode step reads a static cache's layer) by the paged op, called as
+    is and from inside ``torch.compile``: NaN in every unwritten slot, float64 attention as the oracle."""
     h, hkv, d = FAMILY_SHAPES["llama"]
     b, s = 2, 1024
     g = _gen(17 + (window or 0))
@@ -301,11 +300,13 @@ def test_contiguous_decode_op_reads_only_the_prefix_eager_and_compiled(compiled:
         layer_k[row, :, n:] = float("nan")
         layer_v[row, :, n:] = float("nan")
     q = torch.randn(b, h, d, generator=g).to(torch.bfloat16)
-    fn = contiguous_decode_attention
+    fn = paged_decode_attention
     if compiled:
-        fn = torch.compile(contiguous_decode_attention, fullgraph=True)  # the op is one node: no graph break
+        fn = torch.compile(paged_decode_attention, fullgraph=True)  # the op is one node: no graph break
     seq_lens = torch.tensor(lengths, dtype=torch.int64, device=CUDA)
-    got = fn(q.to(CUDA), layer_k.to(CUDA), layer_v.to(CUDA), seq_lens, d**-0.5, window).cpu()
+    k_pool, tables = contiguous_layer_as_paged(layer_k.to(CUDA), 64)  # strided views of the layers: no copy
+    v_pool, _ = contiguous_layer_as_paged(layer_v.to(CUDA), 64)
+    got = fn(q.to(CUDA), k_pool, v_pool, tables, seq_lens, d**-0.5, window).cpu()
     for row, n in enumerate(lengths):
         want = naive_attention(
             q[row][None, :, None], layer_k[row : row + 1, :, :n], layer_v[row : row + 1, :, :n],

@@ -1,9 +1,10 @@
-"""Launch configuration of the decode matrix-vector kernels (``infer_ref/kernels/gemv.py``).
+"""Launch configuration of the decode matrix-vector kernels (the ``gemv`` family).
 
-:class:`GemvConfig` holds the knobs of one launch; :func:`gemv_config` picks one for a weight shape
-and a row count: the per-shape tables (the batch-1 winners of ``benchmarks/bench_gemv.py``'s sweep
-on an H100), else :func:`default_config`'s heuristic. :func:`split_plan` turns ``split_k`` into the
-slices a launch really runs. Everything here is plain Python: importable without Triton.
+:class:`GemvConfig` holds the knobs of one launch; :func:`gemv_config` picks one for a device, a
+weight shape and a row count: the tables keyed by (device capability, weight shape) (the batch-1
+winners of ``benchmarks/bench_gemv.py``'s sweep on an H100), else :func:`default_config`'s
+heuristic, which fills the device's SMs. :func:`split_plan` turns ``split_k`` into the slices a
+launch really runs. Everything here is plain Python: importable without Triton.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from infer_ref.config import ModelConfig
+from infer_ref.kernels.common import DeviceProfile
 
-# Programs the default configuration aims for: about four per SM of an H100 (132 SMs), enough to
-# keep the memory system busy while some programs wait on their loads.
-TARGET_PROGRAMS = 4 * 132
+# Programs the default configuration aims for, per SM of the device: about four (528 on an H100's
+# 132 SMs), enough to keep the memory system busy while some programs wait on their loads.
+PROGRAMS_PER_SM = 4
 
 PATHS = ("dot", "dot_t", "fma")
 # Weight tiles a program may hold before its dependency wait (the kernel peels at most this many).
-MAX_PREFETCH_TILES = 2  # described in gemv.py's docstring; the kernel's PATH is the index
+MAX_PREFETCH_TILES = 2  # described in the package docstring; the kernel's PATH is the index
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,23 +91,25 @@ class GemvConfig:
 _FMA_4x1024 = GemvConfig(block_n=4, block_k=1024, split_k=1, num_warps=4, num_stages=3, path="fma")
 _FMA_4x1024_P2 = dataclasses.replace(_FMA_4x1024, prefetch_tiles=2)
 _FMA_4x1024_WF = dataclasses.replace(_FMA_4x1024, weight_first=True)
-LINEAR_CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    (3072, 2048): _FMA_4x1024_P2,  # llama qkv: 6.85 us, 62% vs 26% (16x256 in 6 splits: 6.69 us)
-    (2048, 2048): _FMA_4x1024_P2,  # llama/qwen3 o: 4.33 us, 65% vs 36%
-    (2048, 8192): _FMA_4x1024_WF,  # llama down: 13.48 us, 84% vs 63% (2 splits: 13.45 us)
-    (128256, 2048): _FMA_4x1024_WF,  # llama lm_head: 106% vs 95%
-    (4096, 2048): _FMA_4x1024,  # qwen3 qkv: 7.58 us, 75% vs 33%
-    (2048, 6144): _FMA_4x1024,  # qwen3 down: 10.65 us, 80% vs 57% (2 splits: 10.60 us)
-    (151936, 2048): _FMA_4x1024,  # qwen3 lm_head: 106% vs 96%
-    (1536, 1152): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma", weight_first=True),  # gemma qkv: 4.15 us, 29% vs 7%
-    (1152, 1024): _FMA_4x1024,  # gemma o (out_norm: partials and a row combine): 3.33 us, 24% vs 5%
-    (1152, 6912): GemvConfig(block_n=4, block_k=1024, split_k=4, num_warps=4, num_stages=3, path="fma", weight_first=True),  # gemma down (out_norm): 9.07 us, 59% vs 23%
-    (262144, 1152): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma", weight_first=True),  # gemma lm_head: 104% vs 96%
+# Keys: (the device's compute capability, the weight shape (N, K)).
+SM90 = (9, 0)  # H100, H200: the device the tables were measured on
+LINEAR_CONFIGS: dict[tuple[tuple[int, int], tuple[int, int]], GemvConfig] = {
+    (SM90, (3072, 2048)): _FMA_4x1024_P2,  # llama qkv: 6.85 us, 62% vs 26% (16x256 in 6 splits: 6.69 us)
+    (SM90, (2048, 2048)): _FMA_4x1024_P2,  # llama/qwen3 o: 4.33 us, 65% vs 36%
+    (SM90, (2048, 8192)): _FMA_4x1024_WF,  # llama down: 13.48 us, 84% vs 63% (2 splits: 13.45 us)
+    (SM90, (128256, 2048)): _FMA_4x1024_WF,  # llama lm_head: 106% vs 95%
+    (SM90, (4096, 2048)): _FMA_4x1024,  # qwen3 qkv: 7.58 us, 75% vs 33%
+    (SM90, (2048, 6144)): _FMA_4x1024,  # qwen3 down: 10.65 us, 80% vs 57% (2 splits: 10.60 us)
+    (SM90, (151936, 2048)): _FMA_4x1024,  # qwen3 lm_head: 106% vs 96%
+    (SM90, (1536, 1152)): GemvConfig(block_n=8, block_k=512, split_k=1, num_warps=4, num_stages=3, path="fma", weight_first=True),  # gemma qkv: 4.15 us, 29% vs 7%
+    (SM90, (1152, 1024)): _FMA_4x1024,  # gemma o (out_norm: partials and a row combine): 3.33 us, 24% vs 5%
+    (SM90, (1152, 6912)): GemvConfig(block_n=4, block_k=1024, split_k=4, num_warps=4, num_stages=3, path="fma", weight_first=True),  # gemma down (out_norm): 9.07 us, 59% vs 23%
+    (SM90, (262144, 1152)): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma", weight_first=True),  # gemma lm_head: 104% vs 96%
 }
-GATED_CONFIGS: dict[tuple[int, int], GemvConfig] = {
-    (16384, 2048): GemvConfig(block_n=32, block_k=256, split_k=1, num_warps=4, num_stages=3, path="dot", weight_first=True),  # llama gate_up: 24.14 us, 94% vs 60%
-    (12288, 2048): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # qwen3 gate_up: 95% vs 53%
-    (13824, 1152): GemvConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma", weight_first=True),  # gemma gate_up: 84% vs 37%
+GATED_CONFIGS: dict[tuple[tuple[int, int], tuple[int, int]], GemvConfig] = {
+    (SM90, (16384, 2048)): GemvConfig(block_n=32, block_k=256, split_k=1, num_warps=4, num_stages=3, path="dot", weight_first=True),  # llama gate_up: 24.14 us, 94% vs 60%
+    (SM90, (12288, 2048)): GemvConfig(block_n=8, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma"),  # qwen3 gate_up: 95% vs 53%
+    (SM90, (13824, 1152)): GemvConfig(block_n=16, block_k=256, split_k=1, num_warps=4, num_stages=2, path="fma", weight_first=True),  # gemma gate_up: 84% vs 37%
 }
 # Shapes whose plain product (no in_norm) keeps F.linear even with the decode kernels on. Under
 # torch.compile, Inductor fuses the input RMSNorm into its own reduction for the qkv product (H100,
@@ -114,82 +117,50 @@ GATED_CONFIGS: dict[tuple[int, int], GemvConfig] = {
 # needs a kernel of its own. Qwen3's qkv has the same structure and stays with it too (not measured
 # on its own). A call with ``in_norm`` takes the kernel on these shapes as well: the norm is then in
 # its prologue and needs no kernel of its own (``benchmarks/bench_gemv.py --mode chain`` times both).
+# Keyed by shape alone: the choice is made where torch.compile traces the call (``op.linear``),
+# which reads tensor metadata only and never asks the device (the device tables are read inside
+# the custom op, at launch).
 CUBLAS_SHAPES: frozenset[tuple[int, int]] = frozenset({(3072, 2048), (4096, 2048)})
 # Rows up to which a table config applies (the sweep's batch-1 winners).
 TABLE_ROWS = 1
 
 
-def decode_projections(config: ModelConfig) -> dict[str, tuple[int, int, bool]]:
-    """The weight shapes ``(N, K, gated)`` a decode step of ``config`` multiplies by, by projection.
-
-    ``qkv`` and ``gate_up`` are the stacked matrices of ``PackedLinear``; ``gate_up`` runs gated.
-    """
-    e, d = config.hidden_size, config.computed_head_dim
-    q, kv = config.num_attention_heads * d, config.num_key_value_heads * d
-    return {
-        "qkv": (q + 2 * kv, e, False),
-        "o": (e, q, False),
-        "gate_up": (2 * config.intermediate_size, e, True),
-        "down": (e, config.intermediate_size, False),
-        "lm_head": (config.vocab_size, e, False),
-    }
+def target_programs(device: DeviceProfile) -> int:
+    """Programs the heuristic aims a launch at on ``device``: :data:`PROGRAMS_PER_SM` per SM."""
+    return PROGRAMS_PER_SM * device.sm_count
 
 
-@dataclasses.dataclass(frozen=True)
-class FusedStages:
-    """The fused stages a decode projection takes in a model's block (``gemv.linear``'s arguments):
-    ``in_norm`` (the block's input norm), ``residual``, ``out_norm`` (Gemma's post-norms), and the
-    norms' formula (``unit_offset``: Gemma's ``1 + w``)."""
-
-    in_norm: bool = False
-    residual: bool = False
-    out_norm: bool = False
-    unit_offset: bool = False
-
-
-def decode_stages(config: ModelConfig) -> dict[str, FusedStages]:
-    """Per projection of :func:`decode_projections`, the stages its block folds into it.
-
-    Llama/Qwen (``x + attn(norm(x))``, ``x + mlp(norm(x))``): qkv and gate_up read the normed
-    stream (in_norm), o and down add to it (residual). Gemma 3 (``x + post_norm(sublayer(pre_norm(x)))``):
-    the same, and o and down normalise their output first (out_norm). The LM head takes none: the
-    model applies the final norm itself (one small kernel per step), because an in_norm prologue
-    would have each of the LM head's ~16k programs read the whole hidden row once more.
-    """
-    gemma = config.model_type == "gemma3_text"
-    pre = FusedStages(in_norm=True, unit_offset=gemma)
-    post = FusedStages(residual=True, out_norm=gemma, unit_offset=gemma)
-    return {"qkv": pre, "o": post, "gate_up": pre, "down": post, "lm_head": FusedStages()}
-
-
-def default_config(n_out: int, k: int, rows: int) -> GemvConfig:
+def default_config(n_out: int, k: int, rows: int, *, device: DeviceProfile) -> GemvConfig:
     """The heuristic for shapes the table lacks.
 
-    Columns: 64 per program when that alone gives TARGET_PROGRAMS programs (the LM head), else 32,
-    so that small matrices still spread over many programs. K: tiles of 128 through tl.dot with 4
-    stages in flight. When the column blocks alone are too few (qkv, o and down of a 1B model have
-    48-96), split K until about TARGET_PROGRAMS programs run, but keep at least two tiles per split:
-    a shorter split spends more on its partials and its pipeline's ramp than it saves.
+    Columns: 64 per program when that alone gives the device's target programs
+    (:func:`target_programs`; the LM head), else 32, so that small matrices still spread over many
+    programs. K: tiles of 128 through tl.dot with 4 stages in flight. When the column blocks alone
+    are too few (qkv, o and down of a 1B model have 48-96), split K until about the target programs
+    run, but keep at least two tiles per split: a shorter split spends more on its partials and its
+    pipeline's ramp than it saves.
     """
-    block_n = 64 if math.ceil(n_out / 64) >= TARGET_PROGRAMS else 32
+    target = target_programs(device)
+    block_n = 64 if math.ceil(n_out / 64) >= target else 32
     block_k = 128
     column_blocks = math.ceil(n_out / block_n)
-    split_k = max(1, min(math.ceil(TARGET_PROGRAMS / column_blocks), k // (2 * block_k)))
+    split_k = max(1, min(math.ceil(target / column_blocks), k // (2 * block_k)))
     return GemvConfig(
         block_n=block_n, block_k=block_k, split_k=split_k, num_warps=4, num_stages=4, path="dot"
     )
 
 
-def gemv_config(n: int, k: int, rows: int, *, gated: bool = False) -> GemvConfig:
-    """The launch configuration for a weight ``[n, k]`` and ``rows`` rows: the table's (up to
-    ``TABLE_ROWS`` rows), else the heuristic's.
+def gemv_config(n: int, k: int, rows: int, *, gated: bool = False, device: DeviceProfile) -> GemvConfig:
+    """The launch configuration on ``device`` for a weight ``[n, k]`` and ``rows`` rows: the
+    table's entry for the device's capability and the shape (up to ``TABLE_ROWS`` rows), else the
+    heuristic's.
 
     ``gated``: the weight stacks gate and up rows, so a program's columns are ``n // 2`` wide.
     """
-    found = (GATED_CONFIGS if gated else LINEAR_CONFIGS).get((n, k))
+    found = (GATED_CONFIGS if gated else LINEAR_CONFIGS).get((device.capability, (n, k)))
     if found is not None and rows <= TABLE_ROWS:
         return found
-    return default_config(n // 2 if gated else n, k, rows)
+    return default_config(n // 2 if gated else n, k, rows, device=device)
 
 
 def split_plan(k: int, block_k: int, split_k: int) -> tuple[int, int]:
@@ -214,14 +185,13 @@ __all__ = [
     "LINEAR_CONFIGS",
     "MAX_PREFETCH_TILES",
     "PATHS",
+    "PROGRAMS_PER_SM",
+    "SM90",
     "TABLE_ROWS",
-    "TARGET_PROGRAMS",
-    "FusedStages",
     "GemvConfig",
-    "decode_projections",
-    "decode_stages",
     "default_config",
     "gemv_config",
     "prefetched_tiles",
     "split_plan",
+    "target_programs",
 ]

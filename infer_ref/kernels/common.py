@@ -1,4 +1,7 @@
-"""Programmatic dependent launch (PDL): let the next kernel start while this one drains.
+"""What every kernel family shares: Triton's presence, programmatic dependent launch, the device a
+launch is tuned for, and the memory checks of the host side.
+
+**Programmatic dependent launch (PDL): let the next kernel start while this one drains.**
 
 A decode step is a chain of ~200 short kernels; between two of them the GPU drains the first
 grid, then launches and ramps up the second. On Hopper (compute capability 9.0) and later a kernel
@@ -22,15 +25,30 @@ index again after the wait and redoes what it read through a stale one. A kernel
 
 :func:`pdl_launch` says whether a launch on ``device`` uses PDL; ``INFER_REF_PDL=0`` turns it off
 (for A/B timings, or a driver that mishandles it).
+
+**The device a launch is tuned for.** The tuning tables of the families (``gemv/tuning.py``,
+``attention/tuning.py``) are keyed by (device, shape): :func:`device_profile` names a CUDA device by
+its compute capability and asks it for its SM count (cached per device). Under the Triton
+interpreter (CPU tensors) there is no device to ask: launches are planned for
+:data:`INTERPRETED_AS`, the sm_90 device with 132 SMs the tables were measured on, so the
+interpreter runs (and the sm_90 ahead-of-time compile checks compile) the configurations an H100
+launches.
+
+**Memory.** :func:`overlap` (``infer_ref.memory``, shared with the caches) and :func:`same_view`:
+what the host checks use to refuse an output that aliases an input.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 from typing import Any
 
 import torch
+from torch import Tensor
+
+from infer_ref.memory import overlap
 
 try:  # Triton is optional: absent on CPU-only installs.
     import triton
@@ -47,11 +65,8 @@ except ImportError:  # pragma: no cover - depends on the install
     HAVE_GDC = False
 
 ENV_SWITCH = "INFER_REF_PDL"
-
-
-@functools.cache
-def _capable(device_index: int) -> bool:
-    return torch.cuda.get_device_capability(device_index)[0] >= 9
+# The activation dtypes every kernel here takes; other dtypes take the torch reference.
+KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 
 
 def pdl_launch(device: torch.device) -> bool:
@@ -62,7 +77,7 @@ def pdl_launch(device: torch.device) -> bool:
         return False
     if os.environ.get(ENV_SWITCH, "1") == "0":
         return False
-    return _capable(device.index if device.index is not None else torch.cuda.current_device())
+    return device_profile(device).capability >= (9, 0)
 
 
 def pdl_options(device: torch.device) -> dict[str, Any]:
@@ -88,4 +103,60 @@ elif HAVE_TRITON:  # pragma: no cover - an older Triton: pdl_launch() is always 
         pass
 
 
-__all__ = ["ENV_SWITCH", "HAVE_GDC", "pdl_launch", "pdl_options"]
+# -- the device a launch is planned for ------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProfile:
+    """What a launch plan asks of its device: ``capability`` (major, minor), the key of the tuning
+    tables (the architecture the entries were measured on), and ``sm_count``, the streaming
+    multiprocessors the heuristics fill."""
+
+    capability: tuple[int, int]
+    sm_count: int
+
+
+# The interpreter's stand-in: the H100 (sm_90, 132 SMs) the tables were measured on (module docstring).
+INTERPRETED_AS = DeviceProfile(capability=(9, 0), sm_count=132)
+
+
+@functools.cache
+def _cuda_profile(device_index: int) -> DeviceProfile:
+    props = torch.cuda.get_device_properties(device_index)
+    return DeviceProfile(capability=(props.major, props.minor), sm_count=int(props.multi_processor_count))
+
+
+def device_profile(device: torch.device) -> DeviceProfile:
+    """The :class:`DeviceProfile` of ``device``: asked of the CUDA device once (cached); any other
+    device (the interpreter's CPU tensors) gets :data:`INTERPRETED_AS`."""
+    if device.type != "cuda":
+        return INTERPRETED_AS
+    return _cuda_profile(device.index if device.index is not None else torch.cuda.current_device())
+
+
+# -- memory ----------------------------------------------------------------------------------------
+
+
+def same_view(a: Tensor, b: Tensor) -> bool:
+    """``a`` and ``b`` address the same elements in the same order (one tensor, or two equal views)."""
+    return (
+        a.data_ptr() == b.data_ptr()
+        and a.dtype == b.dtype
+        and tuple(a.shape) == tuple(b.shape)
+        and a.stride() == b.stride()
+    )
+
+
+__all__ = [
+    "ENV_SWITCH",
+    "HAVE_GDC",
+    "HAVE_TRITON",
+    "INTERPRETED_AS",
+    "KERNEL_DTYPES",
+    "DeviceProfile",
+    "device_profile",
+    "overlap",
+    "pdl_launch",
+    "pdl_options",
+    "same_view",
+]

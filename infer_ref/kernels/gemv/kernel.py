@@ -1,51 +1,24 @@
-"""The Triton kernels of the decode matrix-vector products and their launch (``gemv.py`` holds the
-definitions, the checks and the dispatch; its docstring describes what the kernels compute).
+"""The Triton kernels of the decode matrix-vector products (the package docstring describes what
+they compute; ``launch.py`` launches them).
 
-:func:`launch` takes arguments ``gemv.py`` has already checked and launches the main kernel
-(``_gemv_kernel``: a program per column block and K slice, the in_norm prologue, the weight-tile
-prefetch, the residual epilogue with one slice) and, where needed, a combine kernel: the split-K
+``_gemv_kernel``: a program per column block and K slice, the in_norm prologue, the weight-tile
+prefetch, the residual epilogue with one slice. Where needed, a combine kernel follows: the split-K
 combine (``_combine_kernel``: partials summed in slice order, then finished, then the residual) or
 the out_norm combine (``_combine_norm_kernel``: a program per whole row).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from infer_ref.kernels.common import HAVE_TRITON
 
-import torch
-from torch import Tensor
-
-from infer_ref.kernels.gemv_config import PATHS, GemvConfig, prefetched_tiles, split_plan
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.pdl import pdl_options
-
-try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
+if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from infer_ref.kernels.pdl import pdl_prologue
+    from infer_ref.kernels.common import pdl_prologue
 
-    HAVE_TRITON = True
-except ImportError:  # pragma: no cover - depends on the install
-    HAVE_TRITON = False
-
-# The kernels' activation codes (a Triton constexpr), one per name of gemv.ACTIVATIONS.
+# The kernels' activation codes (a Triton constexpr), one per name of ``reference.ACTIVATIONS``.
 ACT_CODES = {"silu": 0, "gelu_pytorch_tanh": 1}
-COMBINE_BLOCK = 256  # columns per program of the split-K combine kernel
-# Columns the out_norm combine holds at once: a row up to this wide is finished, squared and
-# normalised from registers; a wider one is walked twice (squares, then normalise), its partials
-# summed again in the same order (so to the same values) on the second walk.
-OUT_NORM_BLOCK = 4096
-# Columns of one load of in_norm's sum-of-squares pass (one row at a time): a 1B model's whole
-# hidden row (2048 or 1152) in one load.
-NORM_TILE_ELEMENTS = 8192
-# Compile options of every launch here. No multiply-add contraction: the epilogues' roundings are
-# eager torch's, and LLVM would narrow a float32 product rounded to bf16/fp16 into a 16-bit multiply
-# and fuse it with the next add (a Llama-style norm's w * n rounded into the residual add: on an
-# H100, 20% of out_norm outputs one ulp off). Each product of the matrix-vector sums is exact in
-# float32 (16-bit operands), so the sums do not change either.
-LAUNCH_OPTIONS: dict[str, Any] = {"enable_fp_fusion": False}
-
 
 if HAVE_TRITON:
 
@@ -392,7 +365,7 @@ if HAVE_TRITON:
             # Everything but the partials comes in before the wait. The kernel before this one is
             # the call's own product, which writes only partials; when this kernel starts, that
             # product has passed its own wait, so whatever wrote the call's other inputs (the norm
-            # weight, the residual) has finished (kernels/pdl.py). After the wait only the
+            # weight, the residual) has finished (kernels/common.py). After the wait only the
             # partials' round trip is left before the stores.
             w, r = _row_inputs(norm_w_ptr, res_ptr, row, offs_n, n_ok, stride_rm, stride_rn, HAS_RESIDUAL)
             pdl_prologue(USE_PDL)
@@ -418,79 +391,4 @@ if HAVE_TRITON:
                 _store_normed(y, rstd, w, r, out_ptr, row, offs_n, n_ok, stride_om, UNIT_OFFSET, HAS_RESIDUAL)
 
 
-def launch(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    out: Tensor | None,
-    config: GemvConfig,
-    rows: int,
-    *,
-    gated: bool,
-    act: str,
-    in_norm: NormSpec | None,
-    residual: Tensor | None,
-    out_norm: NormSpec | None,
-    weight_is_constant: bool,
-    residual_is_settled: bool = False,
-) -> Tensor:
-    """Run the kernel(s) for ``x [..., K]`` (checked); returns ``out`` or a new ``[..., n_out]``."""
-    n, k = weight.shape
-    n_out = n // 2 if gated else n
-    up_offset = n_out if gated else 0
-    x2 = x.reshape(rows, k)  # a view when x's leading dims allow it, else a copy (sized by shape)
-    if out is None:
-        out = torch.empty((*x.shape[:-1], n_out), dtype=x.dtype, device=x.device)
-    out2 = out.view(rows, n_out)
-    if n_out == 0:
-        return out  # nothing to compute (and a grid of zero programs is not a launch)
-    k_per_split, splits = split_plan(k, config.block_k, config.split_k)
-    # tl.dot needs 16 rows at least (zero-padded); the multiply-and-add path pads to a power of two.
-    rows_pad = triton.next_power_of_2(rows) if config.path == "fma" else max(16, triton.next_power_of_2(rows))
-    # out_norm needs whole rows: the combine kernel does it, so the main kernel writes partials even
-    # with one split. Partials hold gate and up columns side by side ([S, M, 2I]) for the gated kernel.
-    partials = splits > 1 or out_norm is not None
-    part = torch.empty((splits, rows, n), dtype=torch.float32, device=x.device) if partials else out2
-    # The kernels read the bias and norm weights with unit stride: a strided view is copied (by
-    # shape: capturable). out2 stands in for an absent one (never read: its constexpr is off).
-    bias_arg = bias.contiguous() if bias is not None else out2
-    in_w = in_norm.weight.contiguous() if in_norm is not None else out2
-    res2 = residual.reshape(rows, n_out) if residual is not None else out2  # a view of out if it is out
-    norm_block = min(triton.next_power_of_2(k), NORM_TILE_ELEMENTS)
-    pdl = pdl_options(x.device)
-    pdl = {**pdl, **LAUNCH_OPTIONS}
-    common: dict[str, Any] = {"GATED": gated, "ACT": ACT_CODES[act], "HAS_BIAS": bias is not None, **pdl}
-    _gemv_kernel[(triton.cdiv(n_out, config.block_n), splits)](
-        x2, weight, bias_arg, out2, part, in_w, res2,
-        rows, n_out, k, k_per_split // config.block_k, up_offset, in_norm.eps if in_norm is not None else 0.0,
-        x2.stride(0), x2.stride(1), out2.stride(0), part.stride(0) if partials else 0, part.stride(-2),
-        res2.stride(0), res2.stride(1),
-        ROWS_PAD=rows_pad, BLOCK_N=config.block_n, BLOCK_K=config.block_k, PATH=PATHS.index(config.path),
-        EVEN_N=n_out % config.block_n == 0, EVEN_K=splits * k_per_split == k,
-        DOT_PRECISION="ieee" if x.dtype == torch.float32 else "tf32",
-        IN_NORM=in_norm is not None, UNIT_OFFSET=in_norm is not None and in_norm.unit_offset,
-        NORM_ROWS=triton.next_power_of_2(rows), NORM_BLOCK=norm_block,
-        HAS_RESIDUAL=residual is not None and not partials,
-        PREFETCH_TILES=prefetched_tiles(config, k_per_split, weight_is_constant), WEIGHT_FIRST=config.weight_first,
-        PREFETCH_RESIDUAL=residual is not None and residual_is_settled and not partials, WRITE_PARTIALS=partials, num_warps=config.num_warps, num_stages=config.num_stages, **common,
-    )  # fmt: skip
-    if out_norm is not None:
-        block = min(triton.next_power_of_2(n_out), OUT_NORM_BLOCK)
-        out_w = out_norm.weight.contiguous()
-        _combine_norm_kernel[(rows,)](
-            part, bias_arg, out2, out_w, res2,
-            splits, n_out, out_norm.eps, part.stride(0), part.stride(1), out2.stride(0),
-            res2.stride(0), res2.stride(1),
-            BLOCK=block, ONE_BLOCK=n_out <= block, UNIT_OFFSET=out_norm.unit_offset, HAS_BIAS=bias is not None,
-            HAS_RESIDUAL=residual is not None, num_warps=8 if block >= 2048 else 4, **pdl,
-        )  # fmt: skip
-    elif splits > 1:
-        _combine_kernel[(triton.cdiv(n_out, COMBINE_BLOCK), rows)](
-            part, bias_arg, out2, res2, splits, n_out, up_offset, part.stride(0), part.stride(1), out2.stride(0),
-            res2.stride(0), res2.stride(1),
-            BLOCK=COMBINE_BLOCK, HAS_RESIDUAL=residual is not None, num_warps=4, **common,
-        )  # fmt: skip
-    return out
-
-
-__all__ = ["ACT_CODES", "COMBINE_BLOCK", "HAVE_TRITON", "LAUNCH_OPTIONS", "NORM_TILE_ELEMENTS", "OUT_NORM_BLOCK", "launch"]
+__all__ = ["ACT_CODES"]
