@@ -13,8 +13,10 @@ import torch
 # It also registers the Hypothesis profiles (infer_ref/conformance/profiles.py): ``ci`` extends the
 # built-in one (derandomized, no deadline); ``dev`` is a quick local loop; ``nightly`` searches much
 # harder. Pick with --hypothesis-profile=NAME or INFER_REF_HYPOTHESIS_PROFILE=NAME; CI=true selects ``ci``.
+# Any installed ``infer_ref`` entry point counts (an install made before the kit moved names the
+# plugin by its old path, which still imports): registering it twice would be an error.
 _PLUGIN = "infer_ref.conformance.plugin"
-if not any(ep.value == _PLUGIN for ep in entry_points(group="pytest11")):
+if not any(ep.name == "infer_ref" for ep in entry_points(group="pytest11")):
     pytest_plugins = [_PLUGIN]
 
 
