@@ -50,11 +50,11 @@ if __package__ in (None, ""):
 from benchmarks.bench_kernels import graph_of, time_call
 from benchmarks.bench_utils import environment, pick_device
 from infer_ref.kernels.decode_attention import decode_attention, decode_attention_triton
-from infer_ref.kernels.norm import NormSpec, rms_norm
 from infer_ref.kernels.paged_attention import paged_decode_attention, slots_through_tables
 from infer_ref.kernels.pdl import pdl_launch
-from infer_ref.kernels.rotary import apply_rope_to_pair
 from infer_ref.kernels.store import store_kvcache
+from infer_ref.norm import NormSpec, rms_norm
+from infer_ref.rotary import apply_rope_to_pair
 
 # (num_heads, num_kv_heads, head_dim, per-head norm formula or None)
 FAMILIES: dict[str, tuple[int, int, int, str | None]] = {

@@ -73,10 +73,10 @@ if __package__ in (None, ""):
 from benchmarks.bench_kernels import copies_for, graph_of, time_call
 from benchmarks.bench_utils import DTYPES, d2d_copy_bandwidth, environment, pick_device
 from infer_ref.config import ModelConfig
+from infer_ref.fast.switch import decode_kernels
 from infer_ref.kernels import gemv
 from infer_ref.kernels.gemv import FusedStages, GemvConfig, default_config, split_plan
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.switch import decode_kernels
+from infer_ref.norm import NormSpec
 from infer_ref.testing.gemv_oracle import gated_oracle, linear_oracle, violations
 from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from infer_ref.kernels.rotary import apply_rope_to_pair
+from infer_ref.rotary import apply_rope_to_pair
 
 
 def attention_mask(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
@@ -70,10 +70,10 @@ class HeadTransform(NamedTuple):
     """What a layer does to q and k between their projection and attention: the per-head RMSNorms
     (Qwen3, Gemma 3; None for Llama), then RoPE with the tables of the new tokens' positions.
 
-    A cache that attends in one fused kernel (``attend_projected``, see ``cache/protocol.py``)
-    takes q and k before this transform and applies it itself; anyone else calls :meth:`apply`.
+    The reference attention calls :meth:`apply`; the fast path's fused decode step
+    (``infer_ref/fast/decode_step.py``) takes q and k before it and applies it inside its kernel.
     The norms are the model's modules (anything with ``__call__`` and a ``spec``:
-    ``infer_ref.kernels.norm.NormSpec``), so the eager path runs exactly the model's code.
+    ``infer_ref.norm.NormSpec``), so the eager path runs exactly the model's code.
     """
 
     cos: Tensor  # [T, D], or [B, T, D] per row

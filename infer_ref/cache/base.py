@@ -10,6 +10,7 @@ anything changes, ``used_bytes``, ``snapshot`` and ``restore``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from torch import Tensor
 
 from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.cache.snapshot import KVSnapshot
+from infer_ref.step import Step, contiguous_step
 
 
 class CacheBase(ABC):
@@ -67,6 +69,12 @@ class CacheBase(ABC):
     @abstractmethod
     def _snapshot_settings(self) -> dict[str, Any]:
         """What ``from_snapshot`` needs to rebuild a cache like this one (capacity, block size, ...)."""
+
+    def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
+        """The :class:`~infer_ref.step.Step` of a forward writing ``t`` tokens per row (built once,
+        before its first layer). Default: every row holds ``seq_len`` positions and ``update`` returns
+        them plus the new ones; caches laid out otherwise override it."""
+        return contiguous_step(self.seq_len, t, windows, self.device)
 
     # -- derived -------------------------------------------------------------------------------
 

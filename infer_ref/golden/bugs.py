@@ -11,7 +11,7 @@ from torch import Tensor
 
 
 def _no_window_on_decode() -> Callable[..., Any]:
-    from infer_ref.cache import protocol as common  # the mask every forward asks for
+    from infer_ref import step as common  # the mask every forward over a contiguous cache asks for
 
     original = common.attention_mask
 
@@ -32,7 +32,7 @@ PLANTED_BUGS: dict[str, Callable[[], Callable[..., Any]]] = {
 @contextlib.contextmanager
 def planted_bug(name: str) -> Iterator[None]:
     """Temporarily plant a known bug into infer_ref's model code."""
-    from infer_ref.cache import protocol as common  # the mask every forward asks for
+    from infer_ref import step as common  # the mask every forward over a contiguous cache asks for
 
     if name not in PLANTED_BUGS:
         raise KeyError(f"unknown planted bug {name!r}; known: {', '.join(PLANTED_BUGS)}")

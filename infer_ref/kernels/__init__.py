@@ -8,9 +8,10 @@ everywhere else; the ``*_reference`` functions are the definitions the kernels a
 ``decode_attention.decode_attention`` is one decode step's attention from the projected q/k/v in
 one kernel (per-head norms, RoPE, the K/V store, split-K attention and its combine).
 ``linear`` and ``gated_mlp`` are the decode projections' matrix-vector products; they take their
-kernels only while ``decode_kernels()`` is on (the captured decode path), see ``switch.py``.
+kernels only while ``decode_kernels()`` is on (the captured decode path), see ``infer_ref/fast/switch.py``.
 """
 
+from infer_ref.fast.switch import decode_kernels, decode_kernels_enabled
 from infer_ref.kernels.gemv import gated_mlp, gated_mlp_reference, linear, linear_reference
 from infer_ref.kernels.paged_attention import (
     contiguous_layer_as_paged,
@@ -19,7 +20,6 @@ from infer_ref.kernels.paged_attention import (
     paged_decode_attention_reference,
 )
 from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
-from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
 
 __all__ = [
     "contiguous_layer_as_paged",

@@ -5,8 +5,8 @@ small kernels: the per-head q/k RMSNorms (Qwen3, Gemma 3), RoPE, copies, the K/V
 attention kernel and its combine kernel. Here all of it is one launch.
 
 The definition (:func:`decode_attention_reference`, written with the torch definitions the models
-use): ``q, k = q_norm(q), k_norm(k)`` per head when given (``infer_ref.kernels.norm``); ``q, k``
-rotated by ``apply_rope`` (``infer_ref.kernels.rotary``) with the new token's cos/sin rows; ``k``
+use): ``q, k = q_norm(q), k_norm(k)`` per head when given (``infer_ref.norm``); ``q, k``
+rotated by ``apply_rope`` (``infer_ref.rotary``) with the new token's cos/sin rows; ``k``
 (normed and rotated) and ``v`` (raw: V is never normed or rotated) written into the layer's pool
 at position ``seq_lens[b] - 1`` of row ``b``, slot ``table[b, p // bs] * bs + p % bs``; then
 :func:`~infer_ref.kernels.paged_attention.paged_decode_attention_reference` of the rotated query
@@ -44,7 +44,7 @@ heads of one KV head, or ``heads_per_program`` of them):
   are loaded with ``.cg`` (L2, not a possibly stale L1 line). A row whose visible keys fit in one
   split, and every launch with ``NUM_SPLITS == 1``, skips partials and counter entirely.
 
-The preload (``preload=True``; the decode steps of ``infer_ref/kernels/decode_step.py`` launch
+The preload (``preload=True``; the decode steps of ``infer_ref/fast/decode_step.py`` launch
 with it). With programmatic dependent launch (``infer_ref/kernels/pdl.py``) the kernel may start
 while the one before it (the layer's qkv projection) still runs; until its dependency wait only
 data no earlier kernel is still writing may be read. The bulk of the kernel's reads, the cached
@@ -75,7 +75,6 @@ from typing import Any, NamedTuple
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.paged_attention import (
     _sm_count,
     check_decode_args,
@@ -84,9 +83,10 @@ from infer_ref.kernels.paged_attention import (
     slots_through_tables,
 )
 from infer_ref.kernels.pdl import pdl_options
-from infer_ref.kernels.rotary import apply_rope
 from infer_ref.kernels.store import store_kvcache_reference
 from infer_ref.memory import overlap
+from infer_ref.norm import NormSpec
+from infer_ref.rotary import apply_rope
 
 try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
     import triton
@@ -99,7 +99,7 @@ except ImportError:  # pragma: no cover - depends on the install
     HAVE_TRITON = False
 
 KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)
-# The NORM constexpr: which RMSNorm formula (infer_ref/kernels/norm.py), or none.
+# The NORM constexpr: which RMSNorm formula (infer_ref/norm.py), or none.
 NORM_NONE, NORM_LLAMA, NORM_GEMMA = 0, 1, 2
 
 
@@ -173,7 +173,7 @@ def check_decode_attention_args(
         if spec is None:
             continue
         if not isinstance(spec, NormSpec):
-            raise TypeError(f"{name} must be an infer_ref.kernels.norm.NormSpec or None, got {type(spec).__name__}")
+            raise TypeError(f"{name} must be an infer_ref.norm.NormSpec or None, got {type(spec).__name__}")
         if tuple(spec.weight.shape) != (d,):
             raise ValueError(f"{name}.weight must be [head_dim={d}] (a per-head norm), got {tuple(spec.weight.shape)}")
         if spec.weight.dtype != q.dtype:
@@ -269,7 +269,7 @@ if HAVE_TRITON:
     @triton.jit
     def _normed(x, w, rstd, NORM: tl.constexpr):  # type: ignore[no-untyped-def]
         # x [R, DIM_PAD] in the activation dtype, w [DIM_PAD] (its elements matching x's columns),
-        # rstd [R]; the roundings of infer_ref/kernels/norm.py.
+        # rstd [R]; the roundings of infer_ref/norm.py.
         x32 = x.to(tl.float32)
         w32 = w.to(tl.float32)[None, :]
         if NORM == 1:  # Llama/Qwen: w * round(x32 * rstd), rounded again

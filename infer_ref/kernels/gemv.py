@@ -11,7 +11,7 @@ The definitions (each step rounds to x's dtype exactly where eager torch rounds)
 - :func:`linear_reference` ``(x, weight, bias, in_norm=, residual=, out_norm=)``:
   ``h = rms_norm(x, in_norm)`` over K, ``y = F.linear(h, weight, bias)``, ``y = rms_norm(y,
   out_norm)`` over N (the whole output row), ``y = residual + y``; each stage optional, the norms
-  are :func:`infer_ref.kernels.norm.rms_norm` (the models' norm modules). This is a transformer
+  are :func:`infer_ref.norm.rms_norm` (the models' norm modules). This is a transformer
   block around its projections: Llama/Qwen ``x + o_proj(attn)`` (residual) and ``gate_up(norm(x))``
   (in_norm), Gemma ``x + post_norm(o_proj(attn))`` (out_norm and residual);
 - :func:`gated_mlp_reference` ``(x, weight, act, in_norm=)``: ``weight`` ``[2I, K]`` stacks the gate
@@ -61,7 +61,7 @@ The fused stages:
 
 :func:`linear` and :func:`gated_mlp` dispatch: the kernel when ``x`` is on CUDA, Triton is
 importable, the dtype is bf16/fp16/fp32, the rows fit (``1..MAX_ROWS``), the weight is contiguous
-and the decode kernels are switched on (:mod:`infer_ref.kernels.switch`); the reference otherwise.
+and the decode kernels are switched on (:mod:`infer_ref.fast.switch`); the reference otherwise.
 Checks are host-side metadata only and buffers are sized by shapes alone, so a call can be
 captured in a CUDA graph. Launch configurations live in :mod:`infer_ref.kernels.gemv_config`
 (re-exported here), the Triton kernels and their launch in :mod:`infer_ref.kernels.gemv_kernels`.
@@ -70,12 +70,13 @@ captured in a CUDA graph. Launch configurations live in :mod:`infer_ref.kernels.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from infer_ref.activations import ACTIVATIONS
+from infer_ref.fast.switch import decode_kernels_enabled
 from infer_ref.kernels.gemv_config import (
     CUBLAS_SHAPES,
     GATED_CONFIGS,
@@ -92,14 +93,8 @@ from infer_ref.kernels.gemv_config import (
     split_plan,
 )
 from infer_ref.kernels.gemv_kernels import HAVE_TRITON, launch
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.switch import decode_kernels_enabled
 from infer_ref.memory import overlap
-
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "silu": F.silu,
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
+from infer_ref.norm import NormSpec
 
 # Rows (batch x tokens) the kernels take. Decode is 1 row per sequence; 8 covers small batches and
 # short speculative verify steps. The dot paths pad rows to 16 anyway (the smallest tl.dot tile),

@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from infer_ref.kernels.gemv_config import PATHS, GemvConfig, prefetched_tiles, split_plan
-from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.pdl import pdl_options
+from infer_ref.norm import NormSpec
 
 try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
     import triton
@@ -113,7 +113,7 @@ if HAVE_TRITON:
     @triton.jit
     def _normalise(t, w_ptr, offs, ok, rstd, WHOLE: tl.constexpr, UNIT_OFFSET: tl.constexpr):  # type: ignore[no-untyped-def]
         # t [R, C] in the activation dtype, columns offs of the normalised dimension; rstd [R] float32.
-        # -> rms_norm(t) [R, C] in that dtype, rounding as infer_ref.kernels.norm.rms_norm does.
+        # -> rms_norm(t) [R, C] in that dtype, rounding as infer_ref.norm.rms_norm does.
         w = tl.load(w_ptr + offs) if WHOLE else tl.load(w_ptr + offs, mask=ok, other=0.0)
         return _normalise_by(t, w, rstd, UNIT_OFFSET)
 

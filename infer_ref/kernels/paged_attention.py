@@ -32,6 +32,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from infer_ref.cache.slots import gather_slots, slots_through_tables
+
 try:  # Triton is optional: absent on CPU-only installs, where the reference serves every call.
     import triton  # noqa: F401  # only whether it imports: the kernel lives in decode_attention.py
 
@@ -40,23 +42,6 @@ except ImportError:  # pragma: no cover - depends on the install
     HAVE_TRITON = False
 
 _KERNEL_DTYPES = (torch.bfloat16, torch.float16, torch.float32)  # what the kernel takes; others: the reference
-
-
-def slots_through_tables(block_tables: Tensor, positions: Tensor, block_size: int) -> Tensor:
-    """Slots ``block_tables[b, p // bs] * bs + p % bs`` of positions ``[B, N]`` (int64, same shape).
-
-    Positions past a row's blocks read its last table entry (clamped): callers mask them.
-    """
-    width = block_tables.shape[1]
-    blocks = block_tables.long().gather(1, (positions // block_size).clamp(max=width - 1))  # [B, N]
-    return blocks * block_size + positions % block_size
-
-
-def gather_slots(cache: Tensor, slots: Tensor) -> Tensor:
-    """Rows ``slots`` ``[B, S]`` of one layer's pool ``[num_blocks, bs, Hkv, D]`` -> ``[B, Hkv, S, D]``."""
-    num_blocks, block_size, hkv, d = cache.shape
-    flat = cache.reshape(num_blocks * block_size, hkv, d)  # a view for a contiguous pool
-    return flat[slots].transpose(1, 2)  # [B, S, Hkv, D] -> [B, Hkv, S, D]
 
 
 def gather_paged_kv(cache: Tensor, block_tables: Tensor, length: int) -> Tensor:

@@ -12,7 +12,7 @@ import torch
 from benchmarks import context_sweep, decode_compare
 from benchmarks.bench_utils import kv_bytes_attended
 from infer_ref.config import ModelConfig
-from infer_ref.engine.fast_decode import FastDecoder
+from infer_ref.fast.decoder import FastDecoder
 from infer_ref.testing.synthetic import TINY_CONFIGS
 
 

@@ -34,8 +34,8 @@ from infer_ref.kernels.decode_attention import (
     decode_attention_reference,
     decode_attention_triton,
 )
-from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.paged_attention import contiguous_layer_as_paged
+from infer_ref.norm import NormSpec
 from infer_ref.testing.assertions import assert_close as kit_assert_close
 from infer_ref.testing.paged import scatter_to_paged
 

@@ -40,12 +40,12 @@ import torch
 
 from infer_ref.kernels import decode_attention as da
 from infer_ref.kernels.decode_attention import decode_attention_reference, decode_attention_triton
-from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.paged_attention import (
     contiguous_layer_as_paged,
     paged_decode_attention_reference,
     paged_decode_attention_triton,
 )
+from infer_ref.norm import NormSpec
 from infer_ref.testing.assertions import assert_close as kit_assert_close
 from infer_ref.testing.paged import scatter_to_paged
 
@@ -520,7 +520,7 @@ def test_compiled_layers_share_one_computation_of_the_rope_rows() -> None:
     the cache writes equal the reference's."""
     from torch._inductor.utils import run_and_get_code
 
-    import infer_ref.kernels.decode_step  # noqa: F401  # registers infer_ref::contiguous_decode_step
+    import infer_ref.fast.decode_step  # noqa: F401  # registers infer_ref::contiguous_decode_step
 
     b, h, hkv, s, d, layers = 2, 4, 2, 32, 16, 3
     g = torch.Generator().manual_seed(11)

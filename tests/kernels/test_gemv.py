@@ -40,7 +40,11 @@ import torch.nn.functional as F
 
 from benchmarks.bench_gemv import FMA_MAX_ROWS, TILES
 from infer_ref.config import ModelConfig
-from infer_ref.kernels import gemv, gemv_kernels, switch
+from infer_ref.fast import modules as fast_modules
+from infer_ref.fast import switch
+from infer_ref.fast.modules import use_fast_modules
+from infer_ref.fast.switch import decode_kernels, decode_kernels_enabled
+from infer_ref.kernels import gemv, gemv_kernels
 from infer_ref.kernels.gemv import (
     MAX_ROWS,
     GemvConfig,
@@ -57,10 +61,8 @@ from infer_ref.kernels.gemv import (
     split_plan,
 )
 from infer_ref.kernels.gemv_config import prefetched_tiles
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
-from infer_ref.models import common as model_common
 from infer_ref.models.common import MLP, GemmaRMSNorm, RMSNorm
+from infer_ref.norm import NormSpec
 from infer_ref.testing.gemv_oracle import (
     gamma,
     gated_epilogue_oracle,
@@ -274,8 +276,8 @@ def test_staged_reference_is_the_models_ops_bit_for_bit(dtype: torch.dtype, gemm
 def _model_block_classes() -> tuple[type, type] | None:
     """The models' projection modules taking fused stages, where this checkout has them."""
     linear_cls, normed_cls = (
-        getattr(model_common, "DecodeLinear", None),
-        getattr(model_common, "Normed", None),
+        getattr(fast_modules, "KernelLinear", None),
+        getattr(fast_modules, "Normed", None),
     )
     return None if linear_cls is None or normed_cls is None else (linear_cls, normed_cls)
 
@@ -316,7 +318,7 @@ def test_decode_stages_are_what_the_models_blocks_ask_for(family: str, monkeypat
     from infer_ref.models import build_model
 
     config = ModelConfig.from_hf_dict(TINY_CONFIGS[family])
-    model = build_model(config).eval()
+    model = use_fast_modules(build_model(config).eval())
     model.reset_buffers("cpu")
     seen: dict[tuple[int, int, bool], set[tuple[bool, bool, bool, bool]]] = {}
 

@@ -32,6 +32,7 @@ import pytest
 import torch
 
 from infer_ref.config import ModelConfig
+from infer_ref.fast.switch import decode_kernels
 from infer_ref.kernels import gemv, gemv_kernels
 from infer_ref.kernels.gemv import (
     CUBLAS_SHAPES,
@@ -53,9 +54,8 @@ from infer_ref.kernels.gemv import (
     linear_triton,
     split_plan,
 )
-from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.pdl import ENV_SWITCH
-from infer_ref.kernels.switch import decode_kernels
+from infer_ref.norm import NormSpec
 from infer_ref.testing.gemv_oracle import gated_epilogue_oracle, gated_oracle, linear_oracle, violations
 from infer_ref.testing.synthetic import REAL_SHAPE_CONFIGS
 

@@ -15,9 +15,9 @@ import torch
 from infer_ref import KVCacheOverflowError, load_model
 from infer_ref.attention import attention_mask
 from infer_ref.cache.static import StaticKVCache
-from infer_ref.engine.fast_decode import FastDecoder, sliced_argmax
 from infer_ref.engine.generate import generate
 from infer_ref.engine.sampling import SamplingParams
+from infer_ref.fast.decoder import FastDecoder, sliced_argmax
 from infer_ref.testing.synthetic import FAMILIES, WeightInit, random_snapshot, tiny_config
 
 PROMPT = [5, 9, 17, 33, 2 + 60, 71, 100]
