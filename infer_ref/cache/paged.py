@@ -82,6 +82,7 @@ class PagedKVCache(PoolGeometry, CacheBase):
         if max_seq_len is not None:
             self._check_count("max_seq_len", max_seq_len)
         self.pool = pool
+        self.geometry = pool.cache_geometry(batch_size)
         self._batch_size = batch_size
         self._max_seq_len = default_capacity if max_seq_len is None else max_seq_len
         self._tables: list[list[int]] = [[] for _ in range(batch_size)]
@@ -205,10 +206,6 @@ class PagedKVCache(PoolGeometry, CacheBase):
             reachable = min((n + extra) * bs for n in per_row_blocks)
             return max(0, min(self._max_seq_len, reachable) - self.seq_len)
         return max(0, min(n * bs - length for n, length in zip(per_row_blocks, self._lengths, strict=True)))
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
 
     @property
     def block_tables(self) -> list[list[int]]:

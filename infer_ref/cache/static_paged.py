@@ -63,8 +63,8 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
         per_row = -(-max_seq_len // pool.block_size)
         ids = pool.acquire(batch_size * per_row)  # raises PoolExhaustedError, pool unchanged
         self.pool = pool
+        self.geometry = pool.cache_geometry(batch_size)
         self.layer_windows = windows
-        self._batch_size = batch_size
         self._max_seq_len = max_seq_len
         self._block_ids = ids
         self.block_table = torch.tensor(ids, dtype=torch.int32, device=pool.device).view(batch_size, per_row)
@@ -122,10 +122,6 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
     @property
     def max_seq_len(self) -> int:
         return self._max_seq_len
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
 
     @property
     def memory_bytes(self) -> int:
