@@ -8,7 +8,7 @@ same positions, ``[B, T, S]`` when rows hold different lengths (a batch of reque
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +64,22 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
         mask = mask.repeat(groups, 1)  # [G*T, S]
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)  # [B, Hkv, G*T, D]
     return out.reshape(b, h, t, d)  # a copy when the kernel wrote [B, G*T, Hkv, D] memory (flash does)
+
+
+class WritesKV(Protocol):
+    """A KV cache as attention uses it (``infer_ref.cache.protocol.KVCacheProtocol`` has more)."""
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+def cached_attention(
+    cache: WritesKV | None, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float
+) -> Tensor:
+    """The reference attention over a cache: write ``k``/``v`` ``[B, Hkv, T, D]`` (already normed and
+    rotated) through ``update``, then attend ``q`` ``[B, H, T, D]`` over what the layer holds with
+    ``mask`` (the step's for the layer): ``[B, H, T, D]``. Without a cache, over ``k``/``v`` themselves."""
+    keys, values = (k, v) if cache is None else cache.update(layer_idx, k, v)  # [B, Hkv, S, D]
+    return grouped_query_attention(q, keys, values, mask, scale)
 
 
 class HeadTransform(NamedTuple):

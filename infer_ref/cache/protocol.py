@@ -23,7 +23,6 @@ from typing import Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from infer_ref.attention import grouped_query_attention
 from infer_ref.cache.base import CacheBase
 from infer_ref.step import Step, contiguous_step
 
@@ -66,12 +65,3 @@ def plan_step(cache: KVCacheProtocol | None, t: int, windows: Sequence[int | Non
         return cache.plan_step(t, windows)
     return contiguous_step(cache.seq_len, t, windows, device)
 
-
-def cached_attention(
-    cache: KVCacheProtocol | None, step: Step, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float
-) -> Tensor:
-    """The reference attention over a cache: write ``k``/``v`` ``[B, Hkv, T, D]`` (already normed and
-    rotated) through ``update``, then attend ``q`` ``[B, H, T, D]`` over what the layer holds with the
-    step's mask for the layer: ``[B, H, T, D]``. Without a cache, over ``k``/``v`` themselves."""
-    keys, values = (k, v) if cache is None else cache.update(layer_idx, k, v)  # [B, Hkv, S, D]
-    return grouped_query_attention(q, keys, values, step.mask(layer_idx), scale)

@@ -18,9 +18,9 @@ from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from infer_ref.activations import ACTIVATIONS
-from infer_ref.attention import HeadTransform
+from infer_ref.attention import HeadTransform, cached_attention
 from infer_ref.cache.contiguous import KVCacheOverflowError
-from infer_ref.cache.protocol import KVCacheProtocol, cached_attention, plan_step
+from infer_ref.cache.protocol import KVCacheProtocol, plan_step
 from infer_ref.config import ModelConfig, RopeConfig
 from infer_ref.norm import NormSpec, rms_norm
 from infer_ref.rotary import apply_rope as apply_rope
@@ -239,7 +239,7 @@ class Attention(nn.Module):
         norms and RoPE (V is never rotated), the cache write, attention with the step's mask.
         A fast path's subclass may fuse all of it into one kernel (``infer_ref/fast/attention.py``)."""
         q, k = transform.apply(q, k)
-        return cached_attention(kv_cache, step, layer_idx, q, k, v, self.scale)
+        return cached_attention(kv_cache, layer_idx, q, k, v, step.mask(layer_idx), self.scale)
 
 
 class MLP(nn.Module):

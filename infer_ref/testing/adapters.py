@@ -16,10 +16,10 @@ import torch
 from torch import Tensor
 
 import infer_ref
-from infer_ref.attention import attention_mask
+from infer_ref.attention import attention_mask, cached_attention
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.factory import DEFAULT_BLOCK_SIZE, build_cache
-from infer_ref.cache.protocol import cached_attention, plan_step
+from infer_ref.cache.protocol import plan_step
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.config import ModelConfig, RopeConfig
 from infer_ref.engine.generate import generate as _generate
@@ -69,7 +69,7 @@ def attend(
     """The attention core of ``infer_ref.models.common.Attention`` after projections and RoPE: the
     cache plans the step (positions, the mask over what its ``update`` returns), as in the model."""
     step = plan_step(cache, q.shape[2], [window] * cache.num_layers, q.device)
-    return cached_attention(cache, step, layer_idx, q, k, v, scale)  # [B, H, T, D]
+    return cached_attention(cache, layer_idx, q, k, v, step.mask(layer_idx), scale)  # [B, H, T, D]
 
 
 def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
