@@ -74,6 +74,11 @@ def attend(
 
 def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
     model, _ = _load_model(folder, dtype=dtype, device=device)
+    if torch.device(device).type == "cuda":
+        # infer_ref as it runs on CUDA: the length-aware decode kernels and the Triton store.
+        from infer_ref.fast.modules import use_fast_modules
+
+        use_fast_modules(model)
     return model
 
 
