@@ -56,9 +56,9 @@ from infer_ref.kernels.attention import (
     slots_through_tables,
 )
 from infer_ref.kernels.common import pdl_launch
-from infer_ref.kernels.norm import NormSpec, rms_norm
-from infer_ref.kernels.rotary import apply_rope_to_pair
 from infer_ref.kernels.store import store_kvcache
+from infer_ref.norm import NormSpec, rms_norm
+from infer_ref.rotary import apply_rope_to_pair
 
 # (num_heads, num_kv_heads, head_dim, per-head norm formula or None)
 FAMILIES: dict[str, tuple[int, int, int, str | None]] = {

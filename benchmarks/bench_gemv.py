@@ -76,11 +76,11 @@ from benchmarks.bench_utils import DTYPES, d2d_copy_bandwidth, environment, pick
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 from infer_ref.conformance.oracles.gemv import gated_oracle, linear_oracle, violations
+from infer_ref.fast.switch import decode_kernels
 from infer_ref.kernels import gemv
 from infer_ref.kernels.common import DeviceProfile, device_profile
 from infer_ref.kernels.gemv import GemvConfig, default_config, split_plan, target_programs
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.switch import decode_kernels
+from infer_ref.norm import NormSpec
 
 CALLS_PER_GRAPH = 50
 

@@ -39,9 +39,9 @@ from benchmarks.bench_utils import (
     sync,
 )
 from infer_ref.cache.factory import CACHE_KINDS
-from infer_ref.engine.fast_decode import FastDecoder
 from infer_ref.engine.generate import GenerationResult, generate
 from infer_ref.engine.sampling import SamplingParams
+from infer_ref.fast.decoder import FastDecoder
 
 
 def prompt_ids(vocab: int, length: int, seed: int) -> list[int]:

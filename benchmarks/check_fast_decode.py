@@ -33,9 +33,9 @@ from benchmarks.bench_utils import (
     pick_device,
 )
 from infer_ref.cache.contiguous import KVCache
-from infer_ref.engine.fast_decode import FastDecoder
 from infer_ref.engine.generate import generate
 from infer_ref.engine.sampling import SamplingParams
+from infer_ref.fast.decoder import FastDecoder
 
 TINY = ("tiny-llama", "tiny-qwen3", "tiny-gemma3_text")
 

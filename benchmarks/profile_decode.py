@@ -35,8 +35,8 @@ if __package__ in (None, ""):
 
 from benchmarks.bench_utils import DTYPES, build_hf, environment, load_bench_model, pick_device, sync
 from infer_ref.cache.contiguous import KVCache
-from infer_ref.engine.fast_decode import COMPILE_OPTIONS, FastDecoder
-from infer_ref.kernels.switch import decode_kernels
+from infer_ref.fast.decoder import COMPILE_OPTIONS, FastDecoder
+from infer_ref.fast.switch import decode_kernels
 
 # Inductor options per --compile variant ("tuned" is what FastDecoder(compile=True) uses).
 COMPILE_VARIANTS: dict[str, dict[str, Any]] = {

@@ -8,13 +8,13 @@ same positions, ``[B, T, S]`` when rows hold different lengths (a batch of reque
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from infer_ref.kernels.rotary import apply_rope_to_pair
+from infer_ref.rotary import apply_rope_to_pair
 
 
 def attention_mask(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
@@ -66,14 +66,30 @@ def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None
     return out.reshape(b, h, t, d)  # a copy when the kernel wrote [B, G*T, Hkv, D] memory (flash does)
 
 
+class WritesKV(Protocol):
+    """A KV cache as attention uses it (``infer_ref.cache.protocol.KVCacheProtocol`` has more)."""
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
+
+
+def cached_attention(
+    cache: WritesKV | None, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float
+) -> Tensor:
+    """The reference attention over a cache: write ``k``/``v`` ``[B, Hkv, T, D]`` (already normed and
+    rotated) through ``update``, then attend ``q`` ``[B, H, T, D]`` over what the layer holds with
+    ``mask`` (the step's for the layer): ``[B, H, T, D]``. Without a cache, over ``k``/``v`` themselves."""
+    keys, values = (k, v) if cache is None else cache.update(layer_idx, k, v)  # [B, Hkv, S, D]
+    return grouped_query_attention(q, keys, values, mask, scale)
+
+
 class HeadTransform(NamedTuple):
     """What a layer does to q and k between their projection and attention: the per-head RMSNorms
     (Qwen3, Gemma 3; None for Llama), then RoPE with the tables of the new tokens' positions.
 
-    A cache that attends in one fused kernel (``attend_projected``, see ``cache/protocol.py``)
-    takes q and k before this transform and applies it itself; anyone else calls :meth:`apply`.
+    The reference attention calls :meth:`apply`; the fast path's fused decode step
+    (``infer_ref/fast/decode_step.py``) takes q and k before it and applies it inside its kernel.
     The norms are the model's modules (anything with ``__call__`` and a ``spec``:
-    ``infer_ref.kernels.norm.NormSpec``), so the eager path runs exactly the model's code.
+    ``infer_ref.norm.NormSpec``), so the eager path runs exactly the model's code.
     """
 
     cos: Tensor  # [T, D], or [B, T, D] per row

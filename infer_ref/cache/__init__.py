@@ -9,6 +9,7 @@ logits must not depend on which cache holds the prefix or how it got there.
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.dynamic import DynamicKVCache
 from infer_ref.cache.errors import KVCacheOverflowError, PoolExhaustedError
+from infer_ref.cache.geometry import CacheGeometry
 from infer_ref.cache.paged import PagedKVCache, model_layer_windows
 from infer_ref.cache.pool import BlockPool, free_gpu_budget
 from infer_ref.cache.protocol import KVCacheProtocol
@@ -17,6 +18,7 @@ from infer_ref.cache.static import StaticKVCache
 
 __all__ = [
     "BlockPool",
+    "CacheGeometry",
     "DynamicKVCache",
     "KVCache",
     "KVCacheOverflowError",

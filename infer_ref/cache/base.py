@@ -1,7 +1,7 @@
 """What every infer_ref cache shares: its geometry, argument checks, byte counts and snapshots.
 
 A subclass says how positions are stored (one buffer, growing tensors, blocks of a pool) by
-implementing the geometry properties, ``seq_len``, ``max_seq_len``, ``update``, ``advance``,
+setting ``geometry`` (one :class:`~infer_ref.cache.geometry.CacheGeometry`), implementing ``seq_len``, ``max_seq_len``, ``update``, ``advance``,
 ``reset``, ``crop``, :meth:`get_kv` and the two snapshot hooks (:meth:`_load_positions` and
 ``from_snapshot``). Everything written once here: the checks that refuse a bad call before
 anything changes, ``used_bytes``, ``snapshot`` and ``restore``.
@@ -10,43 +10,50 @@ anything changes, ``used_bytes``, ``snapshot`` and ``restore``.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
 from infer_ref.cache.errors import KVCacheOverflowError
+from infer_ref.cache.geometry import CacheGeometry
 from infer_ref.cache.snapshot import KVSnapshot
+from infer_ref.step import Step, contiguous_step
 
 
 class CacheBase(ABC):
     """Geometry, validation, byte counts and snapshot/restore for the concrete caches."""
 
-    # -- geometry (subclasses) -----------------------------------------------------------------
+    # -- geometry ------------------------------------------------------------------------------
+
+    # Layers, rows, KV heads, head_dim, dtype and device of what this cache holds, as one value
+    # (set by each constructor; fixed for the cache's life).
+    geometry: CacheGeometry
 
     @property
-    @abstractmethod
-    def num_layers(self) -> int: ...
+    def num_layers(self) -> int:
+        return self.geometry.num_layers
 
     @property
-    @abstractmethod
-    def batch_size(self) -> int: ...
+    def batch_size(self) -> int:
+        return self.geometry.batch_size
 
     @property
-    @abstractmethod
-    def num_kv_heads(self) -> int: ...
+    def num_kv_heads(self) -> int:
+        return self.geometry.num_kv_heads
 
     @property
-    @abstractmethod
-    def head_dim(self) -> int: ...
+    def head_dim(self) -> int:
+        return self.geometry.head_dim
 
     @property
-    @abstractmethod
-    def dtype(self) -> torch.dtype: ...
+    def dtype(self) -> torch.dtype:
+        return self.geometry.dtype
 
     @property
-    @abstractmethod
-    def device(self) -> torch.device: ...
+    def device(self) -> torch.device:
+        return self.geometry.device
 
     @property
     @abstractmethod
@@ -68,6 +75,12 @@ class CacheBase(ABC):
     def _snapshot_settings(self) -> dict[str, Any]:
         """What ``from_snapshot`` needs to rebuild a cache like this one (capacity, block size, ...)."""
 
+    def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
+        """The :class:`~infer_ref.step.Step` of a forward writing ``t`` tokens per row (built once,
+        before its first layer). Default: every row holds ``seq_len`` positions and ``update`` returns
+        them plus the new ones; caches laid out otherwise override it."""
+        return contiguous_step(self.seq_len, t, windows, self.device)
+
     # -- derived -------------------------------------------------------------------------------
 
     @property
@@ -81,8 +94,7 @@ class CacheBase(ABC):
     @property
     def bytes_per_position(self) -> int:
         """K and V of one position in every layer and row: ``2 * L * B * Hkv * D * itemsize``."""
-        itemsize = torch.empty((), dtype=self.dtype).element_size()
-        return 2 * self.num_layers * self.batch_size * self.num_kv_heads * self.head_dim * itemsize
+        return self.geometry.bytes_per_position
 
     @property
     def used_bytes(self) -> int:

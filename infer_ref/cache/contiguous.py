@@ -16,6 +16,7 @@ from typing_extensions import Self
 
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.errors import KVCacheOverflowError
+from infer_ref.cache.geometry import CacheGeometry
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.storage import check_dims, check_storage_pair, resolve_device
 
@@ -39,6 +40,7 @@ class KVCache(CacheBase):
             raise ValueError(f"seq_len must be an integer in [0, {k.shape[3]}], got {seq_len!r}")
         self.k = k
         self.v = v
+        self.geometry = CacheGeometry.of_buffer(k)
         self._seq_len = seq_len
 
     # -- construction --------------------------------------------------------------------------
@@ -107,32 +109,8 @@ class KVCache(CacheBase):
         return self._seq_len
 
     @property
-    def num_layers(self) -> int:
-        return self.k.shape[0]
-
-    @property
-    def batch_size(self) -> int:
-        return self.k.shape[1]
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.k.shape[2]
-
-    @property
     def max_seq_len(self) -> int:
         return self.k.shape[3]
-
-    @property
-    def head_dim(self) -> int:
-        return self.k.shape[4]
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.k.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.k.device
 
     @property
     def memory_bytes(self) -> int:

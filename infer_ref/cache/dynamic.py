@@ -20,6 +20,7 @@ from torch import Tensor
 from typing_extensions import Self
 
 from infer_ref.cache.base import CacheBase
+from infer_ref.cache.geometry import CacheGeometry
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.storage import check_dims, resolve_device
 
@@ -44,12 +45,7 @@ class DynamicKVCache(CacheBase):
         device: str | torch.device | None = None,
     ) -> None:
         check_dims(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, batch_size=batch_size)
-        self._num_layers = num_layers
-        self._batch_size = batch_size
-        self._num_kv_heads = num_kv_heads
-        self._head_dim = head_dim
-        self._dtype = dtype
-        self._device = resolve_device(device)
+        self.geometry = CacheGeometry(num_layers, batch_size, num_kv_heads, head_dim, dtype, resolve_device(device))
         self._seq_len = 0
         empty = self._empty()
         self._k: list[Tensor] = [empty] * num_layers  # [B, Hkv, S_i, D] each; replaced, never written in place
@@ -98,30 +94,6 @@ class DynamicKVCache(CacheBase):
         return UNBOUNDED
 
     @property
-    def num_layers(self) -> int:
-        return self._num_layers
-
-    @property
-    def batch_size(self) -> int:
-        return self._batch_size
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self._num_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self._head_dim
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self._dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self._device
-
-    @property
     def memory_bytes(self) -> int:
         """Bytes of the tensors held: ``2 * L * B * Hkv * seq_len * D * itemsize`` after a full forward (the positions held, not a capacity)."""
         return sum(k.nbytes + v.nbytes for k, v in zip(self._k, self._v, strict=True))
@@ -159,8 +131,8 @@ class DynamicKVCache(CacheBase):
     def reset(self) -> None:
         """Drop every position; memory goes back to zero."""
         empty = self._empty()
-        self._k = [empty] * self._num_layers
-        self._v = [empty] * self._num_layers
+        self._k = [empty] * self.num_layers
+        self._v = [empty] * self.num_layers
         self._seq_len = 0
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
@@ -171,15 +143,15 @@ class DynamicKVCache(CacheBase):
 
     def __repr__(self) -> str:
         return (
-            f"DynamicKVCache(layers={self._num_layers}, batch={self._batch_size}, kv_heads={self._num_kv_heads}, "
-            f"head_dim={self._head_dim}, seq_len={self._seq_len}, dtype={self._dtype}, device={self._device})"
+            f"DynamicKVCache(layers={self.num_layers}, batch={self.batch_size}, kv_heads={self.num_kv_heads}, "
+            f"head_dim={self.head_dim}, seq_len={self._seq_len}, dtype={self.dtype}, device={self.device})"
         )
 
     # -- helpers -------------------------------------------------------------------------------
 
     def _empty(self) -> Tensor:
         return torch.empty(
-            (self._batch_size, self._num_kv_heads, 0, self._head_dim), dtype=self._dtype, device=self._device
+            (self.batch_size, self.num_kv_heads, 0, self.head_dim), dtype=self.dtype, device=self.device
         )
 
     def _load_positions(self, keys: Tensor, values: Tensor) -> None:

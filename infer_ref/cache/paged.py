@@ -6,10 +6,10 @@ Each batch row has a block table, one list of physical block ids shared by every
 several caches (requests) can share one pool.
 
 The cache keeps the contiguous cache's contract, so ``model(ids, cache)`` and ``generate`` work
-with it unchanged: ``update`` stores the new K/V through the slot mapping
-(:func:`infer_ref.kernels.store_kvcache`) and returns the layer's K/V gathered through the block
-tables. On CUDA, a single-token step instead reads K/V through the tables inside the paged decode
-kernel (:meth:`attend`), without gathering.
+with it unchanged: ``update`` stores the new K/V through the slot mapping and returns the layer's
+K/V gathered through the block tables. A forward's step (:meth:`plan_step`) also carries the
+tables and the lengths on the device, so a paged decode kernel can read K/V through the tables
+without gathering (the fast path does so on CUDA: :meth:`write` stores without the gather).
 
 Two ways to hold blocks:
 
@@ -19,7 +19,7 @@ Two ways to hold blocks:
   tables; the cache writes into them and never takes or frees blocks. Rows may then hold different
   lengths: positions are per row (``[B, T]``) and masks ``[B, T, S]`` over the longest row.
 
-Sliding layers keep every block; the mask (or the kernel's window) enforces the window.
+Sliding layers keep every block; the mask (or a kernel's window) enforces the window.
 """
 
 from __future__ import annotations
@@ -32,13 +32,13 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from infer_ref.attention import attention_mask, grouped_query_attention, visible_keys
+from infer_ref.attention import attention_mask, visible_keys
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.cache.pool import BlockPool, PoolGeometry
+from infer_ref.cache.slots import StoreFn, gather_slots, slots_through_tables, store_rows
 from infer_ref.cache.snapshot import KVSnapshot
-from infer_ref.kernels.attention import gather_slots, paged_decode_attention, slots_through_tables
-from infer_ref.kernels.store import store_kvcache
+from infer_ref.step import Step
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
@@ -63,8 +63,8 @@ class PagedKVCache(PoolGeometry, CacheBase):
         pool: where the blocks come from (and live).
         batch_size: rows; each has its own block table.
         max_seq_len: positions one row may hold (default: all of the pool's blocks, split among rows).
-        layer_windows: sliding window of each layer (None: global), as the model uses it. Needed only
-            by the decode kernel on CUDA, which reads a sliding layer's window instead of masking.
+        layer_windows: sliding window of each layer (None: global), as the model uses it; kept in
+            snapshots (a forward's step takes the windows from the model).
     """
 
     def __init__(
@@ -82,6 +82,7 @@ class PagedKVCache(PoolGeometry, CacheBase):
         if max_seq_len is not None:
             self._check_count("max_seq_len", max_seq_len)
         self.pool = pool
+        self.geometry = pool.cache_geometry(batch_size)
         self._batch_size = batch_size
         self._max_seq_len = default_capacity if max_seq_len is None else max_seq_len
         self._tables: list[list[int]] = [[] for _ in range(batch_size)]
@@ -207,10 +208,6 @@ class PagedKVCache(PoolGeometry, CacheBase):
         return max(0, min(n * bs - length for n, length in zip(per_row_blocks, self._lengths, strict=True)))
 
     @property
-    def batch_size(self) -> int:
-        return self._batch_size
-
-    @property
     def block_tables(self) -> list[list[int]]:
         """A copy of each row's block ids."""
         return [list(t) for t in self._tables]
@@ -229,7 +226,7 @@ class PagedKVCache(PoolGeometry, CacheBase):
         """Bytes the filled positions take (rows summed; a partly filled last block counts its filled rows)."""
         return sum(self._lengths) * (self.bytes_per_position // self._batch_size)
 
-    # -- the static-shape-free layout hooks (cache/protocol.py) --------------------------------
+    # -- the step ------------------------------------------------------------------------------
 
     def positions(self, t: int) -> Tensor:
         """``[T]`` when every row holds the same length, else per row ``[B, T]``."""
@@ -243,29 +240,31 @@ class PagedKVCache(PoolGeometry, CacheBase):
             return attention_mask(t, self._lengths[0], window, self.device)
         return visible_keys(self.positions(t), max(self._lengths) + t, window)  # [B, T, S]
 
+    def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
+        """The forward's step: per-row positions and masks, the tables and lengths after the write.
+
+        Blocks for the ``t`` new positions are taken here (refused, nothing changed, when they cannot
+        be), so every layer's write finds them.
+        """
+        plan = self._plan_for(t)
+        return Step(
+            t,
+            self.positions(t),  # [T] or [B, T]
+            tuple(windows),
+            lambda window: self.attention_mask(t, window),  # [T, S], [B, T, S] or None
+            lengths=plan.lengths_after,  # [B] int32
+            block_tables=plan.table,  # [B, M] int32
+        )
+
     # -- use -----------------------------------------------------------------------------------
 
-    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store ``k``/``v`` ``[B, Hkv, T, D]`` at each row's next ``T`` positions; return the layer's
-        K/V ``[B, Hkv, S, D]`` gathered through the tables (``S`` = longest row after the write;
-        shorter rows are padded and hidden by :meth:`attention_mask`)."""
-        plan = self._write(layer_idx, k, v)
+    def update(self, layer_idx: int, k: Tensor, v: Tensor, *, store: StoreFn = store_rows) -> tuple[Tensor, Tensor]:
+        """Store ``k``/``v`` ``[B, Hkv, T, D]`` at each row's next ``T`` positions (:meth:`write`); return
+        the layer's K/V ``[B, Hkv, S, D]`` gathered through the tables (``S`` = longest row after the
+        write; shorter rows are padded and hidden by :meth:`attention_mask`)."""
+        plan = self.write(layer_idx, k, v, store=store)
         k_pool, v_pool = self.pool.layer(layer_idx)
         return gather_slots(k_pool, plan.read_slots), gather_slots(v_pool, plan.read_slots)
-
-    def attend(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
-        """Store ``k``/``v`` and attend ``q`` ``[B, H, T, D]``; on CUDA a single-token step reads
-        K/V through the block tables (paged decode kernel) instead of gathering them."""
-        if not self._decode_kernel_applies(q):
-            keys, values = self.update(layer_idx, k, v)
-            return grouped_query_attention(q, keys, values, mask, scale)
-        plan = self._write(layer_idx, k, v)
-        k_pool, v_pool = self.pool.layer(layer_idx)
-        assert self.layer_windows is not None
-        out = paged_decode_attention(
-            q[:, :, 0], k_pool, v_pool, plan.table, plan.lengths_after, scale, self.layer_windows[layer_idx]
-        )  # [B, H, D]
-        return out[:, :, None]  # [B, H, 1, D]
 
     def advance(self, n: int) -> None:
         """Every row moves forward by ``n`` (once per forward, after every layer wrote)."""
@@ -327,13 +326,15 @@ class PagedKVCache(PoolGeometry, CacheBase):
 
     # -- the write path ------------------------------------------------------------------------
 
-    def _write(self, layer_idx: int, k: Tensor, v: Tensor) -> _StepPlan:
+    def write(self, layer_idx: int, k: Tensor, v: Tensor, *, store: StoreFn = store_rows) -> _StepPlan:
+        """Store ``k``/``v`` ``[B, Hkv, T, D]`` at each row's next ``T`` positions through ``store``
+        (default: an indexed copy; the fast path hands the Triton store), without reading anything back."""
         self._check_layer(layer_idx)
         t = self._check_entries(k, v)
         plan = self._plan_for(t)  # allocates any missing blocks, or raises with nothing changed
         b, hkv, _, d = k.shape
         k_pool, v_pool = self.pool.layer(layer_idx)
-        store_kvcache(
+        store(
             k.transpose(1, 2).reshape(b * t, hkv, d),  # [B*T, Hkv, D], row-major like write_slots
             v.transpose(1, 2).reshape(b * t, hkv, d),
             k_pool,
@@ -410,9 +411,6 @@ class PagedKVCache(PoolGeometry, CacheBase):
     def _uniform(self) -> bool:
         return all(n == self._lengths[0] for n in self._lengths)
 
-    def _decode_kernel_applies(self, q: Tensor) -> bool:
-        return q.is_cuda and q.shape[2] == 1 and self.layer_windows is not None
-
     def _require_owner(self, what: str) -> None:
         if not self._owns_blocks:
             raise TypeError(f"{what} refused: this cache is a view over blocks its caller owns; free them there")
@@ -437,7 +435,7 @@ class PagedKVCache(PoolGeometry, CacheBase):
             k_pool, v_pool = self.pool.layer(layer)
             k_rows = keys[layer].transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)  # [B*S, Hkv, D]
             v_rows = values[layer].transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)
-            store_kvcache(k_rows, v_rows, k_pool, v_pool, slots)
+            store_rows(k_rows, v_rows, k_pool, v_pool, slots)
         self._lengths = [n] * self._batch_size
         self._plan = None
 

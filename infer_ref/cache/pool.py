@@ -25,6 +25,7 @@ from torch import Tensor
 from typing_extensions import Self
 
 from infer_ref.cache.errors import PoolExhaustedError
+from infer_ref.cache.geometry import CacheGeometry
 from infer_ref.cache.storage import check_dims, check_storage_pair, resolve_device
 
 if TYPE_CHECKING:
@@ -169,6 +170,10 @@ class BlockPool:
 
     # -- the free list and reference counts ----------------------------------------------------
 
+    def cache_geometry(self, batch_size: int) -> CacheGeometry:
+        """The geometry of a cache of ``batch_size`` rows over this pool's blocks."""
+        return CacheGeometry(self.num_layers, batch_size, self.num_kv_heads, self.head_dim, self.dtype, self.device)
+
     @property
     def num_free(self) -> int:
         return len(self._free)
@@ -282,31 +287,11 @@ def _check_permutation(order: Sequence[int], n: int) -> list[int]:
 
 
 class PoolGeometry:
-    """The geometry a cache over blocks of ``self.pool`` takes from the pool (one definition for the
-    paged caches: layers, KV heads, head_dim, block size, dtype, device)."""
+    """The block size a cache over blocks of ``self.pool`` reads from the pool (one definition for the
+    paged caches; their ``geometry`` is :meth:`BlockPool.cache_geometry`)."""
 
     pool: BlockPool
 
     @property
-    def num_layers(self) -> int:
-        return self.pool.num_layers
-
-    @property
-    def num_kv_heads(self) -> int:
-        return self.pool.num_kv_heads
-
-    @property
-    def head_dim(self) -> int:
-        return self.pool.head_dim
-
-    @property
     def block_size(self) -> int:
         return self.pool.block_size
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.pool.dtype
-
-    @property
-    def device(self) -> torch.device:
-        return self.pool.device

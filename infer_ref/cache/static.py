@@ -1,16 +1,17 @@
 """Static-shape KV caches: fixed buffers and a device-side position, for captured decode steps.
 
 Every shape a forward sees is fixed: ``update`` writes at the device tensor ``pos`` and returns
-every slot the cache can hold, and the model takes its RoPE positions and attention masks from
-the cache (:meth:`positions`, :meth:`attention_mask`) instead of from the host counter. One decode
-step therefore launches the same kernels with the same arguments at every position, which is what
-CUDA graphs and ``torch.compile`` need.
+every slot the cache can hold, and the forward's step (:meth:`DevicePosition.plan_step`) takes its
+RoPE positions, attention masks and lengths from ``pos`` instead of from the host counter. One
+decode step therefore launches the same kernels with the same arguments at every position, which
+is what CUDA graphs and ``torch.compile`` need.
 
 The masks hide every slot at or beyond ``pos + T``: buffers are allocated once, so slots past the
-current position hold stale or zero entries that must never be attended. A single-token step does
-not mask at all: it writes and attends in one decode step (:mod:`infer_ref.kernels.decode_step`),
-whose kernel reads the length ``pos + 1`` on the device and visits only the valid prefix (a sliding layer only its window), so a step at position
-100 of a 16k-slot cache reads 100 keys, not 16k.
+current position hold stale or zero entries that must never be attended. The step also carries
+the lengths ``pos + T`` per row on the device, so a length-aware decode kernel (the fast path's
+fused decode step, ``infer_ref/fast/decode_step.py``) can attend a single token over the valid
+prefix only (a sliding layer only its window) without any mask: a step at position 100 of a
+16k-slot cache then reads 100 keys, not 16k.
 
 The host counter ``seq_len`` mirrors ``pos`` for bookkeeping (capacity checks, timing). Inside
 :meth:`host_frozen` it is left alone, so one traced or captured step can be replayed many times;
@@ -30,38 +31,30 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from infer_ref.attention import HeadTransform, grouped_query_attention
+from infer_ref.cache.base import CacheBase
 from infer_ref.cache.contiguous import KVCache, KVCacheOverflowError
-from infer_ref.kernels.decode_step import contiguous_decode_step
-from infer_ref.kernels.store import store_kvcache
+from infer_ref.cache.slots import StoreFn, store_rows
+from infer_ref.step import Step
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
 
 
-class DevicePosition:
+class DevicePosition(CacheBase):
     """The write position on the device (``pos``, int64 ``[1]``) and what follows from it.
 
     A subclass sets ``pos``, ``_slots`` (``arange(max_seq_len)`` on the device), ``_frozen`` and
-    ``_seq_len``, and provides ``max_seq_len``, ``_check_count``, ``update`` (store at
-    ``positions(T)``, return every slot) and ``_decode_step`` (apply the head transform, if given, to one token's
-    q ``[B, H, D]`` and k ``[B, Hkv, D]``, write its K/V at ``pos`` and attend its query over
-    ``[0, pos]``: :mod:`infer_ref.kernels.decode_step`).
-    ``layer_windows`` (each layer's sliding window, None for global) lets a single-token step
-    attend through the decode step; without it every step uses the masked buffer.
+    ``_seq_len``, and stores at :meth:`positions` in ``update`` (returning every slot).
+    ``_block_tables`` is the paged layout's ``[B, M]`` table (None for a contiguous buffer).
     """
 
-    # Tells DecoderLM.forward to take positions and masks from the cache (see cache/protocol.py).
-    static_shape = True
     pos: Tensor
     _slots: Tensor
     _frozen: bool
     _seq_len: int
-    _issued_masks: dict[int | None, Tensor]
-    _step_lengths_memo: Tensor | None = None
-    layer_windows: list[int | None] | None
+    layer_windows: list[int | None] | None  # kept for snapshots: the model gives each step its windows
 
-    # -- the static-shape hooks used by DecoderLM.forward --------------------------------------
+    # -- the step --------------------------------------------------------------------------------
 
     def positions(self, t: int) -> Tensor:
         """Absolute positions ``[T]`` of the ``t`` tokens about to be written (on the device)."""
@@ -72,12 +65,6 @@ class DevicePosition:
 
         Slots ``>= pos + T`` are never visible: they have not been written for this sequence.
         """
-        visible = self._visible(t, window)
-        if not torch.compiler.is_compiling():  # a traced step trusts its masks (no side effect to replay)
-            self._issued_masks[window] = visible  # what the model hands back to attend for this window
-        return visible
-
-    def _visible(self, t: int, window: int | None) -> Tensor:
         q_pos = self.positions(t)[:, None]  # [T, 1]
         k_pos = self._slots[None, :]  # [1, S_max]
         visible = k_pos <= q_pos
@@ -85,77 +72,37 @@ class DevicePosition:
             visible = visible & (k_pos > q_pos - window)
         return visible
 
-    def attend(self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:
-        """Write ``k``/``v`` and attend ``q`` ``[B, H, T, D]``: a single-token step through the
-        length-aware decode step (the Triton kernels on CUDA, their references elsewhere), anything
-        else over the masked buffer."""
-        if self._takes_decode_step(layer_idx, q, mask):
-            return self._attend_one_token(layer_idx, q, k, v, scale, None)
-        keys, values = self.update(layer_idx, k, v)  # [B, Hkv, S_max, D]
-        return grouped_query_attention(q, keys, values, mask, scale)
+    def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
+        """The forward's step, every part read from the device position (no host value in it).
 
-    def attend_projected(
-        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, transform: HeadTransform, mask: Tensor | None, scale: float
-    ) -> Tensor:
-        """:meth:`attend` with q and k before ``transform`` (per-head norms, RoPE): a single-token
-        step applies it inside the decode step (one fused kernel on CUDA); anything else applies it
-        here and attends over the masked buffer."""
-        if self._takes_decode_step(layer_idx, q, mask):
-            return self._attend_one_token(layer_idx, q, k, v, scale, transform)
-        q, k = transform.apply(q, k)
-        keys, values = self.update(layer_idx, k, v)  # [B, Hkv, S_max, D]
-        return grouped_query_attention(q, keys, values, mask, scale)
-
-    def _step_lengths(self) -> Tensor:
-        """``[B]`` lengths after this step's write, ``pos + 1`` per row, on the device.
-
-        Every layer of a step reads the same lengths: they are computed at the first layer and kept
-        until the position moves (``advance``, ``set_position``), so an eager or captured-without-
-        compile step launches their two small kernels once, not once per layer. A compiled step
-        gets them fresh for every layer (no Python state in a trace); Inductor writes all of those
-        copies from one small kernel.
+        ``lengths`` (``pos + t`` per row, ``[B]``) is computed here once per forward: every layer of
+        a decode step reads the same tensor, so an eager or captured step launches its two small
+        kernels once, not once per layer.
         """
-        if torch.compiler.is_compiling():
-            return (self.pos + 1).expand(self.batch_size).contiguous()
-        if self._step_lengths_memo is None:
-            self._step_lengths_memo = (self.pos + 1).expand(self.batch_size).contiguous()
-        return self._step_lengths_memo
+        return Step(
+            t,
+            self.positions(t),  # [T]
+            tuple(windows),
+            lambda window: self.attention_mask(t, window),  # [T, S_max]
+            static_shape=True,
+            lengths=(self.pos + t).expand(self.batch_size).contiguous(),  # [B]
+            block_tables=self._block_tables,
+        )
 
-    def _takes_decode_step(self, layer_idx: int, q: Tensor, mask: Tensor | None) -> bool:
-        return q.shape[2] == 1 and self.layer_windows is not None and self._mask_is_the_layers(layer_idx, mask)
+    @property
+    def _block_tables(self) -> Tensor | None:
+        return None
 
-    def _attend_one_token(
-        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, transform: HeadTransform | None
-    ) -> Tensor:
-        """q ``[B, H, 1, D]``, k/v ``[B, Hkv, 1, D]`` -> ``[B, H, 1, D]`` through the decode step."""
-        assert self.layer_windows is not None
+    def check_write(self, layer_idx: int, k: Tensor, v: Tensor) -> int:
+        """Refuse a write of ``k``/``v`` ``[B, Hkv, T, D]`` into layer ``layer_idx`` that does not fit
+        (layer, shapes, dtype, device; capacity unless host-frozen), before anything changes; returns T.
+        ``update`` checks through it, and so does a caller that writes the layer's storage itself
+        (the fast path's fused decode step)."""
         self._check_layer(layer_idx)
-        self._check_entries(k, v)
+        t = self._check_entries(k, v)
         if not self._frozen:
-            self._check_capacity(1)
-        window = self.layer_windows[layer_idx]
-        out = self._decode_step(layer_idx, q[:, :, 0], k[:, :, 0], v[:, :, 0], scale, window, transform)
-        return out[:, :, None]  # [B, H, 1, D]
-
-    def _mask_is_the_layers(self, layer_idx: int, mask: Tensor | None) -> bool:
-        """Whether ``mask`` is this layer's causal/window mask, so the decode step (which applies the
-        layer's window, not a mask) computes what the caller asked for.
-
-        The model passes back the mask :meth:`attention_mask` issued (checked by identity, free);
-        another caller's mask (a test's own window, say) is compared by value, and anything else
-        takes the masked path. A traced or captured step is the model's: trusted without a check,
-        which would need a host sync.
-        """
-        assert self.layer_windows is not None
-        if not isinstance(layer_idx, int) or not 0 <= layer_idx < len(self.layer_windows) or mask is None:
-            return False
-        window = self.layer_windows[layer_idx]
-        if torch.compiler.is_compiling() or (mask.is_cuda and torch.cuda.is_current_stream_capturing()):
-            return True
-        if self._issued_masks.get(window) is mask:
-            return True
-        own = self._visible(1, window)
-        return mask.shape == own.shape and mask.dtype == own.dtype and bool(torch.equal(mask, own))
+            self._check_capacity(t)
+        return t
 
     # -- the two counters ------------------------------------------------------------------------
 
@@ -166,7 +113,6 @@ class DevicePosition:
             self._check_capacity(n)
             self._seq_len += n
         self.pos.add_(n)
-        self._step_lengths_memo = None
 
     def advance_host(self, n: int) -> None:
         """Host bookkeeping for a replayed step whose captured ``advance`` already moved ``pos``."""
@@ -187,7 +133,6 @@ class DevicePosition:
         if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= self.max_seq_len:
             raise ValueError(f"position must be an integer in [0, {self.max_seq_len}], got {n!r}")
         self.pos.fill_(n)
-        self._step_lengths_memo = None
         self._seq_len = n
 
     def _check_capacity(self, n: int) -> None:
@@ -196,27 +141,6 @@ class DevicePosition:
                 f"KV cache overflow: {n} position(s) at {self._seq_len} need position {self._seq_len + n - 1}, "
                 f"but max_seq_len is {self.max_seq_len}"
             )
-
-    if TYPE_CHECKING:  # provided by the storage class (declared for the type checker only: no shadowing)
-
-        @property
-        def max_seq_len(self) -> int: ...
-
-        @property
-        def batch_size(self) -> int: ...
-
-        def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]: ...
-
-        def _decode_step(
-            self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None, transform: HeadTransform | None
-        ) -> Tensor: ...
-
-        def _check_layer(self, layer_idx: int) -> None: ...
-
-        def _check_entries(self, k: Tensor, v: Tensor) -> int: ...
-
-        @staticmethod
-        def _check_count(name: str, n: int, *, allow_zero: bool = False) -> None: ...
 
 
 def check_layer_windows(windows: Sequence[int | None] | None, num_layers: int) -> list[int | None] | None:
@@ -239,8 +163,8 @@ class StaticKVCache(DevicePosition, KVCache):
         k: keys, ``[num_layers, batch, num_kv_heads, max_seq_len, head_dim]``.
         v: values, same shape as ``k``.
         pos: int64 ``[1]`` on the cache's device, the position of the next write.
-        layer_windows: each layer's sliding window (None: global), or None when unknown (then no
-            step uses the decode kernel). ``from_model_config`` sets it from the model.
+        layer_windows: each layer's sliding window (None: global), or None when unknown; kept in
+            snapshots. ``from_model_config`` sets it from the model.
     """
 
     def __init__(self, k: Tensor, v: Tensor, seq_len: int = 0, *, layer_windows: Sequence[int | None] | None = None) -> None:
@@ -251,7 +175,6 @@ class StaticKVCache(DevicePosition, KVCache):
         rows_heads = k.shape[1] * k.shape[2]
         self._head_starts = torch.arange(rows_heads, device=k.device)[:, None] * k.shape[3]  # [B*Hkv, 1]: slot of position 0
         self._frozen = False
-        self._issued_masks: dict[int | None, Tensor] = {}
 
     @classmethod
     def from_model_config(
@@ -263,7 +186,7 @@ class StaticKVCache(DevicePosition, KVCache):
         dtype: torch.dtype = torch.bfloat16,
         device: str | torch.device | None = None,
     ) -> Self:
-        """A cache sized for ``config``, with the model's sliding windows (decode kernel enabled)."""
+        """A cache sized for ``config``, with the model's sliding windows."""
         from infer_ref.cache.paged import model_layer_windows
 
         cache = super().from_model_config(config, max_seq_len, batch_size=batch_size, dtype=dtype, device=device)
@@ -272,31 +195,26 @@ class StaticKVCache(DevicePosition, KVCache):
 
     # -- use -----------------------------------------------------------------------------------
 
-    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write ``k``/``v`` ``[B, Hkv, T, D]`` at slots ``pos .. pos+T-1``; return the whole layer buffers."""
-        self._check_layer(layer_idx)
-        t = self._check_entries(k, v)
-        if not self._frozen:
-            self._check_capacity(t)
+    def update(self, layer_idx: int, k: Tensor, v: Tensor, *, store: StoreFn = store_rows) -> tuple[Tensor, Tensor]:
+        """Write ``k``/``v`` ``[B, Hkv, T, D]`` at slots ``pos .. pos+T-1``; return the whole layer buffers.
+
+        ``store`` copies the rows (default: an indexed copy). The fast path passes the Triton store,
+        which writes in place also inside torch.compile, where a traced ``index_copy_`` into the
+        buffer is functionalized into a copy of the whole layer every step. The layer goes in as a
+        contiguous view, ``[B*Hkv, S, 1, D]``, one row per (row, head, position): torch.compile may
+        re-lay out a permuted view it hands a Triton kernel, and the kernel would then write
+        through the wrong strides.
+        """
+        t = self.check_write(layer_idx, k, v)
         positions = self.positions(t)  # [T]
-        # Through store_kvcache (the Triton store on CUDA): it writes in place, also inside
-        # torch.compile, where a traced index_copy_ into the buffer is functionalized into a copy of
-        # the whole layer every step. The layer goes in as a contiguous view, [B*Hkv, S, 1, D], one
-        # row per (row, head, position): torch.compile may re-lay out a permuted view it hands a
-        # Triton kernel, and the kernel would then write through the wrong strides.
         b, hkv, _, d = k.shape
         s_max = self.max_seq_len
         slots = (self._head_starts + positions[None, :]).reshape(-1)  # [B*Hkv*T]: (b, h, p) -> (b*Hkv + h)*S + p
-        store_kvcache(
+        store(
             k.reshape(b * hkv * t, 1, d), v.reshape(b * hkv * t, 1, d),
             self.k[layer_idx].view(b * hkv, s_max, 1, d), self.v[layer_idx].view(b * hkv, s_max, 1, d), slots,
         )  # fmt: skip
         return self.k[layer_idx], self.v[layer_idx]  # [B, Hkv, S_max, D]
-
-    def _decode_step(
-        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None, transform: HeadTransform | None
-    ) -> Tensor:
-        return contiguous_decode_step(q, k, v, self.k, self.v, layer_idx, self._step_lengths(), scale, window, transform)
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions; the device position moves too (buffers keep their addresses)."""

@@ -7,8 +7,8 @@ differs is when blocks are taken and where the length lives. Every block a row c
 a device tensor ``[B, M]``; the write position is the device tensor ``pos`` (the behaviour shared
 with :class:`~infer_ref.cache.static.StaticKVCache`, see :class:`~infer_ref.cache.static.DevicePosition`).
 A decode step then launches the same kernels with the same arguments at every position, so it can
-be captured in a CUDA graph, and on CUDA it attends through the paged decode kernel, reading the
-pool through the table with the length read on the device.
+be captured in a CUDA graph; its step carries the block table and the lengths on the device, so
+the fast path's fused decode step reads the pool through the table without a gather.
 
 Slots of position ``p`` in row ``b``: ``table[b, p // bs] * bs + p % bs``. With a scrambled pool
 (``free_order``) consecutive positions live in scattered blocks: results must not change.
@@ -23,14 +23,11 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from infer_ref.attention import HeadTransform
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.pool import BlockPool, PoolGeometry
+from infer_ref.cache.slots import StoreFn, gather_slots, slots_through_tables, store_rows
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.static import DevicePosition, check_layer_windows
-from infer_ref.kernels.attention import gather_slots, slots_through_tables
-from infer_ref.kernels.decode_step import paged_decode_step
-from infer_ref.kernels.store import store_kvcache
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
@@ -44,7 +41,7 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
             the head of its free list (refused, pool unchanged, when fewer are free).
         max_seq_len: positions each row holds.
         batch_size: rows.
-        layer_windows: each layer's sliding window (None: global), enabling the decode kernel on CUDA.
+        layer_windows: each layer's sliding window (None: global), kept in snapshots.
 
     Attributes:
         block_table: ``[B, M]`` int32 block ids on the pool's device (row ``b``, logical block ``c``).
@@ -66,15 +63,14 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
         per_row = -(-max_seq_len // pool.block_size)
         ids = pool.acquire(batch_size * per_row)  # raises PoolExhaustedError, pool unchanged
         self.pool = pool
+        self.geometry = pool.cache_geometry(batch_size)
         self.layer_windows = windows
-        self._batch_size = batch_size
         self._max_seq_len = max_seq_len
         self._block_ids = ids
         self.block_table = torch.tensor(ids, dtype=torch.int32, device=pool.device).view(batch_size, per_row)
         self.pos = torch.zeros((1,), dtype=torch.long, device=pool.device)
         self._seq_len = 0
         self._frozen = False
-        self._issued_masks: dict[int | None, Tensor] = {}
         self._slots = torch.arange(per_row * pool.block_size, device=pool.device)  # [S] logical key positions
         # Pool slots of every logical position of every row, [B, S]: what update gathers (built once).
         self._all_slots = slots_through_tables(self.block_table, self._slots.expand(batch_size, -1), pool.block_size)
@@ -128,38 +124,28 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
         return self._max_seq_len
 
     @property
-    def batch_size(self) -> int:
-        return self._batch_size
-
-    @property
     def memory_bytes(self) -> int:
         """Bytes of the blocks this cache holds (every layer, K and V)."""
         return len(self._block_ids) * self.pool.bytes_per_block
 
     # -- use -----------------------------------------------------------------------------------
 
-    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Store ``k``/``v`` ``[B, Hkv, T, D]`` at positions ``pos .. pos+T-1`` of every row; return
-        the layer's K/V over every slot the rows hold, ``[B, Hkv, S, D]`` (hidden past ``pos+T`` by
-        :meth:`attention_mask`)."""
-        self._check_layer(layer_idx)
-        self._check_entries(k, v)
+    @property
+    def _block_tables(self) -> Tensor:
+        return self.block_table  # [B, M]
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor, *, store: StoreFn = store_rows) -> tuple[Tensor, Tensor]:
+        """Store ``k``/``v`` ``[B, Hkv, T, D]`` at positions ``pos .. pos+T-1`` of every row (through
+        ``store``, see :meth:`StaticKVCache.update`); return the layer's K/V over every slot the rows
+        hold, ``[B, Hkv, S, D]`` (hidden past ``pos+T`` by :meth:`attention_mask`)."""
+        self.check_write(layer_idx, k, v)
         b, hkv, t, d = k.shape
-        if not self._frozen:
-            self._check_capacity(t)
         slots = slots_through_tables(self.block_table, self.positions(t).expand(b, -1), self.block_size)  # [B, T]
         k_pool, v_pool = self.pool.layer(layer_idx)
-        store_kvcache(
+        store(
             k.transpose(1, 2).reshape(b * t, hkv, d), v.transpose(1, 2).reshape(b * t, hkv, d), k_pool, v_pool, slots.reshape(-1)
         )
         return gather_slots(k_pool, self._all_slots), gather_slots(v_pool, self._all_slots)
-
-    def _decode_step(
-        self, layer_idx: int, q: Tensor, k: Tensor, v: Tensor, scale: float, window: int | None, transform: HeadTransform | None
-    ) -> Tensor:
-        return paged_decode_step(
-            q, k, v, self.pool.k, self.pool.v, layer_idx, self.block_table, self._step_lengths(), scale, window, transform
-        )
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
         """Layer ``layer_idx``'s K and V for positions ``[0, seq_len)``, gathered: ``[B, Hkv, seq_len, D]``."""
@@ -201,7 +187,7 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
         slots = self._all_slots[:, :n].reshape(-1)  # [B*n]
         for layer in range(self.num_layers):
             k_pool, v_pool = self.pool.layer(layer)
-            store_kvcache(
+            store_rows(
                 keys[layer].transpose(1, 2).reshape(b * n, hkv, d), values[layer].transpose(1, 2).reshape(b * n, hkv, d),
                 k_pool, v_pool, slots,
             )  # fmt: skip

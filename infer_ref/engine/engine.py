@@ -102,7 +102,13 @@ class Engine:
         self.device = self.runner.device
         self.pool = BlockPool.from_model_config(config, num_blocks, block_size, dtype=self.runner.dtype, device=self.device)
         self.blocks = BlockManager(self.pool, enable_prefix_caching=enable_prefix_caching, hash_fn=hash_fn)
-        self._windows = model_layer_windows(config)  # what the paged decode kernel needs on CUDA
+        self._windows = model_layer_windows(config)
+        if self.device.type == "cuda":
+            # On CUDA a batched decode step reads K/V through the block tables in the paged decode
+            # kernel (and stores through the Triton store): the fast path's attention decides that.
+            from infer_ref.fast.modules import use_fast_modules
+
+            use_fast_modules(model)
         self.stats = EngineStats()
 
     @property

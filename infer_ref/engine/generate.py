@@ -26,7 +26,7 @@ from infer_ref.errors import UsageError
 from infer_ref.validation import check_token_ids, check_tokenizer_fits
 
 if TYPE_CHECKING:
-    from infer_ref.engine.fast_decode import FastDecoder
+    from infer_ref.fast.decoder import FastDecoder
 
 
 class InferModel(Protocol):
@@ -97,7 +97,7 @@ def generate(
     Stops at any EOS id of the model config (or the tokenizer's ``eos_token_ids``), at a stop
     string, or at the length limit. ``on_token`` is called with each token as it is chosen.
 
-    ``decode="fast"`` runs the decode steps through ``infer_ref.engine.fast_decode`` (static
+    ``decode="fast"`` runs the decode steps through ``infer_ref.fast.decoder`` (static
     cache, one captured step replayed per token; needs ``use_kv_cache``); pass a ``FastDecoder``
     instead to reuse its cache and captured step across requests.
 
@@ -129,6 +129,12 @@ def generate(
         kv_cache = build_cache(
             cache, config, len(tokens) + params.max_new_tokens, dtype=runner.dtype, device=runner.device, block_size=block_size
         )
+    if kv_cache is not None and runner.device.type == "cuda":
+        # On CUDA the static and paged caches decode through their length-aware kernels (the fused
+        # decode step, the paged decode kernel): the fast path's attention decides that.
+        from infer_ref.fast.modules import use_fast_modules
+
+        use_fast_modules(model)
     request = Request.new(0, tokens, params, tokenizer, eos_ids, on_token=on_token)
     done = runner.take_token(request, runner.prefill(request, tokens, kv_cache))
     while not done:
@@ -149,7 +155,7 @@ def _generate_fast(
     eos_ids: set[int],
 ) -> GenerationResult:
     """``decode="fast"`` (or a ``FastDecoder``): the request through the captured static-shape step."""
-    from infer_ref.engine.fast_decode import FastDecoder, generate_fast
+    from infer_ref.fast.decoder import FastDecoder, generate_fast
 
     if not use_kv_cache:
         raise ValueError("decode='fast' needs use_kv_cache=True (the fast path is a cached decode)")

@@ -18,6 +18,7 @@ Each family's package holds ``reference.py`` (the definitions the kernels are te
 its Triton kernel on CUDA (when Triton is importable) and to the torch reference everywhere else.
 """
 
+from infer_ref.fast.switch import decode_kernels, decode_kernels_enabled
 from infer_ref.kernels.attention import (
     contiguous_layer_as_paged,
     decode_attention,
@@ -29,7 +30,6 @@ from infer_ref.kernels.attention import (
 )
 from infer_ref.kernels.gemv import ACTIVATIONS, gated_mlp, gated_mlp_reference, linear, linear_reference
 from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
-from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
 
 __all__ = [
     "ACTIVATIONS",

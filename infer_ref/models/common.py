@@ -17,16 +17,16 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-from infer_ref.attention import HeadTransform, grouped_query_attention
+from infer_ref.activations import ACTIVATIONS
+from infer_ref.attention import HeadTransform, cached_attention
 from infer_ref.cache.contiguous import KVCacheOverflowError
-from infer_ref.cache.protocol import KVCacheProtocol, cached_attention, key_mask, write_positions
+from infer_ref.cache.protocol import KVCacheProtocol, plan_step
 from infer_ref.config import ModelConfig, RopeConfig
-from infer_ref.kernels import gemv
-from infer_ref.kernels.norm import NormSpec, rms_norm
-from infer_ref.kernels.rotary import apply_rope as apply_rope
-from infer_ref.kernels.rotary import apply_rope_to_pair as apply_rope_to_pair
-from infer_ref.kernels.rotary import rotate_half as rotate_half
-from infer_ref.kernels.switch import decode_kernels_enabled
+from infer_ref.norm import NormSpec, rms_norm
+from infer_ref.rotary import apply_rope as apply_rope
+from infer_ref.rotary import apply_rope_to_pair as apply_rope_to_pair
+from infer_ref.rotary import rotate_half as rotate_half
+from infer_ref.step import Step
 from infer_ref.validation import check_token_ids
 
 # -- norms ---------------------------------------------------------------------------------------
@@ -35,7 +35,7 @@ from infer_ref.validation import check_token_ids
 class RMSNorm(nn.Module):
     """Llama/Qwen RMSNorm: normalise in fp32, cast back, then multiply by the weight."""
 
-    unit_offset = False  # the formula, as infer_ref/kernels/norm.py names it
+    unit_offset = False  # the formula, as infer_ref/norm.py names it
 
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
@@ -129,9 +129,9 @@ STATIC_SDPA_BACKENDS = [SDPBackend.CUDNN_ATTENTION, *SDPA_BACKENDS]
 class Normed(NamedTuple):
     """A sub-layer's input ``norm(x)``, left for the projection that reads it to compute.
 
-    Eagerly the projection calls ``norm(x)`` first (:meth:`evaluate`: the module itself, so its
-    exact code runs); in a captured decode step the product's kernel normalises each tile of ``x``
-    as it reads it (the norm's ``spec``), which saves the norm its own kernel.
+    The reference projection calls ``norm(x)`` first (:meth:`evaluate`: the module itself, so its
+    exact code runs); a kernel-backed projection (``infer_ref/fast/modules.py``) normalises each tile
+    of ``x`` as it reads it instead (the norm's ``spec``), which saves the norm its own kernel.
     """
 
     norm: RMSNorm
@@ -144,40 +144,23 @@ class Normed(NamedTuple):
 ProjectionInput = Tensor | Normed
 
 
-def _raw_input(x: ProjectionInput) -> tuple[Tensor, NormSpec | None]:
-    """The tensor a projection reads and the norm its kernel applies on the way in (None: none)."""
-    if isinstance(x, Normed):
-        return x.x, x.norm.spec
-    return x, None
-
-
 class DecodeLinear(nn.Linear):
     """``nn.Linear`` over a plain or :class:`Normed` input, with the block's residual add folded in.
 
     ``forward(x, residual=r, out_norm=n)`` is ``r + n(x @ W^T + b)`` (each part optional), rounded
-    step by step as eager torch rounds. Eagerly that is ``F.linear`` and the modules themselves. In
-    a captured decode step, where the decode kernels are switched on (``infer_ref/kernels/switch.py``
-    says why only there), :func:`infer_ref.kernels.gemv.linear` computes it in one matrix-vector
-    kernel: the input norm in its prologue, the residual (and output norm) in its epilogue.
+    step by step as eager torch rounds: ``F.linear`` and the modules themselves. The calling
+    convention lets a kernel-backed subclass (``infer_ref/fast/modules.py``) compute all of it in
+    one matrix-vector kernel: the input norm in its prologue, the residual (and output norm) in
+    its epilogue.
     """
 
     def forward(
         self, x: ProjectionInput, *, residual: Tensor | None = None, out_norm: RMSNorm | None = None
     ) -> Tensor:
-        if not decode_kernels_enabled():  # the eager path: F.linear without the kernel's argument checks
-            y = F.linear(x.evaluate() if isinstance(x, Normed) else x, self.weight, self.bias)
-            if out_norm is not None:
-                y = out_norm(y)
-            return y if residual is None else residual + y
-        raw, in_norm = _raw_input(x)
-        # Both promises hold in a decode step: the weights are parameters, and the residual is the
-        # block's stream, written before the sub-layer's own kernels (qkv and attention, or gate_up)
-        # that run between its write and this projection.
-        return gemv.linear(
-            raw, self.weight, self.bias, in_norm=in_norm, residual=residual,
-            out_norm=None if out_norm is None else out_norm.spec, weight_is_constant=True,
-            residual_is_settled=residual is not None,
-        )  # fmt: skip
+        y = F.linear(x.evaluate() if isinstance(x, Normed) else x, self.weight, self.bias)
+        if out_norm is not None:
+            y = out_norm(y)
+        return y if residual is None else residual + y
 
 
 class PackedLinear(DecodeLinear):
@@ -201,8 +184,9 @@ class PackedLinear(DecodeLinear):
 class Attention(nn.Module):
     """Grouped-query attention with optional per-head QK-norm, RoPE, and an explicit KV cache.
 
-    ``forward(x, ..., residual=r, out_norm=n)`` returns ``r + n(attention(x))``: the block's residual
-    add (and Gemma's post-attention norm) ride on the output projection.
+    ``forward(x, cos, sin, step, kv_cache, layer_idx, residual=r, out_norm=n)`` returns
+    ``r + n(attention(x))``: the block's residual add (and Gemma's post-attention norm) ride on the
+    output projection. ``step`` (:class:`~infer_ref.step.Step`) says which keys the new tokens see.
     """
 
     def __init__(self, config: ModelConfig, qk_norm: NormFactory | None) -> None:
@@ -224,7 +208,7 @@ class Attention(nn.Module):
         x: ProjectionInput,
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | None,
+        step: Step,
         kv_cache: KVCacheProtocol | None = None,
         layer_idx: int = 0,
         *,
@@ -236,16 +220,26 @@ class Attention(nn.Module):
         q = q.view(b, t, self.num_heads, self.head_dim).transpose(1, 2)  # [B, H, T, D]
         k = k.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
         v = v.view(b, t, self.num_kv_heads, self.head_dim).transpose(1, 2)  # [B, Hkv, T, D]
-        # Per-head norms (before RoPE), then RoPE; V is never rotated. A cache may fuse this
-        # transform with its write and attention (cache/protocol.py: attend_projected).
         transform = HeadTransform(cos, sin, self.q_norm, self.k_norm)
-        if kv_cache is None:
-            q, k = transform.apply(q, k)
-            out = grouped_query_attention(q, k, v, mask, self.scale)  # [B, H, T, D]
-        else:
-            out = cached_attention(kv_cache, layer_idx, q, k, v, mask, self.scale, transform)  # [B, H, T, D]
+        out = self.attend(q, k, v, transform, step, kv_cache, layer_idx)  # [B, H, T, D]
         out = out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim)  # [B, T, H*D]
         return self.o_proj(out, residual=residual, out_norm=out_norm)
+
+    def attend(
+        self,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        transform: HeadTransform,
+        step: Step,
+        kv_cache: KVCacheProtocol | None,
+        layer_idx: int,
+    ) -> Tensor:
+        """q ``[B, H, T, D]`` and k/v ``[B, Hkv, T, D]`` as projected -> ``[B, H, T, D]``: per-head
+        norms and RoPE (V is never rotated), the cache write, attention with the step's mask.
+        A fast path's subclass may fuse all of it into one kernel (``infer_ref/fast/attention.py``)."""
+        q, k = transform.apply(q, k)
+        return cached_attention(kv_cache, layer_idx, q, k, v, step.mask(layer_idx), self.scale)
 
 
 class MLP(nn.Module):
@@ -260,19 +254,17 @@ class MLP(nn.Module):
         self.gate_up_proj = PackedLinear(e, {"gate_proj": i, "up_proj": i}, bias=bias)
         self.down_proj = DecodeLinear(i, e, bias=bias)
         self.act_name = config.hidden_act
-        self.act = gemv.ACTIVATIONS[config.hidden_act]
+        self.act = ACTIVATIONS[config.hidden_act]
 
     def forward(
         self, x: ProjectionInput, *, residual: Tensor | None = None, out_norm: RMSNorm | None = None
     ) -> Tensor:
-        if self.gate_up_proj.bias is None and decode_kernels_enabled():
-            # act(gate) * up in one call: the gated matrix-vector kernel in a captured decode step.
-            raw, in_norm = _raw_input(x)
-            hidden = gemv.gated_mlp(raw, self.gate_up_proj.weight, self.act_name, in_norm=in_norm, weight_is_constant=True)
-        else:
-            gate, up = self.gate_up_proj.split(self.gate_up_proj(x))  # [B, T, I] each
-            hidden = self.act(gate) * up
-        return self.down_proj(hidden, residual=residual, out_norm=out_norm)  # [B, T, E]
+        return self.down_proj(self.gated(x), residual=residual, out_norm=out_norm)  # [B, T, E]
+
+    def gated(self, x: ProjectionInput) -> Tensor:
+        """``act(gate(x)) * up(x)`` ``[B, T, I]``."""
+        gate, up = self.gate_up_proj.split(self.gate_up_proj(x))  # [B, T, I] each
+        return self.act(gate) * up
 
 
 # -- the decoder skeleton ------------------------------------------------------------------------
@@ -282,7 +274,7 @@ class DecoderLM(nn.Module):
     """Embed -> blocks -> final norm -> LM head, with the KV-cache contract of docs/design.md.
 
     Families provide the blocks (``self.layers``), the norm class, and may override ``embed``.
-    Each block is called as ``block(x, cos, sin, mask, kv_cache, layer_idx)``.
+    Each block is called as ``block(x, cos, sin, step, kv_cache, layer_idx)``.
     """
 
     layers: nn.ModuleList
@@ -322,30 +314,23 @@ class DecoderLM(nn.Module):
         decode loop can enqueue the next step while the GPU still runs this one.
 
         Without a cache: ``[B, T, V]`` for positions ``0..T-1``. With a cache: the tokens sit at
-        the positions the cache gives (``seq_len .. seq_len+T-1`` by default), K/V are written there, ``advance(T)`` is called once
+        the positions the cache's step gives (``seq_len .. seq_len+T-1`` by default), K/V are written there, ``advance(T)`` is called once
         after every layer, and only the last position is projected (``[B, 1, V]``) unless
         ``all_logits`` asks for all T (multi-token verify steps).
         """
         t = self._check_inputs(input_ids, kv_cache, check_ids)
-        device = input_ids.device
-        # The cache decides where the tokens sit and which keys they see (cache/protocol.py): one
-        # path for contiguous, static (device-side position), paged and batches of ragged rows.
-        positions = write_positions(kv_cache, t, device)  # [T] or [B, T]
+        # The cache decides where the tokens sit and which keys they see, once for every layer
+        # (cache/protocol.py): one path for contiguous, static (device-side position), paged and
+        # batches of ragged rows.
+        step = plan_step(kv_cache, t, self.layer_windows, input_ids.device)
         # A static-shape cache has one key length, so backends that plan per shape plan once.
-        backends = STATIC_SDPA_BACKENDS if getattr(kv_cache, "static_shape", False) else SDPA_BACKENDS
-
-        def mask_for(window: int | None) -> Tensor | None:
-            return key_mask(kv_cache, t, window, device)  # [T, S], [B, T, S] or None
-
+        backends = STATIC_SDPA_BACKENDS if step.static_shape else SDPA_BACKENDS
         x = self.embed(input_ids)  # [B, T, E]
-        per_type = {
-            layer_type: (*rotary(positions, x.dtype), mask_for(self._window(layer_type)))
-            for layer_type, rotary in self.rotary.items()
-        }
+        tables = {layer_type: rotary(step.positions, x.dtype) for layer_type, rotary in self.rotary.items()}
         with sdpa_kernel(backends, set_priority=True):  # once per forward: the context costs ~10 us of host time
             for i, block in enumerate(self.layers):
-                cos, sin, mask = per_type[self.config.layer_types[i]]
-                x = block(x, cos, sin, mask, kv_cache, i)
+                cos, sin = tables[self.config.layer_types[i]]
+                x = block(x, cos, sin, step, kv_cache, i)
         if kv_cache is not None:
             kv_cache.advance(t)
             if not all_logits:
@@ -366,6 +351,11 @@ class DecoderLM(nn.Module):
 
     def _window(self, layer_type: str) -> int | None:
         return self.config.sliding_window if layer_type == "sliding_attention" else None
+
+    @property
+    def layer_windows(self) -> list[int | None]:
+        """Each layer's sliding window (None: global), as its attention applies it."""
+        return [self._window(layer_type) for layer_type in self.config.layer_types]
 
     def _check_inputs(self, input_ids: Tensor, kv_cache: KVCacheProtocol | None, check_ids: bool = True) -> int:
         if not isinstance(input_ids, Tensor) or input_ids.dim() != 2 or input_ids.shape[1] == 0:

@@ -14,6 +14,7 @@ from torch import Tensor, nn
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
 from infer_ref.models.common import MLP, Attention, DecoderLM, GemmaRMSNorm, Normed
+from infer_ref.step import Step
 
 
 class SandwichBlock(nn.Module):
@@ -38,12 +39,12 @@ class SandwichBlock(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | None,
+        step: Step,
         kv_cache: KVCacheProtocol | None = None,
         layer_idx: int = 0,
     ) -> Tensor:
         x = self.self_attn(
-            Normed(self.input_layernorm, x), cos, sin, mask, kv_cache, layer_idx,
+            Normed(self.input_layernorm, x), cos, sin, step, kv_cache, layer_idx,
             residual=x, out_norm=self.post_attention_layernorm,
         )  # [B, T, E]
         return self.mlp(Normed(self.pre_feedforward_layernorm, x), residual=x, out_norm=self.post_feedforward_layernorm)

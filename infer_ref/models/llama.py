@@ -7,6 +7,7 @@ from torch import Tensor, nn
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
 from infer_ref.models.common import MLP, Attention, DecoderLM, Normed, NormFactory, RMSNorm
+from infer_ref.step import Step
 
 
 class PreNormBlock(nn.Module):
@@ -28,11 +29,11 @@ class PreNormBlock(nn.Module):
         x: Tensor,
         cos: Tensor,
         sin: Tensor,
-        mask: Tensor | None,
+        step: Step,
         kv_cache: KVCacheProtocol | None = None,
         layer_idx: int = 0,
     ) -> Tensor:
-        x = self.self_attn(Normed(self.input_layernorm, x), cos, sin, mask, kv_cache, layer_idx, residual=x)  # [B, T, E]
+        x = self.self_attn(Normed(self.input_layernorm, x), cos, sin, step, kv_cache, layer_idx, residual=x)  # [B, T, E]
         return self.mlp(Normed(self.post_attention_layernorm, x), residual=x)
 
 

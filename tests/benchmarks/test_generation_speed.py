@@ -21,9 +21,9 @@ import pytest
 import torch
 
 from benchmarks.bench_utils import DTYPES, FIXTURES, NullDecoder, load_bench_model, median, sync
-from infer_ref.engine.fast_decode import FastDecoder
 from infer_ref.engine.generate import generate
 from infer_ref.engine.sampling import SamplingParams
+from infer_ref.fast.decoder import FastDecoder
 
 pytestmark = pytest.mark.benchmark
 

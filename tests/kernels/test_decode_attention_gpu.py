@@ -38,7 +38,7 @@ from infer_ref.kernels.attention import (
 )
 from infer_ref.kernels.attention import launch as attention_launch
 from infer_ref.kernels.common import HAVE_TRITON
-from infer_ref.kernels.norm import NormSpec
+from infer_ref.norm import NormSpec
 
 pytestmark = [
     pytest.mark.gpu,

@@ -53,7 +53,7 @@ from infer_ref.kernels.attention import (
 from infer_ref.kernels.attention import launch as attention_launch
 from infer_ref.kernels.attention.kernel import NORM_GEMMA, NORM_LLAMA, NORM_NONE, _decode_attention_kernel
 from infer_ref.kernels.common import HAVE_TRITON, DeviceProfile
-from infer_ref.kernels.norm import NormSpec
+from infer_ref.norm import NormSpec
 
 interpret = pytest.mark.interpret
 needs_interpreter = pytest.mark.skipif(
@@ -526,7 +526,7 @@ def test_compiled_layers_share_one_computation_of_the_rope_rows() -> None:
     the cache writes equal the reference's."""
     from torch._inductor.utils import run_and_get_code
 
-    import infer_ref.kernels.decode_step  # noqa: F401  # registers infer_ref::contiguous_decode_step
+    import infer_ref.fast.decode_step  # noqa: F401  # registers infer_ref::contiguous_decode_step
 
     b, h, hkv, s, d, layers = 2, 4, 2, 32, 16, 3
     g = torch.Generator().manual_seed(11)

@@ -48,7 +48,11 @@ from infer_ref.conformance.oracles.gemv import (
     linear_oracle,
     violations,
 )
-from infer_ref.kernels import gemv, switch
+from infer_ref.fast import modules as fast_modules
+from infer_ref.fast import switch
+from infer_ref.fast.modules import use_fast_modules
+from infer_ref.fast.switch import decode_kernels, decode_kernels_enabled
+from infer_ref.kernels import gemv
 from infer_ref.kernels.common import INTERPRETED_AS, DeviceProfile
 from infer_ref.kernels.gemv import (
     MAX_ROWS,
@@ -68,10 +72,8 @@ from infer_ref.kernels.gemv import (
 from infer_ref.kernels.gemv import kernel as gemv_kernel
 from infer_ref.kernels.gemv import launch as gemv_launch
 from infer_ref.kernels.gemv import op as gemv_op
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.switch import decode_kernels, decode_kernels_enabled
-from infer_ref.models import common as model_common
 from infer_ref.models.common import MLP, GemmaRMSNorm, RMSNorm
+from infer_ref.norm import NormSpec
 
 ACTS = ["silu", "gelu_pytorch_tanh"]
 H100 = DeviceProfile(capability=(9, 0), sm_count=132)  # what the tables were measured on
@@ -279,8 +281,8 @@ def test_staged_reference_is_the_models_ops_bit_for_bit(dtype: torch.dtype, gemm
 def _model_block_classes() -> tuple[type, type] | None:
     """The models' projection modules taking fused stages, where this checkout has them."""
     linear_cls, normed_cls = (
-        getattr(model_common, "DecodeLinear", None),
-        getattr(model_common, "Normed", None),
+        getattr(fast_modules, "KernelLinear", None),
+        getattr(fast_modules, "Normed", None),
     )
     return None if linear_cls is None or normed_cls is None else (linear_cls, normed_cls)
 
@@ -321,7 +323,7 @@ def test_decode_stages_are_what_the_models_blocks_ask_for(family: str, monkeypat
     from infer_ref.models import build_model
 
     config = ModelConfig.from_hf_dict(TINY_CONFIGS[family])
-    model = build_model(config).eval()
+    model = use_fast_modules(build_model(config).eval())
     model.reset_buffers("cpu")
     seen: dict[tuple[int, int, bool], set[tuple[bool, bool, bool, bool]]] = {}
 

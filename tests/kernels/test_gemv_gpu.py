@@ -35,6 +35,7 @@ from benchmarks.bench_gemv import FusedStages, decode_projections, decode_stages
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS
 from infer_ref.conformance.oracles.gemv import gated_epilogue_oracle, gated_oracle, linear_oracle, violations
+from infer_ref.fast.switch import decode_kernels
 from infer_ref.kernels import gemv
 from infer_ref.kernels.common import ENV_SWITCH, device_profile
 from infer_ref.kernels.gemv import (
@@ -55,8 +56,7 @@ from infer_ref.kernels.gemv import (
     split_plan,
 )
 from infer_ref.kernels.gemv import launch as gemv_launch
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.switch import decode_kernels
+from infer_ref.norm import NormSpec
 
 pytestmark = [
     pytest.mark.gpu,

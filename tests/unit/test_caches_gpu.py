@@ -15,7 +15,8 @@ import torch
 from infer_ref import load_model
 from infer_ref.cache.factory import CACHE_KINDS, build_cache
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, WeightInit, random_snapshot, tiny_config
-from infer_ref.engine.fast_decode import FastDecoder
+from infer_ref.fast.decoder import FastDecoder
+from infer_ref.fast.modules import use_fast_modules
 
 pytestmark = pytest.mark.gpu
 
@@ -31,6 +32,7 @@ def models(request, tmp_path_factory):
     random_snapshot(folder, tiny_config(request.param), seed=3, init=WeightInit(gain=2.0))
     cpu, config = load_model(folder, dtype=torch.float32, device="cpu")
     gpu, _ = load_model(folder, dtype=torch.float32, device="cuda")
+    use_fast_modules(gpu)  # the runtime's choice on CUDA: the Triton store and the length-aware kernels
     cpu.config = gpu.config = dataclasses.replace(config, eos_token_ids=())
     return cpu, gpu
 

@@ -20,6 +20,7 @@ from infer_ref.models.common import (
     apply_rope_to_pair,
     rope_inv_freq,
 )
+from infer_ref.step import contiguous_step
 
 DTYPE = torch.float64
 
@@ -44,7 +45,7 @@ def _rope(head_dim: int = 8) -> RotaryEmbedding:
 def _full(attn: Attention, x: torch.Tensor, window: int | None = None) -> torch.Tensor:
     t = x.shape[1]
     cos, sin = _rope()(torch.arange(t), DTYPE)
-    return attn(x, cos, sin, attention_mask(t, 0, window, "cpu"))
+    return attn(x, cos, sin, contiguous_step(0, t, [window], "cpu"))
 
 
 def _chunked(attn: Attention, x: torch.Tensor, chunks: list[int], window: int | None = None) -> torch.Tensor:
@@ -53,7 +54,7 @@ def _chunked(attn: Attention, x: torch.Tensor, chunks: list[int], window: int | 
     for n in chunks:
         positions = torch.arange(start, start + n)
         cos, sin = _rope()(positions, DTYPE)
-        outs.append(attn(x[:, start : start + n], cos, sin, attention_mask(n, start, window, "cpu"), cache, 0))
+        outs.append(attn(x[:, start : start + n], cos, sin, contiguous_step(start, n, [window], "cpu"), cache, 0))
         cache.advance(n)
         start += n
     return torch.cat(outs, dim=1)
@@ -64,10 +65,10 @@ def test_prefill_then_decode_shapes_and_seq_len() -> None:
     x = torch.randn(1, 5, 32, dtype=DTYPE)
     cache = KVCache.allocate(1, 2, 8, 8, dtype=DTYPE, device="cpu")
     cos, sin = _rope()(torch.arange(4), DTYPE)
-    assert attn(x[:, :4], cos, sin, attention_mask(4, 0, None, "cpu"), cache, 0).shape == (1, 4, 32)
+    assert attn(x[:, :4], cos, sin, contiguous_step(0, 4, [None], "cpu"), cache, 0).shape == (1, 4, 32)
     cache.advance(4)
     cos, sin = _rope()(torch.arange(4, 5), DTYPE)
-    assert attn(x[:, 4:], cos, sin, attention_mask(1, 4, None, "cpu"), cache, 0).shape == (1, 1, 32)
+    assert attn(x[:, 4:], cos, sin, contiguous_step(4, 1, [None], "cpu"), cache, 0).shape == (1, 1, 32)
     cache.advance(1)
     assert cache.seq_len == 5
 
@@ -111,7 +112,7 @@ def test_attention_matches_float64_formula() -> None:
         scores = scores.masked_fill(torch.triu(torch.ones(4, 4, dtype=torch.bool), 1), float("-inf"))
         heads.append(scores.softmax(-1) @ v[0, kv])
     expected = attn.o_proj(torch.stack(heads, 0).transpose(0, 1).reshape(1, 4, 32))
-    torch.testing.assert_close(attn(x, cos, sin, attention_mask(4, 0, None, "cpu")), expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(attn(x, cos, sin, contiguous_step(0, 4, [None], "cpu")), expected, rtol=0, atol=1e-12)
 
 
 # -- masks ---------------------------------------------------------------------------------------

@@ -34,9 +34,9 @@ from infer_ref.kernels.attention import (
 from infer_ref.kernels.attention import kernel as attention_kernel
 from infer_ref.kernels.attention import launch as attention_launch
 from infer_ref.kernels.attention import op as attention_op
-from infer_ref.kernels.norm import NormSpec, rms_norm
-from infer_ref.kernels.rotary import apply_rope
 from infer_ref.kernels.store import store_kvcache_reference
+from infer_ref.norm import NormSpec, rms_norm
+from infer_ref.rotary import apply_rope
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -267,7 +267,7 @@ def _bad_cases() -> list[Any]:
         bad({"q_norm": NormSpec(torch.ones(6), 1e-6)}, ValueError, "q_norm.weight must be [head_dim=8] (a per-head norm), got (6,)", "q_norm shape"),
         bad({"k_norm": NormSpec(torch.ones(8, dtype=torch.float16), 1e-6)}, TypeError, "k_norm.weight has dtype torch.float16, q has torch.float32", "k_norm dtype"),
         bad({"k_norm": NormSpec(torch.ones(8, device="meta"), 1e-6)}, ValueError, "k_norm.weight is on meta", "k_norm device"),
-        bad({"q_norm": torch.ones(8)}, TypeError, "q_norm must be an infer_ref.kernels.norm.NormSpec or None, got Tensor", "q_norm type"),
+        bad({"q_norm": torch.ones(8)}, TypeError, "q_norm must be an infer_ref.norm.NormSpec or None, got Tensor", "q_norm type"),
         bad({"scale": 0.0}, ValueError, "scale must be a positive number, got 0.0", "scale 0"),
         bad({"scale": -1.0}, ValueError, "scale must be a positive number", "scale negative"),
         bad({"scale": True}, ValueError, "scale must be a positive number, got True", "scale bool"),

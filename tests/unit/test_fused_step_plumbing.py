@@ -2,9 +2,11 @@
 
 In a captured decode step the model's projections take their input norm, residual add and output
 norm as kernel arguments (``Normed`` inputs, ``residual=``, ``out_norm=``: the norms' ``spec``), and
-a static cache's one-token step takes q and k before the head transform (``attend_projected``).
-Off CUDA every one of those calls runs the kernels' torch references, so switching the decode
-kernels on must leave the logits and the cache contents bit for bit what the eager modules give:
+the fast attention hands a static cache's one-token step q and k before the head transform (the
+fused decode step applies it). Off CUDA every one of those calls runs the kernels' torch
+references, so switching the decode kernels on in a model with the fast modules swapped in
+(``use_fast_modules``) must leave the logits and the cache contents bit for bit what its eager
+modules give:
 a wrong norm handed to a projection, a residual added twice or not at all, a transform applied
 twice or skipped would each show here without a GPU.
 """
@@ -17,15 +19,16 @@ from torch import Tensor
 
 from infer_ref.attention import HeadTransform
 from infer_ref.cache.contiguous import KVCache
-from infer_ref.cache.protocol import cached_attention
+from infer_ref.cache.protocol import plan_step
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.cache.static_paged import StaticPagedKVCache
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, tiny_config
-from infer_ref.kernels.rotary import apply_rope
-from infer_ref.kernels.switch import decode_kernels
+from infer_ref.fast import attention as fast_attention
+from infer_ref.fast.modules import use_fast_modules
+from infer_ref.fast.switch import decode_kernels
 from infer_ref.models import build_model
-from infer_ref.models.common import RMSNorm
+from infer_ref.rotary import apply_rope
 
 PROMPT, STEPS = 6, 12  # the tiny configs' windows are shorter than PROMPT + STEPS: the decode steps cross them
 
@@ -38,7 +41,7 @@ def _model(family: str, dtype: torch.dtype):  # type: ignore[no-untyped-def]
     with torch.no_grad():
         for p in model.parameters():
             p.normal_(0.0, 0.3)  # norms' weights away from their initial 1 or 0: a wrong norm shows
-    return model.to(dtype), config
+    return use_fast_modules(model.to(dtype)), config
 
 
 def _cache(kind: str, config: ModelConfig, dtype: torch.dtype) -> StaticKVCache | StaticPagedKVCache:
@@ -82,55 +85,51 @@ def test_the_control_differs_when_a_projection_gets_the_wrong_norm(monkeypatch: 
 
 
 class _Recorder(KVCache):
-    """A contiguous cache that records the q/k its ``attend`` or ``attend_projected`` receives."""
+    """A contiguous cache that records the K its ``update`` receives."""
 
-    seen: list[tuple[str, Tensor, Tensor]]
+    written: list[Tensor]
 
-    def attend(self, layer_idx, q, k, v, mask, scale):  # type: ignore[no-untyped-def]
-        self.seen.append(("attend", q, k))
-        keys, values = self.update(layer_idx, k, v)
-        from infer_ref.attention import grouped_query_attention
-
-        return grouped_query_attention(q, keys, values, mask, scale)
+    def update(self, layer_idx, k, v):  # type: ignore[no-untyped-def]
+        self.written.append(k)
+        return super().update(layer_idx, k, v)
 
 
-def _qkv_and_transform(with_norms: bool) -> tuple[Tensor, Tensor, Tensor, HeadTransform]:
+def _qkv_and_transform(attn, with_norms: bool) -> tuple[Tensor, Tensor, Tensor, HeadTransform]:  # type: ignore[no-untyped-def]
     g = torch.Generator().manual_seed(3)
-    q, k, v = (torch.randn(1, h, 1, 8, generator=g, dtype=torch.float64) for h in (4, 2, 2))
-    angles = torch.rand(1, 4, generator=g, dtype=torch.float64) * 6
+    d = attn.head_dim
+    q, k, v = (torch.randn(1, h, 1, d, generator=g, dtype=torch.float64) for h in (attn.num_heads, attn.num_kv_heads, attn.num_kv_heads))
+    angles = torch.rand(1, d // 2, generator=g, dtype=torch.float64) * 6
     cos, sin = torch.cat((angles, angles), -1).cos(), torch.cat((angles, angles), -1).sin()  # [T=1, D]
-    norms = (RMSNorm(8, 1e-6).double(), RMSNorm(8, 1e-6).double()) if with_norms else (None, None)
-    for n in norms:
-        if n is not None:
-            torch.nn.init.normal_(n.weight, 1.0, 0.3, generator=g)
+    norms = (attn.q_norm, attn.k_norm) if with_norms else (None, None)
     return q, k, v, HeadTransform(cos, sin, *norms)
 
 
 @pytest.mark.parametrize("with_norms", [False, True])
-def test_cached_attention_applies_the_transform_once_for_caches_without_attend_projected(with_norms: bool) -> None:
-    q, k, v, transform = _qkv_and_transform(with_norms)
-    cache = _Recorder.allocate(1, 2, 8, 4, batch_size=1, dtype=torch.float64, device="cpu")
-    cache.seen = []
-    cached_attention(cache, 0, q, k, v, None, 0.5, transform)
-    (kind, got_q, got_k), = cache.seen
-    want_q, want_k = q, k
-    if with_norms:
-        assert transform.q_norm is not None and transform.k_norm is not None
-        want_q, want_k = transform.q_norm(q), transform.k_norm(k)
-    assert kind == "attend"
-    assert torch.equal(got_q, apply_rope(want_q, transform.cos, transform.sin))
+def test_the_attention_applies_the_transform_once_for_caches_without_a_fused_step(with_norms: bool) -> None:
+    model, config = _model("qwen3", torch.float64)
+    attn = model.layers[0].self_attn
+    q, k, v, transform = _qkv_and_transform(attn, with_norms)
+    cache = _Recorder.allocate(config.num_hidden_layers, attn.num_kv_heads, attn.head_dim, 4, batch_size=1, dtype=torch.float64, device="cpu")
+    cache.written = []
+    attn.attend(q, k, v, transform, plan_step(cache, 1, model.layer_windows, torch.device("cpu")), cache, 0)
+    (got_k,) = cache.written
+    want_k = attn.k_norm(k) if with_norms else k
     assert torch.equal(got_k, apply_rope(want_k, transform.cos, transform.sin))
 
 
-def test_cached_attention_hands_attend_projected_the_untransformed_q_and_k() -> None:
-    q, k, v, transform = _qkv_and_transform(True)
+def test_the_fast_attention_hands_the_fused_step_the_untransformed_q_and_k(monkeypatch: pytest.MonkeyPatch) -> None:
+    model, config = _model("qwen3", torch.float64)
+    attn = model.layers[0].self_attn
+    q, k, v, transform = _qkv_and_transform(attn, True)
     received: dict[str, object] = {}
 
-    class Fused(KVCache):
-        def attend_projected(self, layer_idx, q, k, v, transform, mask, scale):  # type: ignore[no-untyped-def]
-            received.update(q=q, k=k, transform=transform)
-            return q
+    def fused(q, k, v, k_all, v_all, layer, lengths, scale, window, transform):  # type: ignore[no-untyped-def]
+        received.update(q=q, k=k, transform=transform, lengths=lengths)
+        return q
 
-    cache = Fused.allocate(1, 2, 8, 4, batch_size=1, dtype=torch.float64, device="cpu")
-    cached_attention(cache, 0, q, k, v, None, 0.5, transform)
-    assert received["q"] is q and received["k"] is k and received["transform"] is transform
+    monkeypatch.setattr(fast_attention, "contiguous_decode_step", fused)
+    cache = _cache("static", config, torch.float64)
+    step = plan_step(cache, 1, model.layer_windows, torch.device("cpu"))
+    attn.attend(q, k, v, transform, step, cache, 0)
+    assert torch.equal(received["q"], q[:, :, 0]) and torch.equal(received["k"], k[:, :, 0])  # type: ignore[arg-type]
+    assert received["transform"] is transform and received["lengths"] is step.lengths

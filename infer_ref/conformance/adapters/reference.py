@@ -16,10 +16,10 @@ import torch
 from torch import Tensor
 
 import infer_ref
-from infer_ref.attention import attention_mask
+from infer_ref.attention import attention_mask, cached_attention
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.factory import DEFAULT_BLOCK_SIZE, build_cache
-from infer_ref.cache.protocol import cached_attention, key_mask
+from infer_ref.cache.protocol import plan_step
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.config import ModelConfig, RopeConfig
 from infer_ref.conformance.interface.adapter import Adapter, CacheSpec, EngineOutput, EngineSpec, SamplerSpec
@@ -67,13 +67,18 @@ def attend(
     q: Tensor, k: Tensor, v: Tensor, cache: Any, layer_idx: int, window: int | None, scale: float
 ) -> Tensor:
     """The attention core of ``infer_ref.models.common.Attention`` after projections and RoPE: the
-    cache supplies the mask (and, for some types, the attention itself), as in the model."""
-    mask = key_mask(cache, q.shape[2], window, q.device)  # [T, S] or None
-    return cached_attention(cache, layer_idx, q, k, v, mask, scale)  # [B, H, T, D]
+    cache plans the step (positions, the mask over what its ``update`` returns), as in the model."""
+    step = plan_step(cache, q.shape[2], [window] * cache.num_layers, q.device)
+    return cached_attention(cache, layer_idx, q, k, v, step.mask(layer_idx), scale)  # [B, H, T, D]
 
 
 def load_model(folder: Path, dtype: torch.dtype, device: str) -> Any:
     model, _ = _load_model(folder, dtype=dtype, device=device)
+    if torch.device(device).type == "cuda":
+        # infer_ref as it runs on CUDA: the length-aware decode kernels and the Triton store.
+        from infer_ref.fast.modules import use_fast_modules
+
+        use_fast_modules(model)
     return model
 
 

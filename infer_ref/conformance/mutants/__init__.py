@@ -30,13 +30,13 @@ from torch.nn.attention import sdpa_kernel
 
 from infer_ref.attention import attention_mask, grouped_query_attention
 from infer_ref.cache.contiguous import KVCache
-from infer_ref.engine.block_manager import BlockManager
 from infer_ref.config import RopeConfig
 from infer_ref.conformance.adapters import reference as ref
 from infer_ref.conformance.interface.adapter import Adapter, CacheSpec, SamplerSpec
 from infer_ref.conformance.mutants import caches
 from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES
 from infer_ref.conformance.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MANAGERS, prefix_adapter
+from infer_ref.engine.block_manager import BlockManager
 from infer_ref.engine.result import GenerationTiming, TokenCollector, first_stop
 from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top_p
 from infer_ref.models.common import (
@@ -48,6 +48,7 @@ from infer_ref.models.common import (
     apply_rope,
     rope_inv_freq,
 )
+from infer_ref.step import Step
 from infer_ref.tokenizer import Tokenizer
 
 MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
@@ -216,15 +217,17 @@ def _decoder_forward(self: Any, input_ids: Tensor, kv_cache: Any = None, *, all_
     if knobs.rope_offset_from_sliding_layer and config.is_sliding(0):
         rope_start = min(start, config.sliding_window)
     positions = torch.arange(rope_start, rope_start + t, device=input_ids.device)
+    window_types = [config.layer_types[0] if knobs.first_layer_window_everywhere else lt for lt in config.layer_types]
+    step = Step(
+        t, positions, tuple(self._window(lt) for lt in window_types),
+        lambda window: _mask_for(knobs, t, start, window, input_ids.device, kv_cache),
+    )  # fmt: skip
     x = self.embed(input_ids)  # [B, T, E]
     tables = {lt: rotary(positions, x.dtype) for lt, rotary in self.rotary.items()}
     with sdpa_kernel(SDPA_BACKENDS, set_priority=True):
         for i, block in enumerate(self.layers):
-            layer_type = config.layer_types[i]
-            window_type = config.layer_types[0] if knobs.first_layer_window_everywhere else layer_type
-            mask = _mask_for(knobs, t, start, self._window(window_type), input_ids.device, kv_cache)
-            cos, sin = tables[layer_type]
-            x = block(x, cos, sin, mask, kv_cache, i)
+            cos, sin = tables[config.layer_types[i]]
+            x = block(x, cos, sin, step, kv_cache, i)
     if kv_cache is not None:
         if knobs.advance == "once" or (knobs.advance == "skip_decode" and t > 1):
             kv_cache.advance(t)
@@ -241,7 +244,7 @@ def _attention_forward(
     x: Any,
     cos: Tensor,
     sin: Tensor,
-    mask: Tensor | None,
+    step: Step,
     kv_cache: Any = None,
     layer_idx: int = 0,
     *,
@@ -267,7 +270,7 @@ def _attention_forward(
     if kv_cache is not None:
         k, v = kv_cache.update(layer_idx, k, v)
     scale = self.head_dim**-0.5 if knobs.scale_from_head_dim else self.scale
-    out = grouped_query_attention(q, k, v, mask, scale)
+    out = grouped_query_attention(q, k, v, step.mask(layer_idx), scale)
     return self.o_proj(out.transpose(1, 2).reshape(b, t, self.num_heads * self.head_dim), residual=residual, out_norm=out_norm)
 
 
@@ -320,8 +323,8 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
     for block in model.layers:
         attn = block.self_attn
         attn.forward = types.MethodType(
-            lambda self, x, cos, sin, mask, kv_cache=None, layer_idx=0, *, residual=None, out_norm=None: _attention_forward(
-                self, x, cos, sin, mask, kv_cache, layer_idx, residual=residual, out_norm=out_norm, knobs=knobs
+            lambda self, x, cos, sin, step, kv_cache=None, layer_idx=0, *, residual=None, out_norm=None: _attention_forward(
+                self, x, cos, sin, step, kv_cache, layer_idx, residual=residual, out_norm=out_norm, knobs=knobs
             ),
             attn,
         )

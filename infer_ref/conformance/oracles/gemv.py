@@ -61,7 +61,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from infer_ref.kernels.norm import NormSpec
+from infer_ref.norm import NormSpec
 
 F32_UNIT = 2.0**-24  # float32 unit roundoff
 ACT_LIPSCHITZ = 1.13  # max |d act / dg| over silu and gelu-tanh

@@ -10,7 +10,7 @@ import torch
 from torch import Tensor
 
 from infer_ref.kernels.common import overlap
-from infer_ref.kernels.norm import NormSpec
+from infer_ref.norm import NormSpec
 
 
 def check_decode_args(
@@ -116,7 +116,7 @@ def check_decode_attention_args(
         if spec is None:
             continue
         if not isinstance(spec, NormSpec):
-            raise TypeError(f"{name} must be an infer_ref.kernels.norm.NormSpec or None, got {type(spec).__name__}")
+            raise TypeError(f"{name} must be an infer_ref.norm.NormSpec or None, got {type(spec).__name__}")
         if tuple(spec.weight.shape) != (d,):
             raise ValueError(f"{name}.weight must be [head_dim={d}] (a per-head norm), got {tuple(spec.weight.shape)}")
         if spec.weight.dtype != q.dtype:

@@ -12,7 +12,7 @@ if HAVE_TRITON:
 
     from infer_ref.kernels.common import pdl_prologue
 
-# The NORM constexpr: which RMSNorm formula (infer_ref/kernels/norm.py), or none.
+# The NORM constexpr: which RMSNorm formula (infer_ref/norm.py), or none.
 NORM_NONE, NORM_LLAMA, NORM_GEMMA = 0, 1, 2
 
 if HAVE_TRITON:
@@ -27,7 +27,7 @@ if HAVE_TRITON:
     @triton.jit
     def _normed(x, w, rstd, NORM: tl.constexpr):  # type: ignore[no-untyped-def]
         # x [R, DIM_PAD] in the activation dtype, w [DIM_PAD] (its elements matching x's columns),
-        # rstd [R]; the roundings of infer_ref/kernels/norm.py.
+        # rstd [R]; the roundings of infer_ref/norm.py.
         x32 = x.to(tl.float32)
         w32 = w.to(tl.float32)[None, :]
         if NORM == 1:  # Llama/Qwen: w * round(x32 * rstd), rounded again

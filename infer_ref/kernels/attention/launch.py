@@ -19,7 +19,7 @@ from infer_ref.kernels.attention.checks import check_decode_args, check_decode_a
 from infer_ref.kernels.attention.kernel import NORM_GEMMA, NORM_LLAMA, NORM_NONE
 from infer_ref.kernels.attention.tuning import combine_chunk, decode_num_splits, default_tile
 from infer_ref.kernels.common import HAVE_TRITON, KERNEL_DTYPES, device_profile, pdl_options
-from infer_ref.kernels.norm import NormSpec
+from infer_ref.norm import NormSpec
 
 if HAVE_TRITON:
     import triton

@@ -15,7 +15,7 @@ from infer_ref.kernels.attention.checks import check_decode_args, check_decode_a
 from infer_ref.kernels.attention.launch import decode_attention_triton, paged_decode_attention_triton
 from infer_ref.kernels.attention.reference import decode_attention_reference, paged_decode_attention_reference
 from infer_ref.kernels.common import HAVE_TRITON, KERNEL_DTYPES
-from infer_ref.kernels.norm import NormSpec
+from infer_ref.norm import NormSpec
 
 
 def decode_attention(

@@ -9,8 +9,8 @@ offset ``p % bs``. Entries of a table past ``ceil(len_b / bs)`` are never read, 
 ``PagedKVCache.update`` returns on the general path. :func:`paged_decode_attention_reference`
 attends one query row per sequence over the gathered prefix. :func:`decode_attention_reference` is
 one decode step of one layer from the projected q/k/v, written with the torch definitions the
-models use: ``q, k = q_norm(q), k_norm(k)`` per head when given (``infer_ref.kernels.norm``); ``q, k``
-rotated by ``apply_rope`` (``infer_ref.kernels.rotary``) with the new token's cos/sin rows; ``k``
+models use: ``q, k = q_norm(q), k_norm(k)`` per head when given (``infer_ref.norm``); ``q, k``
+rotated by ``apply_rope`` (``infer_ref.rotary``) with the new token's cos/sin rows; ``k``
 (normed and rotated) and ``v`` (raw: V is never normed or rotated) written into the layer's pool
 at position ``seq_lens[b] - 1`` of row ``b``, slot ``table[b, p // bs] * bs + p % bs``; then
 :func:`paged_decode_attention_reference` of the rotated query over positions ``[0, seq_lens[b])``
@@ -23,27 +23,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from infer_ref.cache.slots import gather_slots, slots_through_tables
 from infer_ref.kernels.attention.checks import check_decode_attention_args
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.rotary import apply_rope
 from infer_ref.kernels.store.reference import store_kvcache_reference
-
-
-def slots_through_tables(block_tables: Tensor, positions: Tensor, block_size: int) -> Tensor:
-    """Slots ``block_tables[b, p // bs] * bs + p % bs`` of positions ``[B, N]`` (int64, same shape).
-
-    Positions past a row's blocks read its last table entry (clamped): callers mask them.
-    """
-    width = block_tables.shape[1]
-    blocks = block_tables.long().gather(1, (positions // block_size).clamp(max=width - 1))  # [B, N]
-    return blocks * block_size + positions % block_size
-
-
-def gather_slots(cache: Tensor, slots: Tensor) -> Tensor:
-    """Rows ``slots`` ``[B, S]`` of one layer's pool ``[num_blocks, bs, Hkv, D]`` -> ``[B, Hkv, S, D]``."""
-    num_blocks, block_size, hkv, d = cache.shape
-    flat = cache.reshape(num_blocks * block_size, hkv, d)  # a view for a contiguous pool
-    return flat[slots].transpose(1, 2)  # [B, S, Hkv, D] -> [B, Hkv, S, D]
+from infer_ref.norm import NormSpec
+from infer_ref.rotary import apply_rope
 
 
 def gather_paged_kv(cache: Tensor, block_tables: Tensor, length: int) -> Tensor:

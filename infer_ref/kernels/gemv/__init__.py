@@ -11,7 +11,7 @@ The definitions (each step rounds to x's dtype exactly where eager torch rounds)
 - :func:`linear_reference` ``(x, weight, bias, in_norm=, residual=, out_norm=)``:
   ``h = rms_norm(x, in_norm)`` over K, ``y = F.linear(h, weight, bias)``, ``y = rms_norm(y,
   out_norm)`` over N (the whole output row), ``y = residual + y``; each stage optional, the norms
-  are :func:`infer_ref.kernels.norm.rms_norm` (the models' norm modules). This is a transformer
+  are :func:`infer_ref.norm.rms_norm` (the models' norm modules). This is a transformer
   block around its projections: Llama/Qwen ``x + o_proj(attn)`` (residual) and ``gate_up(norm(x))``
   (in_norm), Gemma ``x + post_norm(o_proj(attn))`` (out_norm and residual);
 - :func:`gated_mlp_reference` ``(x, weight, act, in_norm=)``: ``weight`` ``[2I, K]`` stacks the gate
@@ -61,7 +61,7 @@ The fused stages:
 
 :func:`linear` and :func:`gated_mlp` dispatch: the kernel when ``x`` is on CUDA, Triton is
 importable, the dtype is bf16/fp16/fp32, the rows fit (``1..MAX_ROWS``), the weight is contiguous
-and the decode kernels are switched on (:mod:`infer_ref.kernels.switch`); the reference otherwise.
+and the decode kernels are switched on (:mod:`infer_ref.fast.switch`); the reference otherwise.
 Checks are host-side metadata only and buffers are sized by shapes alone, so a call can be
 captured in a CUDA graph.
 

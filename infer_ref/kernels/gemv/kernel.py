@@ -86,7 +86,7 @@ if HAVE_TRITON:
     @triton.jit
     def _normalise(t, w_ptr, offs, ok, rstd, WHOLE: tl.constexpr, UNIT_OFFSET: tl.constexpr):  # type: ignore[no-untyped-def]
         # t [R, C] in the activation dtype, columns offs of the normalised dimension; rstd [R] float32.
-        # -> rms_norm(t) [R, C] in that dtype, rounding as infer_ref.kernels.norm.rms_norm does.
+        # -> rms_norm(t) [R, C] in that dtype, rounding as infer_ref.norm.rms_norm does.
         w = tl.load(w_ptr + offs) if WHOLE else tl.load(w_ptr + offs, mask=ok, other=0.0)
         return _normalise_by(t, w, rstd, UNIT_OFFSET)
 

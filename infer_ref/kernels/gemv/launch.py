@@ -19,7 +19,7 @@ from infer_ref.kernels.common import HAVE_TRITON, KERNEL_DTYPES, device_profile,
 from infer_ref.kernels.gemv.kernel import ACT_CODES
 from infer_ref.kernels.gemv.reference import GemvCall
 from infer_ref.kernels.gemv.tuning import PATHS, GemvConfig, gemv_config, prefetched_tiles, split_plan
-from infer_ref.kernels.norm import NormSpec
+from infer_ref.norm import NormSpec
 
 if HAVE_TRITON:
     import triton

@@ -2,7 +2,7 @@
 
 :func:`linear` and :func:`gated_mlp` run the kernel when ``x`` is on CUDA, Triton is importable,
 the dtype is bf16/fp16/fp32, the rows fit (``1..MAX_ROWS``), the weight is contiguous and the
-decode kernels are switched on (:mod:`infer_ref.kernels.switch`); the reference otherwise. Under
+decode kernels are switched on (:mod:`infer_ref.fast.switch`); the reference otherwise. Under
 ``torch.compile`` a kernel call is one custom op per operation (``infer_ref::gemv_linear``,
 ``infer_ref::gemv_gated_mlp``).
 """
@@ -14,12 +14,12 @@ import math
 import torch
 from torch import Tensor
 
+from infer_ref.fast.switch import decode_kernels_enabled
 from infer_ref.kernels.common import HAVE_TRITON, KERNEL_DTYPES
 from infer_ref.kernels.gemv.launch import MAX_ROWS, gated_mlp_triton, linear_triton
 from infer_ref.kernels.gemv.reference import GemvCall, gated_product, linear_reference
 from infer_ref.kernels.gemv.tuning import CUBLAS_SHAPES
-from infer_ref.kernels.norm import NormSpec
-from infer_ref.kernels.switch import decode_kernels_enabled
+from infer_ref.norm import NormSpec
 
 
 def _kernel_eligible(x: Tensor, weight: Tensor) -> bool:

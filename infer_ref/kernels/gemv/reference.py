@@ -3,7 +3,7 @@
 - :func:`linear_reference` ``(x, weight, bias, in_norm=, residual=, out_norm=)``:
   ``h = rms_norm(x, in_norm)`` over K, ``y = F.linear(h, weight, bias)``, ``y = rms_norm(y,
   out_norm)`` over N (the whole output row), ``y = residual + y``; each stage optional, the norms
-  are :func:`infer_ref.kernels.norm.rms_norm` (the models' norm modules);
+  are :func:`infer_ref.norm.rms_norm` (the models' norm modules);
 - :func:`gated_mlp_reference` ``(x, weight, act, in_norm=)``: ``weight`` ``[2I, K]`` stacks the gate
   rows then the up rows, and the result is ``act(g) * u`` with ``g, u = F.linear(h, weight).split(I,
   -1)``, ``h`` as above.
@@ -17,18 +17,13 @@ before anything runs.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
 
 import torch.nn.functional as F
 from torch import Tensor
 
+from infer_ref.activations import ACTIVATIONS
 from infer_ref.kernels.common import overlap, same_view
-from infer_ref.kernels.norm import NormSpec
-
-ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {
-    "silu": F.silu,
-    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
-}
+from infer_ref.norm import NormSpec
 
 # Rows (batch x tokens) the kernels take. Decode is 1 row per sequence; 8 covers small batches and
 # short speculative verify steps. The dot paths pad rows to 16 anyway (the smallest tl.dot tile),

@@ -8,9 +8,11 @@ trip and no kernel outside the step per token: the loop reads the log back in ch
 ``torch.compile`` fuses its small kernels); on other devices the same static-shape step runs
 eagerly, which is how the default test tier checks it.
 
-The model code is the eager code: only the cache differs (positions, masks and, for a one-token
-step on CUDA, the attention kernel come from it, see ``infer_ref/cache/protocol.py``). Results
-therefore match the eager path up to floating-point reduction order.
+The model code is the eager code with the fast path's modules swapped in
+(:func:`infer_ref.fast.modules.use_fast_modules`): positions, masks and lengths come from the
+static cache's step, a one-token step attends through the fused decode step, and the projections
+take their matrix-vector kernels while the step is traced and captured. Results therefore match
+the eager path up to floating-point reduction order.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ from infer_ref.devices import resolve as resolve_device
 from infer_ref.engine.result import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
 from infer_ref.engine.sampling import SamplingParams, sample_token
 from infer_ref.errors import UsageError
-from infer_ref.kernels.switch import decode_kernels
+from infer_ref.fast.modules import use_fast_modules
+from infer_ref.fast.switch import decode_kernels
 from infer_ref.validation import can_decide, check_token_ids, logits_error
 
 # Tokens read back to the host at a time by the greedy loop (EOS / stop strings are checked then).
@@ -87,7 +90,7 @@ class FastDecoder:
     ) -> None:
         if cache not in FAST_CACHE_LAYOUTS:
             raise ValueError(f"cache must be one of {', '.join(FAST_CACHE_LAYOUTS)}, got {cache!r}")
-        self.model = model
+        self.model = use_fast_modules(model)
         self.device = resolve_device(device)
         self.config: ModelConfig = model.config  # type: ignore[assignment]
         dtype = next(model.parameters()).dtype
@@ -149,7 +152,7 @@ class FastDecoder:
     def _warm_up_and_capture(self) -> None:
         """Run the step a few times (compilation, cuBLAS workspaces), then capture it; the cache is reset after.
 
-        The decode kernels (matrix-vector products, ``infer_ref/kernels/switch.py``) are switched on
+        The decode kernels (matrix-vector products, ``infer_ref/fast/switch.py``) are switched on
         for the traced and captured step only: replays cost no host time per kernel.
         """
         with self.cache.host_frozen(), decode_kernels():

@@ -1,7 +1,8 @@
 """One decode step's head transform, cache write and attention, as one operation per layer.
 
 A static-shape cache (the device-position caches of ``infer_ref/cache/static.py`` and
-``static_paged.py``) decodes one token per row at the device position ``pos``: apply the layer's
+``static_paged.py``; :class:`~infer_ref.fast.attention.FastAttention` takes this path when the
+step is a one-token step on such a layout) decodes one token per row at the device position ``pos``: apply the layer's
 head transform to the token's q and k (per-head norms, then RoPE; :class:`~infer_ref.attention.HeadTransform`,
 or none when the caller already applied it), write its K/V at ``pos``, then attend over positions
 ``[0, pos]`` (a sliding layer: its window). On CUDA all of it is one kernel,
@@ -33,8 +34,8 @@ from infer_ref.kernels.attention import (
     paged_decode_attention_reference,
     slots_through_tables,
 )
-from infer_ref.kernels.norm import NormSpec
 from infer_ref.kernels.store import store_kvcache_reference
+from infer_ref.norm import NormSpec
 
 # A contiguous layer [B, Hkv, S, D] is read as a paged pool of blocks this long (identity tables).
 IDENTITY_BLOCK = 64
