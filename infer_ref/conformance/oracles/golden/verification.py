@@ -204,7 +204,7 @@ def adapter_model(adapter: Any, source: ModelSource, dtype: torch.dtype, device:
 
 def sessions_for(impl: str, source: ModelSource, dtype: str, device: str) -> SessionFactory:
     """Load ``source`` with implementation ``impl`` (a built-in name or ``module:ADAPTER``) and
-    return its session factory."""
+    return its session factory (inside :func:`planted_bug`, ``infer_ref`` is the planted mutant)."""
     torch_dtype = DTYPES[dtype]
     impl = planted_impl(impl)
     if ":" in impl:
