@@ -6,7 +6,7 @@ context in {128, 1024, 4096, 16384} (positions already in the cache; the new tok
 one decode step of ``--layers`` layers, each with its own paged K/V pools (blocks of 16, a shuffled
 table), batch ``--batch``, bf16:
 
-- ``fused``: :func:`~infer_ref.kernels.attention.decode_attention` per layer, one kernel
+- ``fused``: :func:`~infer_ref.fast.kernels.attention.decode_attention` per layer, one kernel
   from the projected q/k/v to the attention output (norms, RoPE, K/V store, split attention and
   its combine);
 - ``unfused``: what it replaces, the eager chain a layer ran before: the per-head norms
@@ -49,14 +49,14 @@ if __package__ in (None, ""):
 
 from benchmarks.bench_kernels import graph_of, time_call
 from benchmarks.bench_utils import environment, pick_device
-from infer_ref.kernels.attention import (
+from infer_ref.fast.kernels.attention import (
     decode_attention,
     decode_attention_triton,
     paged_decode_attention,
     slots_through_tables,
 )
-from infer_ref.kernels.common import pdl_launch
-from infer_ref.kernels.store import store_kvcache
+from infer_ref.fast.kernels.common import pdl_launch
+from infer_ref.fast.kernels.store import store_kvcache
 from infer_ref.norm import NormSpec, rms_norm
 from infer_ref.rotary import apply_rope_to_pair
 

@@ -20,7 +20,7 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_pdl import graph_us
-from infer_ref.kernels.attention import (
+from infer_ref.fast.kernels.attention import (
     contiguous_layer_as_paged,
     decode_num_splits,
     paged_decode_attention_triton,

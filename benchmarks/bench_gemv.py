@@ -21,7 +21,7 @@ device-to-device copy (bytes read plus written).
 Prints a table per case; per model, the projections of one whole decode step (every layer's qkv, o,
 gate_up and down, then the LM head) summed with cuBLAS and with the best configs, as GB/s and % of
 copy; the best config per weight shape (batch-1 rows) as a dict literal to paste into
-``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/kernels/gemv/tuning.py`` (keyed by the device's
+``LINEAR_CONFIGS``/``GATED_CONFIGS`` in ``infer_ref/fast/kernels/gemv/tuning.py`` (keyed by the device's
 capability, ``CAPABILITY`` in the literal); and writes JSON with ``--json``.
 Batch 1 runs first; past ``--budget-s`` seconds the remaining cases time only the configuration the
 dispatch picks and the heuristic's, so the run stays under five minutes.
@@ -76,10 +76,10 @@ from benchmarks.bench_utils import DTYPES, d2d_copy_bandwidth, environment, pick
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, TINY_CONFIGS
 from infer_ref.conformance.oracles.gemv import gated_oracle, linear_oracle, violations
+from infer_ref.fast.kernels import gemv
+from infer_ref.fast.kernels.common import DeviceProfile, device_profile
+from infer_ref.fast.kernels.gemv import GemvConfig, default_config, split_plan, target_programs
 from infer_ref.fast.switch import decode_kernels
-from infer_ref.kernels import gemv
-from infer_ref.kernels.common import DeviceProfile, device_profile
-from infer_ref.kernels.gemv import GemvConfig, default_config, split_plan, target_programs
 from infer_ref.norm import NormSpec
 
 CALLS_PER_GRAPH = 50
@@ -383,7 +383,7 @@ def step_summary(
 
 def table_literal(results: list[dict[str, Any]]) -> str:
     """The best batch-1 config per weight shape, as Python source for the two tables of
-    infer_ref/kernels/gemv/tuning.py (the entries of the device's capability)."""
+    infer_ref/fast/kernels/gemv/tuning.py (the entries of the device's capability)."""
     lines = []
     for gated, table in ((False, "LINEAR_CONFIGS"), (True, "GATED_CONFIGS")):
         lines.append(f"{table}: dict[tuple[tuple[int, int], tuple[int, int]], GemvConfig] = {{")
@@ -757,7 +757,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{100 * row['cublas_GBps'] / args.copy_gbps:.0f}% of copy), best configs {row['best_us']:.0f} us "
               f"({row['best_GBps']:.0f} GB/s, {100 * row['best_GBps'] / args.copy_gbps:.0f}% of copy)")  # fmt: skip
     literal = table_literal(results)
-    print("\n# best batch-1 config per weight shape (paste into infer_ref/kernels/gemv/tuning.py):\n" + literal)
+    print("\n# best batch-1 config per weight shape (paste into infer_ref/fast/kernels/gemv/tuning.py):\n" + literal)
     elapsed = time.perf_counter() - started
     print(f"\n{len(results)} cases in {elapsed:.0f} s")
     report = {

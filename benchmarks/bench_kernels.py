@@ -39,9 +39,9 @@ if __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_utils import DTYPES, environment, median, pick_device, sync
-from infer_ref.kernels import gather_paged_kv, paged_decode_attention
-from infer_ref.kernels.attention import contiguous_layer_as_paged
-from infer_ref.kernels.common import HAVE_TRITON
+from infer_ref.fast.kernels import gather_paged_kv, paged_decode_attention
+from infer_ref.fast.kernels.attention import contiguous_layer_as_paged
+from infer_ref.fast.kernels.common import HAVE_TRITON
 
 
 def time_call(fn: Callable[[], Any], device: torch.device, iters: int, repeats: int) -> float:

@@ -1,6 +1,6 @@
 """Programmatic dependent launch inside a CUDA graph: chains of tiny kernels and of GEMVs, PDL off and on.
 
-What ``infer_ref/kernels/common.py`` relies on, measured: a graph of 160 dependent one-block kernels,
+What ``infer_ref/fast/kernels/common.py`` relies on, measured: a graph of 160 dependent one-block kernels,
 and chains of 24 matrix-vector products (distinct weights, so they stream from HBM, not L2) with
 PDL off, on, and on with the first weight tile loaded before the grid-dependency wait.
 ``PYTHONPATH=. python benchmarks/bench_pdl.py`` on a Hopper GPU (about 20 s); the H100 figures are

@@ -1,6 +1,9 @@
-"""Old import paths of the conformance kit, kept working for one release with a DeprecationWarning.
+"""Old import paths, kept working for one release with a DeprecationWarning.
 
-``infer_ref.testing`` and ``infer_ref.golden`` became one package, ``infer_ref.conformance``.
+``infer_ref.testing`` and ``infer_ref.golden`` became one package, ``infer_ref.conformance``; the
+kernels, the decode-kernel switch and ``FastDecoder`` moved into the fast path's package,
+``infer_ref.fast``; the block manager moved beside the engine's scheduler; the command-line
+modules became the package ``infer_ref.cli``.
 :data:`MOVED` maps every old module name to the module(s) now holding its contents; a meta-path
 finder (installed by ``infer_ref/__init__.py``) answers imports of the old names and warns once per
 old name, naming the new path:
@@ -62,10 +65,24 @@ MOVED: dict[str, tuple[str, ...]] = {
         f"infer_ref.golden.{name}": (f"{_GOLDEN}.{name}",)
         for name in ("format", "sessions", "sources", "tolerances", "verification", "writing")
     },
+    "infer_ref.kernels": ("infer_ref.fast.kernels",),
+    "infer_ref.kernels.store": ("infer_ref.fast.kernels.store",),
+    "infer_ref.kernels.gemv": ("infer_ref.fast.kernels.gemv",),
+    "infer_ref.kernels.norm": ("infer_ref.norm",),
+    "infer_ref.kernels.rotary": ("infer_ref.rotary",),
+    "infer_ref.kernels.switch": ("infer_ref.fast.switch",),
+    "infer_ref.kernels.decode_step": ("infer_ref.fast.decode_step",),
+    "infer_ref.engine.fast_decode": ("infer_ref.fast.decoder",),
+    "infer_ref.cache.prefix": ("infer_ref.engine.block_manager",),
+    "infer_ref.golden_cli": ("infer_ref.cli.golden",),
+    "infer_ref.conformance_cli": ("infer_ref.cli.conformance",),
+    "infer_ref.cli_engine": ("infer_ref.cli.generate_engine",),
 }
 """Old module name -> the new module(s) holding its public names, looked up in this order."""
 
-_OLD_PACKAGES = {"infer_ref.testing", "infer_ref.testing.mutants", "infer_ref.testing.conformance", "infer_ref.golden"}
+_OLD_PACKAGES = {
+    "infer_ref.testing", "infer_ref.testing.mutants", "infer_ref.testing.conformance", "infer_ref.golden", "infer_ref.kernels",
+}
 _warned: set[str] = set()
 
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fused decode attention kernel (infer_ref/kernels/attention/) on a CUDA machine: the
+# The fused decode attention kernel (infer_ref/fast/kernels/attention/) on a CUDA machine: the
 # GPU tests against the torch reference, the benchmark against the unfused chain it replaces, then
 # planted-bug kernels that the GPU tests must catch.
 #
@@ -50,7 +50,7 @@ if want bench; then
 fi
 
 # mutant NAME OLD NEW GPU_SELECTION [FILE]: a copy of the package with OLD replaced by NEW (exactly
-# one occurrence) in infer_ref/kernels/FILE (default attention/kernel.py); in the mutants stage the
+# one occurrence) in infer_ref/fast/kernels/FILE (default attention/kernel.py); in the mutants stage the
 # GPU tests selected by -k GPU_SELECTION must fail on it, in the interpret stage the interpreter
 # tests (all of them, stopping at the first failure).
 MODE=gpu
@@ -58,7 +58,7 @@ mutant() {
     local name=$1 old=$2 new=$3 sel=$4 file=${5:-attention/kernel.py} dir
     dir=$(mktemp -d)
     cp -r infer_ref tests conftest.py pyproject.toml "$dir"/
-    $PY - "$dir/infer_ref/kernels/$file" "$old" "$new" <<'PYEOF' || { say "mutant $name: its source line is gone, update this script"; RC=1; rm -rf "$dir"; return; }
+    $PY - "$dir/infer_ref/fast/kernels/$file" "$old" "$new" <<'PYEOF' || { say "mutant $name: its source line is gone, update this script"; RC=1; rm -rf "$dir"; return; }
 import sys
 path, old, new = sys.argv[1:]
 text = open(path).read()

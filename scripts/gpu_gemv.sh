@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The decode matrix-vector kernels (infer_ref/kernels/gemv/) on a CUDA machine: the GPU tests
+# The decode matrix-vector kernels (infer_ref/fast/kernels/gemv/) on a CUDA machine: the GPU tests
 # against the float64 oracle, the launch-config sweep against cuBLAS (its best configs print as the
 # tables to paste into gemv.py), the per-layer chain of fused projections (norms and residual adds
 # folded in) under a CUDA graph, then planted-bug kernels that the GPU tests must catch.
@@ -51,7 +51,7 @@ if want chain; then
 fi
 
 # mutant NAME OLD NEW GPU_TESTS INTERPRET_TESTS [FILE]: a copy of the package with OLD replaced by
-# NEW in infer_ref/kernels/FILE (default gemv/kernel.py: the kernels; gemv/launch.py their launch); the GPU
+# NEW in infer_ref/fast/kernels/FILE (default gemv/kernel.py: the kernels; gemv/launch.py their launch); the GPU
 # tests selected by -k GPU_TESTS must fail on it (stopping at the first failure). In the
 # interpret-mutants stage the interpreter tests selected by -k INTERPRET_TESTS run instead ("-":
 # none can, e.g. int32 addressing, PDL).
@@ -61,7 +61,7 @@ mutant() {
     if [ "$MODE" = interpret ] && [ "$isel" = - ]; then say "mutant $name: no interpreter test applies"; return; fi
     dir=$(mktemp -d)
     cp -r infer_ref tests benchmarks conftest.py pyproject.toml "$dir"/
-    $PY - "$dir/infer_ref/kernels/$file" "$old" "$new" <<'PYEOF' || { say "mutant $name: its source line is gone, update this script"; RC=1; rm -rf "$dir"; return; }
+    $PY - "$dir/infer_ref/fast/kernels/$file" "$old" "$new" <<'PYEOF' || { say "mutant $name: its source line is gone, update this script"; RC=1; rm -rf "$dir"; return; }
 import sys
 path, old, new = sys.argv[1:]
 text = open(path).read()

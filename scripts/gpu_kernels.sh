@@ -59,7 +59,7 @@ PYEOF
     rm -rf "$dir"
 }
 if want mutants; then
-    PA=infer_ref/kernels/attention/kernel.py ST=infer_ref/kernels/store/kernel.py
+    PA=infer_ref/fast/kernels/attention/kernel.py ST=infer_ref/fast/kernels/store/kernel.py
     mutant window_off_by_one $PA "tl.maximum(n - window, 0)" "tl.maximum(n - window - 1, 0)" window
     mutant window_ignored $PA "first = tl.where(window > 0, tl.maximum(n - window, 0), 0)" "first = 0" window
     mutant minus_one_wraps $ST "slot = tl.load(slot_ptr + token).to(tl.int64)" \

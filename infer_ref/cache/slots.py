@@ -4,7 +4,7 @@ A layer's storage is seen as ``[outer, inner, Hkv, D]`` (a paged pool ``[num_blo
 Hkv, D]``, or a contiguous layer as ``[B*Hkv, S, 1, D]``); slot ``s`` is row ``(s // inner, s % inner)``.
 A cache computes the slots of a write or a read here and copies through them with :func:`store_rows`
 unless its caller hands it another store with the same contract (the fast path hands it
-:func:`infer_ref.kernels.store.store_kvcache`, which writes in place also inside ``torch.compile``).
+:func:`infer_ref.fast.kernels.store.store_kvcache`, which writes in place also inside ``torch.compile``).
 """
 
 from __future__ import annotations

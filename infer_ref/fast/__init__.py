@@ -7,7 +7,7 @@ kernel-backed classes into a model (``modules.py`` says how and why that keeps i
 other caller); a :class:`FastDecoder` does it when it is built, and the runtime does it for models
 on CUDA.
 
-Names are loaded on first use (PEP 562), so ``infer_ref.kernels`` can import the switch without
+Names are loaded on first use (PEP 562), so ``infer_ref.fast.kernels`` can import the switch without
 pulling in the decoder, which imports the kernels.
 """
 

@@ -12,7 +12,7 @@ recognising a mask).
   Triton store, then the paged decode kernel reading K/V through the step's block tables with its
   lengths, instead of gathering them.
 - **Anything else on an infer_ref slot cache**: the reference attention, its write through the
-  Triton store (:func:`~infer_ref.kernels.store.store_kvcache`, the reference off CUDA): it writes in
+  Triton store (:func:`~infer_ref.fast.kernels.store.store_kvcache`, the reference off CUDA): it writes in
   place also inside ``torch.compile``, where a traced ``index_copy_`` into the buffer becomes a copy
   of the whole layer per step.
 - Any other cache, or none: the reference attention unchanged.
@@ -28,8 +28,8 @@ from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.cache.static_paged import StaticPagedKVCache
 from infer_ref.fast.decode_step import contiguous_decode_step, paged_decode_step
-from infer_ref.kernels.attention import paged_decode_attention
-from infer_ref.kernels.store import store_kvcache
+from infer_ref.fast.kernels.attention import paged_decode_attention
+from infer_ref.fast.kernels.store import store_kvcache
 from infer_ref.models.common import Attention
 from infer_ref.step import Step
 

@@ -6,7 +6,7 @@ step is a one-token step on such a layout) decodes one token per row at the devi
 head transform to the token's q and k (per-head norms, then RoPE; :class:`~infer_ref.attention.HeadTransform`,
 or none when the caller already applied it), write its K/V at ``pos``, then attend over positions
 ``[0, pos]`` (a sliding layer: its window). On CUDA all of it is one kernel,
-:func:`infer_ref.kernels.attention.decode_attention_triton`, reading the length ``pos + 1``
+:func:`infer_ref.fast.kernels.attention.decode_attention_triton`, reading the length ``pos + 1``
 on the device and only the valid prefix.
 
 Why one operation: under ``torch.compile`` a Triton launch that writes into the cache is traced
@@ -27,14 +27,14 @@ import torch
 from torch import Tensor
 
 from infer_ref.attention import HeadTransform
-from infer_ref.kernels.attention import (
+from infer_ref.fast.kernels.attention import (
     HAVE_TRITON,
     contiguous_layer_as_paged,
     decode_attention_triton,
     paged_decode_attention_reference,
     slots_through_tables,
 )
-from infer_ref.kernels.store import store_kvcache_reference
+from infer_ref.fast.kernels.store import store_kvcache_reference
 from infer_ref.norm import NormSpec
 
 # A contiguous layer [B, Hkv, S, D] is read as a paged pool of blocks this long (identity tables).

@@ -5,7 +5,7 @@ gets a subclass that adds the fast path's kernels and otherwise falls back to th
 itself (``super().forward``):
 
 - :class:`KernelLinear` / :class:`KernelPackedLinear`: while the decode kernels are switched on
-  (``switch.py`` says why only in a captured step), :func:`infer_ref.kernels.gemv.linear` computes
+  (``switch.py`` says why only in a captured step), :func:`infer_ref.fast.kernels.gemv.linear` computes
   ``residual + out_norm(in_norm(x) @ W^T + b)`` in one matrix-vector kernel;
 - :class:`KernelMLP`: ``act(gate) * up`` in one gated matrix-vector kernel, under the same switch;
 - :class:`~infer_ref.fast.attention.FastAttention`: the fused decode step and the paged decode
@@ -29,8 +29,8 @@ from typing import TypeVar
 from torch import Tensor, nn
 
 from infer_ref.fast.attention import FastAttention
+from infer_ref.fast.kernels import gemv
 from infer_ref.fast.switch import decode_kernels_enabled
-from infer_ref.kernels import gemv
 from infer_ref.models.common import (
     MLP,
     Attention,
@@ -51,7 +51,7 @@ def _raw_input(x: ProjectionInput) -> tuple[Tensor, NormSpec | None]:
 
 
 class KernelLinear(DecodeLinear):
-    """:class:`DecodeLinear` through :func:`infer_ref.kernels.gemv.linear` while the decode kernels are on."""
+    """:class:`DecodeLinear` through :func:`infer_ref.fast.kernels.gemv.linear` while the decode kernels are on."""
 
     def forward(
         self, x: ProjectionInput, *, residual: Tensor | None = None, out_norm: RMSNorm | None = None

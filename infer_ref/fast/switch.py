@@ -20,7 +20,7 @@ _ENABLED = False
 
 
 def decode_kernels_enabled() -> bool:
-    """Whether :func:`infer_ref.kernels.gemv.linear` and ``gated_mlp`` may take their Triton kernels."""
+    """Whether :func:`infer_ref.fast.kernels.gemv.linear` and ``gated_mlp`` may take their Triton kernels."""
     return _ENABLED
 
 

@@ -30,14 +30,14 @@ import torch
 
 from infer_ref.conformance.assertions import assert_close as kit_assert_close
 from infer_ref.conformance.oracles.paged import scatter_to_paged
-from infer_ref.kernels.attention import (
+from infer_ref.fast.kernels.attention import (
     contiguous_layer_as_paged,
     decode_attention,
     decode_attention_reference,
     decode_attention_triton,
 )
-from infer_ref.kernels.attention import launch as attention_launch
-from infer_ref.kernels.common import HAVE_TRITON
+from infer_ref.fast.kernels.attention import launch as attention_launch
+from infer_ref.fast.kernels.common import HAVE_TRITON
 from infer_ref.norm import NormSpec
 
 pytestmark = [

@@ -40,7 +40,7 @@ import torch
 
 from infer_ref.conformance.assertions import assert_close as kit_assert_close
 from infer_ref.conformance.oracles.paged import scatter_to_paged
-from infer_ref.kernels.attention import (
+from infer_ref.fast.kernels.attention import (
     AttentionCall,
     LaunchKnobs,
     contiguous_layer_as_paged,
@@ -50,9 +50,14 @@ from infer_ref.kernels.attention import (
     paged_decode_attention_reference,
     paged_decode_attention_triton,
 )
-from infer_ref.kernels.attention import launch as attention_launch
-from infer_ref.kernels.attention.kernel import NORM_GEMMA, NORM_LLAMA, NORM_NONE, _decode_attention_kernel
-from infer_ref.kernels.common import HAVE_TRITON, DeviceProfile
+from infer_ref.fast.kernels.attention import launch as attention_launch
+from infer_ref.fast.kernels.attention.kernel import (
+    NORM_GEMMA,
+    NORM_LLAMA,
+    NORM_NONE,
+    _decode_attention_kernel,
+)
+from infer_ref.fast.kernels.common import HAVE_TRITON, DeviceProfile
 from infer_ref.norm import NormSpec
 
 interpret = pytest.mark.interpret

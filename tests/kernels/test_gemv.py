@@ -50,11 +50,9 @@ from infer_ref.conformance.oracles.gemv import (
 )
 from infer_ref.fast import modules as fast_modules
 from infer_ref.fast import switch
-from infer_ref.fast.modules import use_fast_modules
-from infer_ref.fast.switch import decode_kernels, decode_kernels_enabled
-from infer_ref.kernels import gemv
-from infer_ref.kernels.common import INTERPRETED_AS, DeviceProfile
-from infer_ref.kernels.gemv import (
+from infer_ref.fast.kernels import gemv
+from infer_ref.fast.kernels.common import INTERPRETED_AS, DeviceProfile
+from infer_ref.fast.kernels.gemv import (
     MAX_ROWS,
     SM90,
     GemvConfig,
@@ -69,9 +67,11 @@ from infer_ref.kernels.gemv import (
     prefetched_tiles,
     split_plan,
 )
-from infer_ref.kernels.gemv import kernel as gemv_kernel
-from infer_ref.kernels.gemv import launch as gemv_launch
-from infer_ref.kernels.gemv import op as gemv_op
+from infer_ref.fast.kernels.gemv import kernel as gemv_kernel
+from infer_ref.fast.kernels.gemv import launch as gemv_launch
+from infer_ref.fast.kernels.gemv import op as gemv_op
+from infer_ref.fast.modules import use_fast_modules
+from infer_ref.fast.switch import decode_kernels, decode_kernels_enabled
 from infer_ref.models.common import MLP, GemmaRMSNorm, RMSNorm
 from infer_ref.norm import NormSpec
 

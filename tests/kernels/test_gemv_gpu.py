@@ -35,10 +35,9 @@ from benchmarks.bench_gemv import FusedStages, decode_projections, decode_stages
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS
 from infer_ref.conformance.oracles.gemv import gated_epilogue_oracle, gated_oracle, linear_oracle, violations
-from infer_ref.fast.switch import decode_kernels
-from infer_ref.kernels import gemv
-from infer_ref.kernels.common import ENV_SWITCH, device_profile
-from infer_ref.kernels.gemv import (
+from infer_ref.fast.kernels import gemv
+from infer_ref.fast.kernels.common import ENV_SWITCH, device_profile
+from infer_ref.fast.kernels.gemv import (
     CUBLAS_SHAPES,
     GATED_CONFIGS,
     LINEAR_CONFIGS,
@@ -55,7 +54,8 @@ from infer_ref.kernels.gemv import (
     linear_triton,
     split_plan,
 )
-from infer_ref.kernels.gemv import launch as gemv_launch
+from infer_ref.fast.kernels.gemv import launch as gemv_launch
+from infer_ref.fast.switch import decode_kernels
 from infer_ref.norm import NormSpec
 
 pytestmark = [

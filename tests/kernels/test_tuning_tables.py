@@ -23,11 +23,11 @@ import pytest
 import torch
 
 from infer_ref.config import ModelConfig
-from infer_ref.kernels import common
-from infer_ref.kernels.attention import decode_num_splits, default_tile
-from infer_ref.kernels.attention.tuning import combine_chunk
-from infer_ref.kernels.gemv import CUBLAS_SHAPES, MAX_ROWS, GemvConfig, gemv_config
 from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS
+from infer_ref.fast.kernels import common
+from infer_ref.fast.kernels.attention import decode_num_splits, default_tile
+from infer_ref.fast.kernels.attention.tuning import combine_chunk
+from infer_ref.fast.kernels.gemv import CUBLAS_SHAPES, MAX_ROWS, GemvConfig, gemv_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -1,5 +1,5 @@
-"""The kit's old import paths (``infer_ref.testing``, ``infer_ref.golden``) keep working for one
-release: each warns with a DeprecationWarning naming the new path and yields the same objects.
+"""Old import paths (the kit's ``infer_ref.testing`` and ``infer_ref.golden``, the kernels, the fast
+decoder, the block manager, the command-line modules) keep working for one release: each warns with a DeprecationWarning naming the new path and yields the same objects.
 
 Each check runs in a fresh interpreter, where no old name has been imported (or warned about) yet.
 """
@@ -38,6 +38,12 @@ USER_PATHS = {
     "infer_ref.golden.errors:GoldenMismatch": "infer_ref.conformance.oracles.golden.results:GoldenMismatch",
     "infer_ref.golden.report:VerifyReport": "infer_ref.conformance.oracles.golden.results:VerifyReport",
     "infer_ref.golden.synthetic:synthetic_state_dict": "infer_ref.conformance.checkpoints.golden_models:synthetic_state_dict",
+    "infer_ref.kernels:store_kvcache": "infer_ref.fast.kernels:store_kvcache",
+    "infer_ref.kernels.norm:rms_norm": "infer_ref.norm:rms_norm",
+    "infer_ref.kernels.rotary:apply_rope": "infer_ref.rotary:apply_rope",
+    "infer_ref.engine.fast_decode:FastDecoder": "infer_ref.fast.decoder:FastDecoder",
+    "infer_ref.cache.prefix:BlockManager": "infer_ref.engine.block_manager:BlockManager",
+    "infer_ref.golden_cli:main": "infer_ref.cli.golden:main",
 }
 
 

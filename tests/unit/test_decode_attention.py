@@ -21,7 +21,7 @@ import torch
 
 from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
 from infer_ref.conformance.oracles.paged import scatter_to_paged
-from infer_ref.kernels.attention import (
+from infer_ref.fast.kernels.attention import (
     AttentionCall,
     LaunchKnobs,
     check_decode_attention_args,
@@ -31,10 +31,10 @@ from infer_ref.kernels.attention import (
     paged_decode_attention_reference,
     paged_decode_attention_triton,
 )
-from infer_ref.kernels.attention import kernel as attention_kernel
-from infer_ref.kernels.attention import launch as attention_launch
-from infer_ref.kernels.attention import op as attention_op
-from infer_ref.kernels.store import store_kvcache_reference
+from infer_ref.fast.kernels.attention import kernel as attention_kernel
+from infer_ref.fast.kernels.attention import launch as attention_launch
+from infer_ref.fast.kernels.attention import op as attention_op
+from infer_ref.fast.kernels.store import store_kvcache_reference
 from infer_ref.norm import NormSpec, rms_norm
 from infer_ref.rotary import apply_rope
 

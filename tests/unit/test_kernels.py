@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from infer_ref.conformance.assertions import assert_close, assert_equal
 from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
 from infer_ref.conformance.oracles.paged import relabel_blocks, scatter_to_paged
-from infer_ref.kernels import gather_paged_kv, paged_decode_attention, store_kvcache
-from infer_ref.kernels.attention import contiguous_layer_as_paged
+from infer_ref.fast.kernels import gather_paged_kv, paged_decode_attention, store_kvcache
+from infer_ref.fast.kernels.attention import contiguous_layer_as_paged
 
 SENTINEL = -123.5  # exact in every float dtype: a slot still holding it was never written
 DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -339,7 +339,7 @@ def test_decode_refuses_bad_arguments(kwargs: dict, error: type, message: str) -
 
 def test_importing_the_kernels_never_warns() -> None:
     """With or without Triton installed: ``-W error`` turns any import-time warning into a failure."""
-    code = "import infer_ref, infer_ref.kernels; print(infer_ref.kernels.common.HAVE_TRITON)"
+    code = "import infer_ref, infer_ref.fast.kernels; print(infer_ref.fast.kernels.common.HAVE_TRITON)"
     done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() in ("True", "False")
@@ -348,7 +348,7 @@ def test_importing_the_kernels_never_warns() -> None:
 def test_decode_splits_give_four_waves_but_never_an_empty_tile() -> None:
     """decode_num_splits from its arithmetic: ceil(4 * SMs / (B * Hkv)) programs' worth of splits,
     at most one per 64-key tile of the longest visible range, at least 1, at most 128."""
-    from infer_ref.kernels.attention import decode_num_splits
+    from infer_ref.fast.kernels.attention import decode_num_splits
 
     assert decode_num_splits(1, 8, 4096, 64, 132) == 64  # min(ceil(528 / 8) = 66, 4096 / 64 = 64)
     assert decode_num_splits(1, 8, 16384, 64, 132) == 66  # four waves bind: 66 < 256 tiles
@@ -360,7 +360,7 @@ def test_decode_splits_give_four_waves_but_never_an_empty_tile() -> None:
 def test_programmatic_dependent_launch_is_never_used_off_a_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """kernels/common.py's PDL helpers: no PDL on the CPU or under the interpreter (neither has griddepcontrol), and
     the Triton launch keyword is passed only with it."""
-    from infer_ref.kernels import common as pdl
+    from infer_ref.fast.kernels import common as pdl
 
     cpu = torch.device("cpu")
     assert pdl.pdl_launch(cpu) is False

@@ -19,14 +19,14 @@ import torch
 
 from infer_ref.conformance.oracles.definitions import naive_attention, visible_keys
 from infer_ref.conformance.oracles.paged import PagedLayout, scatter_to_paged, to_device
-from infer_ref.kernels.attention import (
+from infer_ref.fast.kernels.attention import (
     contiguous_layer_as_paged,
     paged_decode_attention,
     paged_decode_attention_reference,
     paged_decode_attention_triton,
 )
-from infer_ref.kernels.common import HAVE_TRITON
-from infer_ref.kernels.store import store_kvcache, store_kvcache_reference
+from infer_ref.fast.kernels.common import HAVE_TRITON
+from infer_ref.fast.kernels.store import store_kvcache, store_kvcache_reference
 
 pytestmark = [
     pytest.mark.gpu,

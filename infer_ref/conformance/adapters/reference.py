@@ -27,7 +27,7 @@ from infer_ref.conformance.interface.contract import CacheContract
 from infer_ref.conformance.oracles.allocator import driver_factory
 from infer_ref.engine.generate import generate as _generate
 from infer_ref.engine.sampling import SamplingParams, sample_token, warp_logits
-from infer_ref.kernels import paged_decode_attention, store_kvcache
+from infer_ref.fast.kernels import paged_decode_attention, store_kvcache
 from infer_ref.loader import load_model as _load_model
 from infer_ref.models.common import RotaryEmbedding, apply_rope
 from infer_ref.tokenizer import Tokenizer

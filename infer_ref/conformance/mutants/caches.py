@@ -16,8 +16,8 @@ from infer_ref.cache.paged import PagedKVCache
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.conformance.adapters import reference as ref
 from infer_ref.conformance.interface.adapter import CacheSpec
-from infer_ref.kernels.attention import paged_decode_attention_reference
-from infer_ref.kernels.store import check_store_args
+from infer_ref.fast.kernels.attention import paged_decode_attention_reference
+from infer_ref.fast.kernels.store import check_store_args
 
 # The cache-system bug classes (slot mapping, paged reads, snapshots), in the words of the incidents.
 CACHE_BUG_CLASSES = (

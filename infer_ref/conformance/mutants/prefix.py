@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from infer_ref.engine.block_manager import BlockManager, TokenSequence
 from infer_ref.conformance.adapters import reference as ref
 from infer_ref.conformance.interface.adapter import Adapter
 from infer_ref.conformance.oracles.allocator import driver_factory
+from infer_ref.engine.block_manager import BlockManager, TokenSequence
 
 PREFIX_BUG_CLASSES = (
     "block hash not chained to its parent",

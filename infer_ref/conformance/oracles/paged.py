@@ -1,6 +1,6 @@
 """Paged layouts for tests: contiguous K/V scattered into randomly permuted physical blocks.
 
-Written with plain slicing, sharing no code with ``infer_ref.kernels`` (whose reads it checks).
+Written with plain slicing, sharing no code with ``infer_ref.fast.kernels`` (whose reads it checks).
 Every slot that holds no live entry (the tail of a row's last block, spare blocks, the blocks that
 stale table entries point at) is filled with ``fill`` (NaN by default), so a reader that touches
 one shows it.

@@ -38,9 +38,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from infer_ref.engine.block_manager import HashFn, block_hash
 from infer_ref.conformance.interface.adapter import Adapter
 from infer_ref.conformance.oracles.allocator import PoolModel, collide_all, snapshot
+from infer_ref.engine.block_manager import HashFn, block_hash
 
 pytestmark = pytest.mark.ir_requires("block_manager")
 

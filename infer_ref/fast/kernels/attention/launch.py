@@ -15,16 +15,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.attention.checks import check_decode_args, check_decode_attention_args
-from infer_ref.kernels.attention.kernel import NORM_GEMMA, NORM_LLAMA, NORM_NONE
-from infer_ref.kernels.attention.tuning import combine_chunk, decode_num_splits, default_tile
-from infer_ref.kernels.common import HAVE_TRITON, KERNEL_DTYPES, device_profile, pdl_options
+from infer_ref.fast.kernels.attention.checks import check_decode_args, check_decode_attention_args
+from infer_ref.fast.kernels.attention.kernel import NORM_GEMMA, NORM_LLAMA, NORM_NONE
+from infer_ref.fast.kernels.attention.tuning import combine_chunk, decode_num_splits, default_tile
+from infer_ref.fast.kernels.common import HAVE_TRITON, KERNEL_DTYPES, device_profile, pdl_options
 from infer_ref.norm import NormSpec
 
 if HAVE_TRITON:
     import triton
 
-    from infer_ref.kernels.attention.kernel import _decode_attention_kernel
+    from infer_ref.fast.kernels.attention.kernel import _decode_attention_kernel
 
 
 @dataclasses.dataclass(frozen=True)

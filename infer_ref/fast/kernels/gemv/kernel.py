@@ -9,13 +9,13 @@ the out_norm combine (``_combine_norm_kernel``: a program per whole row).
 
 from __future__ import annotations
 
-from infer_ref.kernels.common import HAVE_TRITON
+from infer_ref.fast.kernels.common import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from infer_ref.kernels.common import pdl_prologue
+    from infer_ref.fast.kernels.common import pdl_prologue
 
 # The kernels' activation codes (a Triton constexpr), one per name of ``reference.ACTIVATIONS``.
 ACT_CODES = {"silu": 0, "gelu_pytorch_tanh": 1}

@@ -4,13 +4,13 @@ one launch; the package docstring describes it, ``launch.py`` launches it).
 
 from __future__ import annotations
 
-from infer_ref.kernels.common import HAVE_TRITON
+from infer_ref.fast.kernels.common import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from infer_ref.kernels.common import pdl_prologue
+    from infer_ref.fast.kernels.common import pdl_prologue
 
 # The NORM constexpr: which RMSNorm formula (infer_ref/norm.py), or none.
 NORM_NONE, NORM_LLAMA, NORM_GEMMA = 0, 1, 2

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from infer_ref.kernels.common import DeviceProfile
+from infer_ref.fast.kernels.common import DeviceProfile
 
 SM90 = (9, 0)  # H100, H200: the device the tiling was measured on
 

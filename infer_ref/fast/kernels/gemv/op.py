@@ -14,11 +14,11 @@ import math
 import torch
 from torch import Tensor
 
+from infer_ref.fast.kernels.common import HAVE_TRITON, KERNEL_DTYPES
+from infer_ref.fast.kernels.gemv.launch import MAX_ROWS, gated_mlp_triton, linear_triton
+from infer_ref.fast.kernels.gemv.reference import GemvCall, gated_product, linear_reference
+from infer_ref.fast.kernels.gemv.tuning import CUBLAS_SHAPES
 from infer_ref.fast.switch import decode_kernels_enabled
-from infer_ref.kernels.common import HAVE_TRITON, KERNEL_DTYPES
-from infer_ref.kernels.gemv.launch import MAX_ROWS, gated_mlp_triton, linear_triton
-from infer_ref.kernels.gemv.reference import GemvCall, gated_product, linear_reference
-from infer_ref.kernels.gemv.tuning import CUBLAS_SHAPES
 from infer_ref.norm import NormSpec
 
 
@@ -111,7 +111,7 @@ def gated_mlp(
 # -- custom ops ------------------------------------------------------------------------------------
 # torch.compile sees each call as one opaque node: Inductor neither re-lays out the kernel's inputs
 # nor launches the kernel itself, so the launch keeps its options (programmatic dependent launch,
-# infer_ref/kernels/common.py) and its tuned configuration. A custom op cannot take a NormSpec: each
+# infer_ref/fast/kernels/common.py) and its tuned configuration. A custom op cannot take a NormSpec: each
 # norm travels as (weight or None, eps, unit_offset).
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from infer_ref.kernels.common import DeviceProfile
+from infer_ref.fast.kernels.common import DeviceProfile
 
 # Programs the default configuration aims for, per SM of the device: about four (528 on an H100's
 # 132 SMs), enough to keep the memory system busy while some programs wait on their loads.

@@ -23,7 +23,7 @@ per token, the block the next powers of two of the heads and the head dim) and n
 ``torch.compile`` the decode steps store through their own ops.
 """
 
-from infer_ref.kernels.store.launch import store_kvcache, store_kvcache_triton
-from infer_ref.kernels.store.reference import check_store_args, store_kvcache_reference
+from infer_ref.fast.kernels.store.launch import store_kvcache, store_kvcache_triton
+from infer_ref.fast.kernels.store.reference import check_store_args, store_kvcache_reference
 
 __all__ = ["check_store_args", "store_kvcache", "store_kvcache_reference", "store_kvcache_triton"]

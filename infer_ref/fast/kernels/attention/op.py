@@ -11,10 +11,13 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.attention.checks import check_decode_args, check_decode_attention_args
-from infer_ref.kernels.attention.launch import decode_attention_triton, paged_decode_attention_triton
-from infer_ref.kernels.attention.reference import decode_attention_reference, paged_decode_attention_reference
-from infer_ref.kernels.common import HAVE_TRITON, KERNEL_DTYPES
+from infer_ref.fast.kernels.attention.checks import check_decode_args, check_decode_attention_args
+from infer_ref.fast.kernels.attention.launch import decode_attention_triton, paged_decode_attention_triton
+from infer_ref.fast.kernels.attention.reference import (
+    decode_attention_reference,
+    paged_decode_attention_reference,
+)
+from infer_ref.fast.kernels.common import HAVE_TRITON, KERNEL_DTYPES
 from infer_ref.norm import NormSpec
 
 

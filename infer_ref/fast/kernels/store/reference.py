@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.common import overlap
+from infer_ref.fast.kernels.common import overlap
 
 
 def check_store_args(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:

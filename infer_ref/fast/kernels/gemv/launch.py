@@ -1,5 +1,5 @@
 """Launching the decode matrix-vector kernels: the kernel-only checks, the launch of a checked
-:class:`~infer_ref.kernels.gemv.reference.GemvCall` (the main kernel, then a combine kernel where
+:class:`~infer_ref.fast.kernels.gemv.reference.GemvCall` (the main kernel, then a combine kernel where
 split K or out_norm needs one), and the kernels' entry points :func:`linear_triton` and
 :func:`gated_mlp_triton` (CUDA tensors, or CPU ones under ``TRITON_INTERPRET=1``).
 
@@ -15,16 +15,16 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.common import HAVE_TRITON, KERNEL_DTYPES, device_profile, pdl_options
-from infer_ref.kernels.gemv.kernel import ACT_CODES
-from infer_ref.kernels.gemv.reference import GemvCall
-from infer_ref.kernels.gemv.tuning import PATHS, GemvConfig, gemv_config, prefetched_tiles, split_plan
+from infer_ref.fast.kernels.common import HAVE_TRITON, KERNEL_DTYPES, device_profile, pdl_options
+from infer_ref.fast.kernels.gemv.kernel import ACT_CODES
+from infer_ref.fast.kernels.gemv.reference import GemvCall
+from infer_ref.fast.kernels.gemv.tuning import PATHS, GemvConfig, gemv_config, prefetched_tiles, split_plan
 from infer_ref.norm import NormSpec
 
 if HAVE_TRITON:
     import triton
 
-    from infer_ref.kernels.gemv.kernel import _combine_kernel, _combine_norm_kernel, _gemv_kernel
+    from infer_ref.fast.kernels.gemv.kernel import _combine_kernel, _combine_norm_kernel, _gemv_kernel
 
 # Rows (batch x tokens) the kernels take. Decode is 1 row per sequence; 8 covers small batches and
 # short speculative verify steps. The dot paths pad rows to 16 anyway (the smallest tl.dot tile),
@@ -146,7 +146,7 @@ def linear_triton(
 ) -> Tensor:
     """The kernel for :func:`linear_reference` (``x [..., K]`` with 1..MAX_ROWS rows; CUDA, or CPU
     tensors under ``TRITON_INTERPRET=1``). ``config`` overrides :func:`gemv_config` (tests, sweeps);
-    the other arguments are :func:`~infer_ref.kernels.gemv.linear`'s."""
+    the other arguments are :func:`~infer_ref.fast.kernels.gemv.linear`'s."""
     call = GemvCall(
         x, weight, bias, out, in_norm=in_norm, residual=residual, out_norm=out_norm,
         weight_is_constant=weight_is_constant, residual_is_settled=residual_is_settled,

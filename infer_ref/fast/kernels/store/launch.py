@@ -6,13 +6,13 @@ from typing import Any
 
 from torch import Tensor
 
-from infer_ref.kernels.common import HAVE_TRITON, pdl_options
-from infer_ref.kernels.store.reference import check_store_args, store_kvcache_reference
+from infer_ref.fast.kernels.common import HAVE_TRITON, pdl_options
+from infer_ref.fast.kernels.store.reference import check_store_args, store_kvcache_reference
 
 if HAVE_TRITON:
     import triton
 
-    from infer_ref.kernels.store.kernel import _store_kvcache_kernel
+    from infer_ref.fast.kernels.store.kernel import _store_kvcache_kernel
 
 
 def store_kvcache_triton(k: Tensor, v: Tensor, k_cache: Tensor, v_cache: Tensor, slot_mapping: Tensor) -> None:

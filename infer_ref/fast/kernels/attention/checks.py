@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from infer_ref.kernels.common import overlap
+from infer_ref.fast.kernels.common import overlap
 from infer_ref.norm import NormSpec
 
 

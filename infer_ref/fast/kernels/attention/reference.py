@@ -24,8 +24,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from infer_ref.cache.slots import gather_slots, slots_through_tables
-from infer_ref.kernels.attention.checks import check_decode_attention_args
-from infer_ref.kernels.store.reference import store_kvcache_reference
+from infer_ref.fast.kernels.attention.checks import check_decode_attention_args
+from infer_ref.fast.kernels.store.reference import store_kvcache_reference
 from infer_ref.norm import NormSpec
 from infer_ref.rotary import apply_rope
 
@@ -126,7 +126,7 @@ def decode_attention_reference(
         cos, sin: ``[B, D]`` (per row) or ``[1, D]`` (shared): the RoPE tables of the new token's
             position, in the activation dtype; both None: no RoPE.
         k_cache, v_cache: one layer's pool ``[num_blocks, block_size, Hkv, D]`` (possibly a strided
-            view, :func:`~infer_ref.kernels.attention.layout.contiguous_layer_as_paged`); the new
+            view, :func:`~infer_ref.fast.kernels.attention.layout.contiguous_layer_as_paged`); the new
             K/V are written in place at position ``seq_lens[b] - 1`` through the block table.
         block_tables: ``[B, M]`` int32/int64 block ids.
         seq_lens: ``[B]`` int32/int64, the length of each row after this token (``>= 1``).

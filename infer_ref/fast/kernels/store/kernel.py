@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from infer_ref.kernels.common import HAVE_TRITON
+from infer_ref.fast.kernels.common import HAVE_TRITON
 
 if HAVE_TRITON:
     import triton
     import triton.language as tl
 
-    from infer_ref.kernels.common import pdl_prologue
+    from infer_ref.fast.kernels.common import pdl_prologue
 
 if HAVE_TRITON:
 

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from infer_ref.activations import ACTIVATIONS
-from infer_ref.kernels.common import overlap, same_view
+from infer_ref.fast.kernels.common import overlap, same_view
 from infer_ref.norm import NormSpec
 
 # Rows (batch x tokens) the kernels take. Decode is 1 row per sequence; 8 covers small batches and
@@ -230,8 +230,8 @@ def check_gated_args(
 
 @dataclasses.dataclass(frozen=True)
 class GemvCall:
-    """One product's arguments, as :func:`~infer_ref.kernels.gemv.linear` or (``gated``)
-    :func:`~infer_ref.kernels.gemv.gated_mlp` (``act`` an :data:`ACTIVATIONS` name) takes them."""
+    """One product's arguments, as :func:`~infer_ref.fast.kernels.gemv.linear` or (``gated``)
+    :func:`~infer_ref.fast.kernels.gemv.gated_mlp` (``act`` an :data:`ACTIVATIONS` name) takes them."""
 
     x: Tensor  # [..., K]
     weight: Tensor  # [N, K]; gated: [2I, K]

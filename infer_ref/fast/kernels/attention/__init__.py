@@ -40,7 +40,7 @@ heads of one KV head, or ``heads_per_program`` of them):
   split, and every launch with ``NUM_SPLITS == 1``, skips partials and counter entirely.
 
 The preload (``preload=True``; the decode steps launch with it). With programmatic dependent
-launch (``infer_ref/kernels/common.py``) the kernel may start
+launch (``infer_ref/fast/kernels/common.py``) the kernel may start
 while the one before it (the layer's qkv projection) still runs; until its dependency wait only
 data no earlier kernel is still writing may be read. The bulk of the kernel's reads, the cached
 K/V of positions before ``n - 1``, is such data in a model's step: only this kernel writes them,
@@ -70,24 +70,24 @@ the split count), ``kernel.py`` (the Triton kernel), ``launch.py`` (:class:`Atte
 custom ops).
 """
 
-from infer_ref.kernels.attention.checks import check_decode_args, check_decode_attention_args
-from infer_ref.kernels.attention.launch import (
+from infer_ref.fast.kernels.attention.checks import check_decode_args, check_decode_attention_args
+from infer_ref.fast.kernels.attention.launch import (
     AttentionCall,
     LaunchKnobs,
     decode_attention_triton,
     paged_decode_attention_triton,
 )
-from infer_ref.kernels.attention.layout import contiguous_layer_as_paged
-from infer_ref.kernels.attention.op import decode_attention, paged_decode_attention
-from infer_ref.kernels.attention.reference import (
+from infer_ref.fast.kernels.attention.layout import contiguous_layer_as_paged
+from infer_ref.fast.kernels.attention.op import decode_attention, paged_decode_attention
+from infer_ref.fast.kernels.attention.reference import (
     decode_attention_reference,
     gather_paged_kv,
     gather_slots,
     paged_decode_attention_reference,
     slots_through_tables,
 )
-from infer_ref.kernels.attention.tuning import Tile, decode_num_splits, default_tile
-from infer_ref.kernels.common import HAVE_TRITON
+from infer_ref.fast.kernels.attention.tuning import Tile, decode_num_splits, default_tile
+from infer_ref.fast.kernels.common import HAVE_TRITON
 
 __all__ = [
     "HAVE_TRITON",

@@ -49,7 +49,7 @@ The fused stages:
   the output (the main kernel with one split and no out_norm, else the combine).
 - ``weight_is_constant``: no earlier kernel of the stream writes the weight, so the program may
   issue its first weight tile's loads before its programmatic-dependent-launch wait
-  (``infer_ref/kernels/common.py`` allows loads of constant data there): the first K tile is peeled
+  (``infer_ref/fast/kernels/common.py`` allows loads of constant data there): the first K tile is peeled
   off the loop, loaded before ``pdl_prologue`` and consumed after it, and the weight stream
   overlaps the predecessor's tail. A public call cannot know this, so it is off by default.
 - ``residual_is_settled``: the residual was written before the kernel launched just before this
@@ -71,10 +71,10 @@ argument checks), ``tuning.py`` (:class:`GemvConfig` and the tables keyed by dev
 :func:`linear_triton`, :func:`gated_mlp_triton`), ``op.py`` (the dispatch and the custom ops).
 """
 
-from infer_ref.kernels.common import HAVE_TRITON
-from infer_ref.kernels.gemv.launch import MAX_ROWS, gated_mlp_triton, linear_triton
-from infer_ref.kernels.gemv.op import gated_mlp, linear
-from infer_ref.kernels.gemv.reference import (
+from infer_ref.fast.kernels.common import HAVE_TRITON
+from infer_ref.fast.kernels.gemv.launch import MAX_ROWS, gated_mlp_triton, linear_triton
+from infer_ref.fast.kernels.gemv.op import gated_mlp, linear
+from infer_ref.fast.kernels.gemv.reference import (
     ACTIVATIONS,
     GemvCall,
     check_gated_args,
@@ -82,7 +82,7 @@ from infer_ref.kernels.gemv.reference import (
     gated_mlp_reference,
     linear_reference,
 )
-from infer_ref.kernels.gemv.tuning import (
+from infer_ref.fast.kernels.gemv.tuning import (
     CUBLAS_SHAPES,
     GATED_CONFIGS,
     LINEAR_CONFIGS,
