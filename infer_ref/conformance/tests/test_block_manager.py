@@ -233,14 +233,14 @@ HASHES = {"xxh64": block_hash, "all_equal": collide_all}
 def test_allocator_state_machine(ir_adapter: Adapter, hash_name: str) -> None:
     hits = []
 
-    def make() -> AllocatorMachine:
+    def make() -> RuleBasedStateMachine:  # the factory type run_state_machine_as_test declares
         machine = AllocatorMachine(ir_adapter, HASHES[hash_name])
         hits.append(machine)
         return machine
 
     current = settings()
     run_state_machine_as_test(
-        make, settings=settings(current, max_examples=max(current.max_examples * 4, 40), stateful_step_count=40)  # type: ignore[arg-type]
+        make, settings=settings(current, max_examples=max(current.max_examples * 4, 40), stateful_step_count=40)
     )
     # With every hash equal the map holds one entry, so verified hits are rare by construction (that
     # variant checks that collisions never serve wrong blocks); with real hashes sharing must happen.
