@@ -120,3 +120,26 @@ def check_tokenizer_fits(tokenizer: object, model_type: str, vocab_size: int) ->
             f"the tokenizer has {tok_vocab} ids but the model's vocab_size is {vocab_size}: "
             "use the tokenizer of the model's snapshot"
         )
+
+
+def check_layer_index_type(layer_idx: object, num_layers: int) -> None:
+    """Raise ``TypeError`` unless ``layer_idx`` is a Python ``int`` (or ``bool``, which the range check refuses).
+
+    A NumPy integer or a 0-d tensor is an index of the wrong type, not an index out of range: the
+    message says so and how to convert it. Its range is the caller's check (``0..num_layers-1``).
+    """
+    if isinstance(layer_idx, int):
+        return
+    kind = type(layer_idx)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    hint = " (convert it with int())" if isinstance(layer_idx, (numbers.Integral, Tensor)) else ""
+    raise TypeError(f"layer index {layer_idx!r} is a {name}: expected a Python int in 0..{num_layers - 1}{hint}")
+
+
+def check_tokenizer_decodes(tokenizer: object) -> None:
+    """Refuse a tokenizer that cannot turn ids into text (``None``, or an object without ``decode``)."""
+    if not callable(getattr(tokenizer, "decode", None)):
+        raise UsageError(
+            f"tokenizer is {tokenizer!r}: generating text needs a tokenizer with decode(ids) "
+            "(the model's infer_ref.tokenizer.Tokenizer, or any object with that method)"
+        )
