@@ -34,12 +34,21 @@ def check_token_ids(ids: Tensor | Sequence[int], vocab_size: int, *, name: str =
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise TokenIdError(f"{name} must be a sequence of integer token ids, got {type(ids).__name__}")
     for i, value in enumerate(ids):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TokenIdError(
-                f"{name}[{i}] is {value!r} ({type(value).__name__}): token ids must be integers, never truncated floats"
-            )
-        if not 0 <= int(value) < vocab_size:
-            raise TokenIdError(f"{name}[{i}] is {int(value)}: expected a token id in [0, {vocab_size}) (the vocab_size)")
+        check_token_id(value, name=f"{name}[{i}]", vocab_size=vocab_size)
+
+
+def check_token_id(value: object, *, name: str, vocab_size: int | None = None) -> None:
+    """Raise :class:`TokenIdError` unless ``value`` is an integer in ``[0, vocab_size)`` (``>= 0`` without one).
+
+    ``bool`` and ``float`` are refused, never truncated; a Python int of any size is checked here,
+    before it reaches torch or the tokenizer (whose ``OverflowError`` would name nothing).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TokenIdError(f"{name} is {value!r} ({type(value).__name__}): token ids must be integers, never truncated floats")
+    if vocab_size is None and int(value) < 0:
+        raise TokenIdError(f"{name} is {int(value)}: expected a token id >= 0")
+    if vocab_size is not None and not 0 <= int(value) < vocab_size:
+        raise TokenIdError(f"{name} is {int(value)}: expected a token id in [0, {vocab_size}) (the vocab_size)")
 
 
 def _check_id_tensor(ids: Tensor, vocab_size: int, name: str) -> None:

@@ -106,6 +106,32 @@ def test_decode_refuses_bad_ids(llama_tokenizer: Tokenizer, ids: list[Any], word
 
 
 @pytest.mark.parametrize(
+    ("idx", "words"),
+    [(-1, ("idx is -1", "expected a token id >= 0")), (-(2**70), ("idx is -1180591620717411303424", ">= 0")),
+     (1.5, ("idx is 1.5", "float")), (True, ("idx is True", "bool"))],
+    ids=["token-id-to-token-negative", "token-id-to-token-huge-negative", "token-id-to-token-float", "token-id-to-token-bool"],
+)
+def test_id_to_token_refuses_ids_that_are_never_ids(llama_tokenizer: Tokenizer, idx: Any, words: tuple[str, ...]) -> None:
+    """A negative Python int used to reach the tokenizer library as ``OverflowError: number too small``."""
+    with pytest.raises(TokenIdError) as info:
+        llama_tokenizer.id_to_token(idx)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("idx", [VOCAB, 2**40, 2**70], ids=["vocab", "2-pow-40", "2-pow-70"])
+def test_id_to_token_past_the_vocabulary_is_none_as_documented(llama_tokenizer: Tokenizer, idx: int) -> None:
+    assert llama_tokenizer.id_to_token(idx) is None
+    assert llama_tokenizer.id_to_token(VOCAB - 1) is not None  # the last id is a token
+
+
+@pytest.mark.parametrize("ids", [-1, 5, None], ids=["token-decode-negative-int", "token-decode-int", "token-decode-none"])
+def test_decode_refuses_a_single_id_instead_of_a_sequence(llama_tokenizer: Tokenizer, ids: Any) -> None:
+    with pytest.raises(TokenIdError, match=rf"ids must be a sequence of integer token ids, got {ids!r} \({type(ids).__name__}\)"):
+        llama_tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize(
     ("ids", "error", "words"),
     [
         ([VOCAB], TokenIdError, ("token_ids[0]", str(VOCAB))),
