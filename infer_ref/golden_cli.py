@@ -36,7 +36,7 @@ from infer_ref.errors import (
     exit_code_for,
     run_reporting_user_errors,
 )
-from infer_ref.fileio import atomic_write_text, check_file_name
+from infer_ref.fileio import atomic_write_text, check_file_name, check_output_path
 
 EXIT_MISMATCH = EXIT_FAILED_CHECK
 EXIT_FORMAT = EXIT_BAD_DATA
@@ -175,6 +175,9 @@ def _run_verify(
         return EXIT_FORMAT, str(exc), None
     except (FileNotFoundError, InferRefError) as exc:
         return exit_code_for(exc) or EXIT_MISSING, f"error: {exc}", None
+    problem = _device_problem(doc, path, device)
+    if problem is not None:
+        return EXIT_USAGE, f"error: {problem}", None
     bar = Progress(golden.total_steps(doc), f"verify {Path(path).name} [{impl}]", not quiet)
     ctx = golden.planted_bug(plant) if plant else _null()
     try:
@@ -210,8 +213,35 @@ class _null:
 def _check_outputs(*paths: str | None) -> None:
     """Output paths that can never be written are refused before any work."""
     for path in paths:
-        if path is not None and Path(path).is_dir():
-            raise UsageError(f"output path {path} is a folder: expected a file path")
+        if path is not None:
+            check_output_path(path)
+
+
+def _check_device_option(device: str | None) -> None:
+    """``--device`` names a device this machine has (checked once, before any file is read)."""
+    from infer_ref.cli import resolve_device
+
+    if device is not None:
+        resolve_device(device)
+
+
+def _device_problem(doc: dict[str, Any], path: str, device: str | None) -> str | None:
+    """Why ``doc`` cannot be verified here without ``--device`` (its recorded device is missing), or None."""
+    from infer_ref.cli import resolve_device
+
+    if device is not None:  # checked by _check_device_option
+        return None
+    recorded = doc["run"]["device"]
+    try:
+        resolve_device(recorded)
+    except UsageError:
+        return (
+            f"{path} records a run on {recorded} ({doc['run']['dtype']}): verifying it needs a {recorded.upper()} "
+            f"device and this machine has none: verify it on a machine with one (--device cuda:N picks the card), "
+            f"or verify a golden file generated on cpu here (--device cpu against this {recorded} file ends in a "
+            "metadata mismatch)"
+        )
+    return None
 
 
 def _json_lines(path: Path) -> list[dict[str, Any]]:
@@ -230,6 +260,7 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 
 def _cmd_verify(args: argparse.Namespace) -> int:
     _check_outputs(args.json)
+    _check_device_option(args.device)
     worst = EXIT_OK
     results = []
     for path in args.files:
@@ -275,6 +306,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     reuse: dict[tuple[str, str], dict[str, Any]] = {}
     reused_planted: dict[str, Any] | None = None
     _check_outputs(args.out, args.json)
+    _check_device_option(device)
     if args.reuse and Path(args.reuse).is_file():
         for line in _json_lines(Path(args.reuse)):
             entry = line
@@ -292,6 +324,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
         except golden.GoldenFormatError as exc:
             rows.append({"file": path, "impl": "-", "code": EXIT_FORMAT, "message": str(exc)})
             worst = max(worst, EXIT_FORMAT)
+            continue
+        problem = _device_problem(doc, path, device)
+        if problem is not None:
+            rows.append({"file": path, "impl": "all", "code": EXIT_USAGE, "message": f"error: {problem}"})
+            worst = max(worst, EXIT_USAGE)
             continue
         dev = device or doc["run"]["device"]
         source = golden.ModelSource.from_golden(doc)
