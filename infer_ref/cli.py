@@ -117,16 +117,19 @@ def _add_optional_commands(commands: argparse._SubParsersAction) -> None:
 
 def resolve_model(name: str) -> Path:
     """A fixture name, a snapshot folder, or a name under $INFER_REF_MODELS."""
-    from infer_ref.paths import resolve_model_path
+    from infer_ref.paths import check_not_ambiguous, resolve_model_path
 
     fixture = FIXTURES / name
-    if "/" not in name and fixture.is_dir():
-        return fixture
     try:
-        return resolve_model_path(name)
+        found = resolve_model_path(name)
     except FileNotFoundError as err:
+        if "/" not in name and fixture.is_dir():
+            return fixture
         fixtures = ", ".join(sorted(p.name for p in FIXTURES.iterdir())) if FIXTURES.is_dir() else "none found"
         raise UsageError(f"{err} Embedded fixtures: {fixtures}.") from None
+    if "/" not in name and fixture.is_dir():
+        check_not_ambiguous(name, fixture, found)
+    return found
 
 
 def resolve_device(name: str | None) -> torch.device:
