@@ -176,3 +176,31 @@ def test_check_ids_false_skips_only_the_range_check(llama: tuple[DecoderLM, Mode
     with pytest.raises(TypeError, match="check_ids must be a bool, got 'no'"), torch.inference_mode():
         model(ids, cache, check_ids="no")  # type: ignore[arg-type]
     assert cache.seq_len == 0 and not cache.k.any()
+
+
+@pytest.mark.parametrize(
+    ("prompts", "forced", "words"),
+    [
+        ([[1.5, 2]], None, ("prompts[0][0]", "1.5", "float")),
+        ([[3, True]], None, ("prompts[0][1]", "True")),
+        ([[4, -2]], None, ("prompts[0][1]", "-2")),
+        ([[1, 2]], [[-1]], ("forced_tokens[0][0]", "-1", f"[0, {VOCAB})")),
+        ([[1, 2]], [[2.7]], ("forced_tokens[0][0]", "2.7")),
+        ([[1, 2]], [[VOCAB]], ("forced_tokens[0][0]", str(VOCAB))),
+    ],
+    ids=["token-engine-prompt-float", "token-engine-prompt-bool", "token-engine-prompt-negative",
+         "token-engine-forced-negative", "token-engine-forced-float", "token-engine-forced-out-of-vocab"],
+)
+def test_engine_refuses_bad_ids_before_anything_runs(
+    llama: tuple[DecoderLM, ModelConfig], prompts: Any, forced: Any, words: tuple[str, ...]
+) -> None:
+    """Ids were converted with int() (2.7 ran as 2) and forced tokens were never range-checked."""
+    from infer_ref.engine.engine import Engine
+
+    model, _ = llama
+    engine = Engine(model, num_blocks=8, block_size=4)
+    with pytest.raises(TokenIdError) as info:
+        engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=2), forced_tokens=forced)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    assert engine.pool.num_free == engine.pool.num_blocks and engine.stats.generated_tokens == 0
