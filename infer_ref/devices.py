@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from infer_ref.errors import UsageError
+
 
 def default_device() -> torch.device:
     """``cuda`` when a CUDA device is available, else ``cpu`` (never a device this machine lacks)."""
@@ -17,7 +19,12 @@ def resolve(device: str | torch.device | None) -> torch.device:
     allocated on it report: ``torch.device("cuda") != torch.device("cuda:0")``, so comparing a
     tensor's device with an unindexed one would refuse a tensor that is where it should be.
     """
-    out = default_device() if device is None else torch.device(device)
+    try:
+        out = default_device() if device is None else torch.device(device)
+    except (RuntimeError, TypeError):  # torch's message lists every device type it was built with
+        raise UsageError(f"unknown device {device!r}: expected cpu, cuda or cuda:N (or a torch.device)") from None
+    if out.type == "cuda" and not torch.cuda.is_available():  # torch would raise an AssertionError at first use
+        raise UsageError(f"device {device!r} requested but CUDA is not available on this machine; use 'cpu'")
     if out.type == "cuda" and out.index is None and torch.cuda.is_available():
         out = torch.device("cuda", torch.cuda.current_device())
     return out

@@ -327,6 +327,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             continue
         problem = _device_problem(doc, path, device)
         if problem is not None:
+            print(f"error: {problem}", flush=True)  # as verify prints each file's verdict
             rows.append({"file": path, "impl": "all", "code": EXIT_USAGE, "message": f"error: {problem}"})
             worst = max(worst, EXIT_USAGE)
             continue

@@ -39,8 +39,8 @@ class Tmp:
         self.missing = root / "not-made"  # a folder no case may create
 
     def listing(self) -> list[str]:
-        """Every path under the scratch folder but the results file the CUDA case writes on purpose."""
-        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if p.name != "cuda.json")
+        """Every path under the scratch folder but the results the CUDA cases write on purpose."""
+        return sorted(str(p.relative_to(self.root)) for p in self.root.rglob("*") if not p.name.startswith("cuda."))
 
 
 Argv = Callable[[Tmp], list[str]]
@@ -72,6 +72,8 @@ CASES: list[tuple[str, Argv, int, tuple[str, ...]]] = [
 # Only meaningful where torch has no CUDA (the default tier's machines).
 CUDA_CASES: list[tuple[str, Argv, int, tuple[str, ...]]] = [
     ("verify-cuda-file-without-cuda", lambda t: [*VERIFY, str(CUDA_GOLDEN), "--json", str(t.root / "cuda.json")],
+     EXIT_USAGE, ("llama-tiny.cuda-bfloat16.json records a run on cuda", "needs a CUDA device", "--device")),
+    ("report-cuda-file-without-cuda", lambda t: [*REPORT, str(CUDA_GOLDEN), "--out", str(t.root / "cuda.md")],
      EXIT_USAGE, ("llama-tiny.cuda-bfloat16.json records a run on cuda", "needs a CUDA device", "--device")),
 ]
 
@@ -118,7 +120,10 @@ def test_golden_cli_cuda_file_on_a_machine_without_cuda(ran: tuple[Tmp, list[str
     tmp, before, results = ran
     _check(results[case_id], code, words)
     assert tmp.listing() == before
-    # verify reports the refusal in its results file like any other verdict (the folder exists).
-    written = json.loads((tmp.root / "cuda.json").read_text(encoding="utf-8"))
-    assert [(r["impl"], r["exit_code"]) for r in written] == [("infer_ref", EXIT_USAGE)]
-    assert "needs a CUDA device" in written[0]["message"]
+    # Both report the refusal in their outputs like any other verdict (the folder exists).
+    if case_id.startswith("verify"):
+        written = json.loads((tmp.root / "cuda.json").read_text(encoding="utf-8"))
+        assert [(r["impl"], r["exit_code"]) for r in written] == [("infer_ref", EXIT_USAGE)]
+        assert "needs a CUDA device" in written[0]["message"]
+    else:
+        assert "ERROR (exit 2): error: " in (tmp.root / "cuda.md").read_text(encoding="utf-8")
