@@ -35,7 +35,7 @@ def resolve_device(name: str | torch.device | None, *, kinds: tuple[str, ...] = 
         return default_device()
     try:
         device = torch.device(name)
-    except RuntimeError:
+    except (RuntimeError, TypeError):  # torch's message lists every device type it was built with
         raise UsageError(f"unknown device {name!r}: expected cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise UsageError(f"device {name!r} requested but CUDA is not available on this machine; use --device cpu")

@@ -36,6 +36,25 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, overwrite: boo
     return path
 
 
+def check_output_path(path: str | os.PathLike[str]) -> Path:
+    """``path`` as a :class:`Path` when a file can be written there, checked before any work.
+
+    Refused: a folder (or a name ending in a separator, which names one) as :class:`UsageError`; a
+    path whose folder does not exist as ``FileNotFoundError`` naming that folder (the results of a
+    long run would otherwise be lost at its end, or written somewhere the user did not mean).
+    """
+    text = os.fspath(path)
+    out = Path(text)
+    if out.is_dir() or text.endswith(("/", os.sep)):
+        raise UsageError(f"output path {text} is a folder: expected a file path")
+    folder = out.parent
+    if folder.exists() and not folder.is_dir():
+        raise UsageError(f"output path {text}: {folder} is a file, not a folder")
+    if not folder.is_dir():
+        raise FileNotFoundError(f"output path {text}: the folder {folder} does not exist (create it first)")
+    return out
+
+
 def check_file_name(name: str, what: str = "--name") -> str:
     """``name`` when it is a plain file name (no folder part, not ``.``/``..``), else :class:`UsageError`."""
     if not isinstance(name, str) or not name or name in (".", "..") or "\0" in name or Path(name).name != name or "\\" in name:

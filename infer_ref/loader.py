@@ -175,12 +175,9 @@ def read_safetensors(folder: Path) -> dict[str, Tensor]:
     """
     single = folder / "model.safetensors"
     index = folder / "model.safetensors.index.json"
+    require_weights(folder)
     if single.is_file():
         return _read_shard(single, None)
-    if not index.is_file():
-        raise FileNotFoundError(
-            f"{folder} has no model.safetensors or model.safetensors.index.json: expected a Hugging Face snapshot"
-        )
     by_shard: dict[str, list[str]] = {}
     for name, shard in _weight_map(index).items():
         by_shard.setdefault(shard, []).append(name)
@@ -188,6 +185,17 @@ def read_safetensors(folder: Path) -> dict[str, Tensor]:
     for shard, names in sorted(by_shard.items()):
         state.update(_read_shard(folder / shard, names, index))
     return state
+
+
+def require_weights(folder: Path) -> None:
+    """Raise ``FileNotFoundError`` naming ``folder`` unless it holds ``model.safetensors`` or a shard index.
+
+    Called before any work by whatever will read the weights (the loader, golden generation).
+    """
+    if not (folder / "model.safetensors").is_file() and not (folder / "model.safetensors.index.json").is_file():
+        raise FileNotFoundError(
+            f"{folder} has no model.safetensors or model.safetensors.index.json: expected a Hugging Face snapshot"
+        )
 
 
 def _weight_map(index: Path) -> dict[str, str]:

@@ -14,7 +14,9 @@ from __future__ import annotations
 import os
 import pathlib
 
-__all__ = ["MODELS_ENV_VAR", "resolve_model_path"]
+from infer_ref.errors import UsageError
+
+__all__ = ["MODELS_ENV_VAR", "check_not_ambiguous", "resolve_model_path"]
 
 MODELS_ENV_VAR = "INFER_REF_MODELS"
 
@@ -61,4 +63,21 @@ def resolve_model_path(name_or_path: str | os.PathLike[str]) -> pathlib.Path:
         f"anything (no model hub access). Point at a local snapshot folder (config.json, "
         f"*.safetensors, tokenizer.json), or set {MODELS_ENV_VAR} to a folder holding snapshots so "
         f"that names resolve as ${MODELS_ENV_VAR}/<name> or ${MODELS_ENV_VAR}/<last part of name>." + where
+    )
+
+
+def check_not_ambiguous(name: str, builtin: pathlib.Path, found: pathlib.Path) -> None:
+    """Refuse a bare model name that names two folders: a built-in one and one the user has.
+
+    ``found`` is what :func:`resolve_model_path` gives for ``name`` (a folder in the working
+    directory, or under ``$INFER_REF_MODELS``). Neither is preferred: running the fixture when the
+    user meant their own snapshot (or the reverse) gives plausible output from the wrong model. A
+    path (``./name``, an absolute path) is never ambiguous.
+    """
+    if found.resolve() == builtin.resolve():
+        return
+    raise UsageError(
+        f"model name {name!r} is ambiguous: it names the embedded fixture {builtin} and the folder "
+        f"{found.resolve()}; pass a path to pick one (./{name} for a folder in the working directory, "
+        f"or the full path of either)"
     )

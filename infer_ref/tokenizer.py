@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from tokenizers import Tokenizer as _HFTokenizer
@@ -26,7 +26,7 @@ from tokenizers import Tokenizer as _HFTokenizer
 from infer_ref.config import read_json_object
 from infer_ref.errors import DataError
 from infer_ref.paths import resolve_model_path
-from infer_ref.validation import check_token_ids
+from infer_ref.validation import TokenIdError, check_token_id, check_token_ids
 
 __all__ = ["Tokenizer", "TokenizerError"]
 
@@ -162,7 +162,10 @@ class Tokenizer:
         return None if idx is None else int(idx)
 
     def id_to_token(self, idx: int) -> str | None:
-        """Vocabulary entry for ``idx``, or ``None`` when out of range."""
+        """Vocabulary entry for ``idx``, or ``None`` past the vocabulary; a negative or non-integer id is refused."""
+        check_token_id(idx, name="idx")
+        if idx >= 2**32:  # past any vocabulary (the tokenizer's ids are u32): None, not its OverflowError
+            return None
         tok = self._tok.id_to_token(idx)
         return None if tok is None else str(tok)
 
@@ -189,6 +192,8 @@ class Tokenizer:
 
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str:
         """Text of ``ids`` (integers in ``[0, vocab_size)``); special tokens are dropped unless ``skip_special_tokens=False``."""
+        if not isinstance(ids, Iterable) or isinstance(ids, (str, bytes)):  # decode(5) means decode([5])? never guessed
+            raise TokenIdError(f"ids must be a sequence of integer token ids, got {ids!r} ({type(ids).__name__})")
         ids = list(ids)
         check_token_ids(ids, self.vocab_size, name="ids")  # out-of-range ids would decode to nothing, silently
         return str(self._tok.decode(ids, skip_special_tokens=skip_special_tokens))

@@ -34,12 +34,21 @@ def check_token_ids(ids: Tensor | Sequence[int], vocab_size: int, *, name: str =
     if isinstance(ids, (str, bytes)) or not isinstance(ids, Sequence):
         raise TokenIdError(f"{name} must be a sequence of integer token ids, got {type(ids).__name__}")
     for i, value in enumerate(ids):
-        if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-            raise TokenIdError(
-                f"{name}[{i}] is {value!r} ({type(value).__name__}): token ids must be integers, never truncated floats"
-            )
-        if not 0 <= int(value) < vocab_size:
-            raise TokenIdError(f"{name}[{i}] is {int(value)}: expected a token id in [0, {vocab_size}) (the vocab_size)")
+        check_token_id(value, name=f"{name}[{i}]", vocab_size=vocab_size)
+
+
+def check_token_id(value: object, *, name: str, vocab_size: int | None = None) -> None:
+    """Raise :class:`TokenIdError` unless ``value`` is an integer in ``[0, vocab_size)`` (``>= 0`` without one).
+
+    ``bool`` and ``float`` are refused, never truncated; a Python int of any size is checked here,
+    before it reaches torch or the tokenizer (whose ``OverflowError`` would name nothing).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TokenIdError(f"{name} is {value!r} ({type(value).__name__}): token ids must be integers, never truncated floats")
+    if vocab_size is None and int(value) < 0:
+        raise TokenIdError(f"{name} is {int(value)}: expected a token id >= 0")
+    if vocab_size is not None and not 0 <= int(value) < vocab_size:
+        raise TokenIdError(f"{name} is {int(value)}: expected a token id in [0, {vocab_size}) (the vocab_size)")
 
 
 def _check_id_tensor(ids: Tensor, vocab_size: int, name: str) -> None:
@@ -119,4 +128,27 @@ def check_tokenizer_fits(tokenizer: object, model_type: str, vocab_size: int) ->
         raise UsageError(
             f"the tokenizer has {tok_vocab} ids but the model's vocab_size is {vocab_size}: "
             "use the tokenizer of the model's snapshot"
+        )
+
+
+def check_layer_index_type(layer_idx: object, num_layers: int) -> None:
+    """Raise ``TypeError`` unless ``layer_idx`` is a Python ``int`` (or ``bool``, which the range check refuses).
+
+    A NumPy integer or a 0-d tensor is an index of the wrong type, not an index out of range: the
+    message says so and how to convert it. Its range is the caller's check (``0..num_layers-1``).
+    """
+    if isinstance(layer_idx, int):
+        return
+    kind = type(layer_idx)
+    name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+    hint = " (convert it with int())" if isinstance(layer_idx, (numbers.Integral, Tensor)) else ""
+    raise TypeError(f"layer index {layer_idx!r} is a {name}: expected a Python int in 0..{num_layers - 1}{hint}")
+
+
+def check_tokenizer_decodes(tokenizer: object) -> None:
+    """Refuse a tokenizer that cannot turn ids into text (``None``, or an object without ``decode``)."""
+    if not callable(getattr(tokenizer, "decode", None)):
+        raise UsageError(
+            f"tokenizer is {tokenizer!r}: generating text needs a tokenizer with decode(ids) "
+            "(the model's infer_ref.tokenizer.Tokenizer, or any object with that method)"
         )

@@ -20,6 +20,7 @@ from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.cache.geometry import CacheGeometry
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.step import Step, contiguous_step
+from infer_ref.validation import check_layer_index_type
 
 
 class CacheBase(ABC):
@@ -138,8 +139,9 @@ class CacheBase(ABC):
     # -- validation ----------------------------------------------------------------------------
 
     def _check_layer(self, layer_idx: int) -> None:
+        check_layer_index_type(layer_idx, self.num_layers)
         # Negative indices are rejected too: k[-1] would silently alias the last layer.
-        if isinstance(layer_idx, bool) or not isinstance(layer_idx, int) or not 0 <= layer_idx < self.num_layers:
+        if isinstance(layer_idx, bool) or not 0 <= layer_idx < self.num_layers:
             raise IndexError(f"layer index {layer_idx!r} out of range: cache has layers 0..{self.num_layers - 1}")
 
     def _check_entries(self, k: Tensor, v: Tensor) -> int:

@@ -42,6 +42,9 @@ class KVCache(CacheBase):
         self.v = v
         self.geometry = CacheGeometry.of_buffer(k)
         self._seq_len = seq_len
+        # Per layer, the end of what it has written (host ints, set by update): advance never
+        # commits positions a layer did not write, which would read back as zeros.
+        self._written = [seq_len] * k.shape[0]
 
     # -- construction --------------------------------------------------------------------------
 
@@ -139,15 +142,23 @@ class KVCache(CacheBase):
                 f"but max_seq_len is {self.max_seq_len} (remaining capacity {self.remaining_capacity})"
             )
         self._store(layer_idx, start, k, v)
+        self._written[layer_idx] = end
         return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
 
     def advance(self, n: int) -> None:
-        """Move ``seq_len`` forward by ``n`` (once per forward, after every layer wrote)."""
+        """Move ``seq_len`` forward by ``n`` (once per forward, after every layer wrote those ``n`` positions)."""
         self._check_count("advance(n)", n)
         if self._seq_len + n > self.max_seq_len:
             raise KVCacheOverflowError(
                 f"KV cache overflow: advancing by {n} from position {self._seq_len} would reach "
                 f"{self._seq_len + n}, but max_seq_len is {self.max_seq_len}"
+            )
+        short = [i for i, end in enumerate(self._written) if end < self._seq_len + n]
+        if short:
+            raise ValueError(
+                f"advance({n}) from {self._seq_len} needs every layer to have written positions {self._seq_len}.."
+                f"{self._seq_len + n - 1}; layer(s) {short[:8]} hold only {min(self._written[i] for i in short)} position(s) "
+                "(update every layer before advancing: unwritten positions would read back as zeros)"
             )
         self._seq_len += n
 
@@ -155,12 +166,14 @@ class KVCache(CacheBase):
         """Keep the first ``n`` positions (drop the rest, as speculative decoding does after a rejection)."""
         self._check_crop(n)
         self._seq_len = n
+        self._written = [n] * self.num_layers
 
     def reset(self) -> None:
         """Zero both tensors and restart at position 0, ready for a new request."""
         self.k.zero_()
         self.v.zero_()
         self._seq_len = 0
+        self._written = [0] * self.num_layers
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
         """Layer ``layer_idx``'s K and V for positions ``[0, seq_len)``: views ``[B, Hkv, seq_len, D]``."""
@@ -198,6 +211,7 @@ class KVCache(CacheBase):
 
     def _set_length(self, n: int) -> None:
         self._seq_len = n
+        self._written = [n] * self.num_layers
 
     def _snapshot_settings(self) -> dict[str, Any]:
         return {"max_seq_len": self.max_seq_len}

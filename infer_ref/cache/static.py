@@ -116,6 +116,7 @@ class DevicePosition(CacheBase):
 
     def advance_host(self, n: int) -> None:
         """Host bookkeeping for a replayed step whose captured ``advance`` already moved ``pos``."""
+        self._check_count("advance_host(n)", n)  # host ints only: no device work per replay
         self._check_capacity(n)
         self._seq_len += n
 

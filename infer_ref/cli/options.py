@@ -42,16 +42,19 @@ def default_dtype(name: str | None, device: torch.device) -> torch.dtype:
 
 def resolve_model(name: str) -> Path:
     """A fixture name, a snapshot folder, or a name under $INFER_REF_MODELS."""
-    from infer_ref.paths import resolve_model_path
+    from infer_ref.paths import check_not_ambiguous, resolve_model_path
 
     fixture = FIXTURES / name
-    if "/" not in name and fixture.is_dir():
-        return fixture
     try:
-        return resolve_model_path(name)
+        found = resolve_model_path(name)
     except FileNotFoundError as err:
+        if "/" not in name and fixture.is_dir():
+            return fixture
         fixtures = ", ".join(sorted(p.name for p in FIXTURES.iterdir())) if FIXTURES.is_dir() else "none found"
         raise UsageError(f"{err} Embedded fixtures: {fixtures}.") from None
+    if "/" not in name and fixture.is_dir():
+        check_not_ambiguous(name, fixture, found)
+    return found
 
 
 def run_labels(folder: Path, config: Any, device: torch.device, dtype: torch.dtype) -> dict[str, str]:
@@ -65,7 +68,9 @@ def run_labels(folder: Path, config: Any, device: torch.device, dtype: torch.dty
 
 
 def check_output_paths(*paths: str | Path | None) -> None:
-    """Output paths that can never be written (a folder) are refused before any work."""
+    """Output paths that can never be written (a folder, a path in a missing folder) are refused before any work."""
+    from infer_ref.fileio import check_output_path
+
     for path in paths:
-        if path is not None and Path(path).is_dir():
-            raise UsageError(f"output path {path} is a folder: expected a file path")
+        if path is not None:
+            check_output_path(path)

@@ -39,6 +39,7 @@ from infer_ref.engine.runner import ModelRunner, block_table_cache
 from infer_ref.engine.sampling import SamplingParams
 from infer_ref.engine.scheduler import Scheduler
 from infer_ref.engine.sequence import Request, model_eos_ids
+from infer_ref.validation import check_token_id
 
 
 @dataclass
@@ -176,6 +177,8 @@ class Engine:
             raise ValueError(f"forced_tokens must have one entry (or None) per prompt: {n} prompts, {len(flist)} entries")
         out = []
         for i, (prompt, sp, forced) in enumerate(zip(prompts, plist, flist, strict=True)):
+            for j, token in enumerate(prompt):
+                check_token_id(token, name=f"prompts[{i}][{j}]")  # an integer: 2.7 is never truncated to 2
             ids = [int(t) for t in prompt]
             if not ids:
                 raise ValueError(f"prompt {i} is empty: every request needs at least one token")
@@ -184,6 +187,8 @@ class Engine:
                 raise ValueError(f"prompt {i} holds token ids outside [0, {self.config.vocab_size}): {bad[:8]}")
             if sp.stop and self.tokenizer is None:
                 raise ValueError(f"request {i} has stop strings but the engine has no tokenizer to decode text")
+            for j, token in enumerate(forced or ()):
+                check_token_id(token, name=f"forced_tokens[{i}][{j}]", vocab_size=self.config.vocab_size)
             forced_ids = None if forced is None else [int(t) for t in forced]
             if forced_ids is not None and not 1 <= len(forced_ids) <= sp.max_new_tokens:
                 raise ValueError(f"forced_tokens[{i}] must hold 1..max_new_tokens ({sp.max_new_tokens}) tokens, got {len(forced_ids)}")

@@ -23,7 +23,7 @@ from infer_ref.engine.runner import ModelRunner
 from infer_ref.engine.sampling import SamplingParams
 from infer_ref.engine.sequence import Request, model_eos_ids
 from infer_ref.errors import UsageError
-from infer_ref.validation import check_token_ids, check_tokenizer_fits
+from infer_ref.validation import check_token_ids, check_tokenizer_decodes, check_tokenizer_fits
 
 if TYPE_CHECKING:
     from infer_ref.fast.decoder import FastDecoder
@@ -56,6 +56,7 @@ def check_request(
     if not isinstance(params, SamplingParams):
         raise UsageError(f"params must be a SamplingParams, got {type(params).__name__}")
     ids: Tensor | Sequence[int] = prompt_token_ids
+    check_tokenizer_decodes(tokenizer)
     if isinstance(ids, Tensor) and ids.dim() != 1:
         raise UsageError(f"prompt_token_ids must be 1-D, got shape {tuple(ids.shape)}")
     vocab_size = config.vocab_size if config is not None else 2**63 - 1  # without a config: integers only

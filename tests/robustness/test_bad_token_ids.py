@@ -106,6 +106,32 @@ def test_decode_refuses_bad_ids(llama_tokenizer: Tokenizer, ids: list[Any], word
 
 
 @pytest.mark.parametrize(
+    ("idx", "words"),
+    [(-1, ("idx is -1", "expected a token id >= 0")), (-(2**70), ("idx is -1180591620717411303424", ">= 0")),
+     (1.5, ("idx is 1.5", "float")), (True, ("idx is True", "bool"))],
+    ids=["token-id-to-token-negative", "token-id-to-token-huge-negative", "token-id-to-token-float", "token-id-to-token-bool"],
+)
+def test_id_to_token_refuses_ids_that_are_never_ids(llama_tokenizer: Tokenizer, idx: Any, words: tuple[str, ...]) -> None:
+    """A negative Python int used to reach the tokenizer library as ``OverflowError: number too small``."""
+    with pytest.raises(TokenIdError) as info:
+        llama_tokenizer.id_to_token(idx)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+
+
+@pytest.mark.parametrize("idx", [VOCAB, 2**40, 2**70], ids=["vocab", "2-pow-40", "2-pow-70"])
+def test_id_to_token_past_the_vocabulary_is_none_as_documented(llama_tokenizer: Tokenizer, idx: int) -> None:
+    assert llama_tokenizer.id_to_token(idx) is None
+    assert llama_tokenizer.id_to_token(VOCAB - 1) is not None  # the last id is a token
+
+
+@pytest.mark.parametrize("ids", [-1, 5, None], ids=["token-decode-negative-int", "token-decode-int", "token-decode-none"])
+def test_decode_refuses_a_single_id_instead_of_a_sequence(llama_tokenizer: Tokenizer, ids: Any) -> None:
+    with pytest.raises(TokenIdError, match=rf"ids must be a sequence of integer token ids, got {ids!r} \({type(ids).__name__}\)"):
+        llama_tokenizer.decode(ids)
+
+
+@pytest.mark.parametrize(
     ("ids", "error", "words"),
     [
         ([VOCAB], TokenIdError, ("token_ids[0]", str(VOCAB))),
@@ -150,3 +176,31 @@ def test_check_ids_false_skips_only_the_range_check(llama: tuple[DecoderLM, Mode
     with pytest.raises(TypeError, match="check_ids must be a bool, got 'no'"), torch.inference_mode():
         model(ids, cache, check_ids="no")  # type: ignore[arg-type]
     assert cache.seq_len == 0 and not cache.k.any()
+
+
+@pytest.mark.parametrize(
+    ("prompts", "forced", "words"),
+    [
+        ([[1.5, 2]], None, ("prompts[0][0]", "1.5", "float")),
+        ([[3, True]], None, ("prompts[0][1]", "True")),
+        ([[4, -2]], None, ("prompts[0][1]", "-2")),
+        ([[1, 2]], [[-1]], ("forced_tokens[0][0]", "-1", f"[0, {VOCAB})")),
+        ([[1, 2]], [[2.7]], ("forced_tokens[0][0]", "2.7")),
+        ([[1, 2]], [[VOCAB]], ("forced_tokens[0][0]", str(VOCAB))),
+    ],
+    ids=["token-engine-prompt-float", "token-engine-prompt-bool", "token-engine-prompt-negative",
+         "token-engine-forced-negative", "token-engine-forced-float", "token-engine-forced-out-of-vocab"],
+)
+def test_engine_refuses_bad_ids_before_anything_runs(
+    llama: tuple[DecoderLM, ModelConfig], prompts: Any, forced: Any, words: tuple[str, ...]
+) -> None:
+    """Ids were converted with int() (2.7 ran as 2) and forced tokens were never range-checked."""
+    from infer_ref.engine.engine import Engine
+
+    model, _ = llama
+    engine = Engine(model, num_blocks=8, block_size=4)
+    with pytest.raises(TokenIdError) as info:
+        engine.generate(prompts, SamplingParams(temperature=0.0, max_new_tokens=2), forced_tokens=forced)
+    for word in words:
+        assert word in str(info.value), (word, str(info.value))
+    assert engine.pool.num_free == engine.pool.num_blocks and engine.stats.generated_tokens == 0

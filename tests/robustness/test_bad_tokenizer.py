@@ -59,3 +59,23 @@ def test_bad_tokenizer_files_are_refused_naming_the_file(
 def test_encode_refuses_non_text(snapshot: Path, text: Any) -> None:
     with pytest.raises(TypeError, match=f"text must be a str, got {type(text).__name__}"):
         Tokenizer(snapshot).encode(text)
+
+
+@pytest.mark.parametrize(
+    ("tokenizer", "shown"),
+    [(None, "None"), ("fixtures/checkpoints/llama-tiny", "'fixtures/checkpoints/llama-tiny'"), (object, "<class 'object'>")],
+    ids=["tokenizer-generate-none", "tokenizer-generate-a-path", "tokenizer-generate-no-decode"],
+)
+def test_generate_refuses_a_tokenizer_that_cannot_decode(llama: Any, tokenizer: Any, shown: str) -> None:
+    """Refused before any work (the model never runs), naming what was passed and what is expected."""
+    from infer_ref.engine import SamplingParams, generate
+    from infer_ref.errors import UsageError
+
+    model, _ = llama
+    calls: list[int] = []
+    with pytest.raises(UsageError) as info:
+        generate(model, tokenizer, [1, 2, 3], SamplingParams(temperature=0.0, max_new_tokens=2), device="cpu",
+                 on_token=calls.append)
+    message = str(info.value)
+    assert f"tokenizer is {shown}" in message and "decode(ids)" in message, message
+    assert calls == []  # nothing was generated

@@ -19,6 +19,14 @@ def _config(**overrides) -> ModelConfig:
     return ModelConfig.from_hf_dict(tiny_config("llama", vocab_size=VOCAB, eos_token_id=[EOS, 14], **overrides))
 
 
+def _write_and_advance(kv_cache, t: int) -> None:
+    """The cache protocol without a model: every layer writes its ``t`` positions (zeros), then one advance."""
+    zeros = torch.zeros(kv_cache.batch_size, kv_cache.num_kv_heads, t, kv_cache.head_dim, dtype=kv_cache.dtype)
+    for layer in range(kv_cache.num_layers):
+        kv_cache.update(layer, zeros, zeros)
+    kv_cache.advance(t)
+
+
 class TableModel(torch.nn.Module):
     """Next token = table[last input token]; ignores the cache's contents but honours its protocol."""
 
@@ -35,14 +43,14 @@ class TableModel(torch.nn.Module):
         logits = torch.full((1, input_ids.shape[1], VOCAB), -10.0)
         logits[0, -1, self.table.get(int(input_ids[0, -1]), 0)] = 10.0
         if kv_cache is not None:
-            kv_cache.advance(input_ids.shape[1])
+            _write_and_advance(kv_cache, input_ids.shape[1])
         return logits
 
 
 class UniformModel(TableModel):
     def forward(self, input_ids: torch.Tensor, kv_cache=None) -> torch.Tensor:
         if kv_cache is not None:
-            kv_cache.advance(input_ids.shape[1])
+            _write_and_advance(kv_cache, input_ids.shape[1])
         return torch.zeros(1, input_ids.shape[1], VOCAB)
 
 

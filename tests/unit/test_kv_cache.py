@@ -75,6 +75,7 @@ def test_prefill_then_decode_seed_plan() -> None:
     k4, v4 = _kv(4)
     rk, rv = cache.update(0, k4, v4)
     assert rk.shape == rv.shape == (1, 4, 4, 8)
+    cache.update(1, *_kv(4, seed=20))  # every layer writes before the advance
     cache.advance(4)
     assert cache.seq_len == 4
     k1, v1 = _kv(1, seed=1)
@@ -82,6 +83,7 @@ def test_prefill_then_decode_seed_plan() -> None:
     assert rk.shape == (1, 4, 5, 8)
     assert torch.equal(rk[:, :, :4], k4) and torch.equal(rv[:, :, :4], v4)
     assert torch.equal(rk[:, :, 4:], k1) and torch.equal(rv[:, :, 4:], v1)
+    cache.update(1, *_kv(1, seed=21))
     cache.advance(1)
     assert cache.seq_len == 5 and cache.remaining_capacity == 11
 
@@ -123,6 +125,7 @@ def test_batch_rows_are_isolated() -> None:
 def test_max_seq_len_one_fills() -> None:
     cache = _cache(max_seq_len=1)
     cache.update(0, *_kv(1))
+    cache.update(1, *_kv(1))
     cache.advance(1)
     assert cache.is_full and cache.remaining_capacity == 0
 
@@ -130,6 +133,7 @@ def test_max_seq_len_one_fills() -> None:
 def test_reset_zeroes_and_restarts() -> None:
     cache = _cache()
     cache.update(0, *_kv(5))
+    cache.update(1, *_kv(5))
     cache.advance(5)
     cache.reset()
     assert cache.seq_len == 0 and not cache.k.any() and not cache.v.any()
@@ -144,6 +148,7 @@ def test_reset_zeroes_and_restarts() -> None:
 def test_overflow_on_update_names_position_and_capacity() -> None:
     cache = _cache(max_seq_len=6)
     cache.update(0, *_kv(4))
+    cache.update(1, *_kv(4))
     cache.advance(4)
     before = _snapshot(cache)
     with pytest.raises(KVCacheOverflowError) as err:
@@ -155,6 +160,8 @@ def test_overflow_on_update_names_position_and_capacity() -> None:
 
 def test_overflow_on_advance() -> None:
     cache = _cache(max_seq_len=4)
+    cache.update(0, *_kv(3))
+    cache.update(1, *_kv(3))
     cache.advance(3)
     before = _snapshot(cache)
     with pytest.raises(KVCacheOverflowError, match="advancing by 2 from position 3 would reach 5, but max_seq_len is 4"):

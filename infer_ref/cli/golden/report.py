@@ -14,18 +14,21 @@ from infer_ref.cli.golden.shared import (
     EXIT_METADATA,
     EXIT_MISMATCH,
     Progress,
+    check_device_option,
+    device_problem,
     free_cuda,
     golden_margins,
 )
 from infer_ref.cli.golden.verify import result_json, run_verify
 from infer_ref.cli.options import check_output_paths
-from infer_ref.errors import EXIT_OK, DataError
+from infer_ref.errors import EXIT_OK, EXIT_USAGE, DataError
 from infer_ref.fileio import atomic_write_text
 
 
 def cmd_report(args: argparse.Namespace) -> int:
     """Verify each file with each implementation and write a markdown report."""
     check_output_paths(args.out, args.json)
+    check_device_option(args.device)
     reuse, reused_planted = _read_reuse(args.reuse)
     rows: list[dict[str, Any]] = []
     files_meta: list[dict[str, Any]] = []
@@ -75,6 +78,11 @@ def _report_file(
     except golden.GoldenFormatError as exc:
         rows.append({"file": path, "impl": "-", "code": EXIT_FORMAT, "message": str(exc)})
         return EXIT_FORMAT
+    problem = device_problem(doc, path, args.device)
+    if problem is not None:
+        print(f"error: {problem}", flush=True)  # as verify prints each file's verdict
+        rows.append({"file": path, "impl": "all", "code": EXIT_USAGE, "message": f"error: {problem}"})
+        return EXIT_USAGE
     dev = args.device or doc["run"]["device"]
     source = golden.ModelSource.from_golden(doc)
     files_meta.append(_file_meta(path, doc))

@@ -6,13 +6,23 @@ import sys
 import time
 from typing import Any
 
-from infer_ref.errors import EXIT_BAD_DATA, EXIT_FAILED_CHECK, EXIT_METADATA, EXIT_REFUSED_OVERWRITE
+from infer_ref.cli.options import resolve_device
+from infer_ref.errors import (
+    EXIT_BAD_DATA,
+    EXIT_FAILED_CHECK,
+    EXIT_METADATA,
+    EXIT_REFUSED_OVERWRITE,
+    UsageError,
+)
 
 EXIT_MISMATCH = EXIT_FAILED_CHECK
 EXIT_FORMAT = EXIT_BAD_DATA
 EXIT_EXISTS = EXIT_REFUSED_OVERWRITE
 
-__all__ = ["EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "free_cuda", "golden_margins"]
+__all__ = [
+    "EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "check_device_option", "device_problem",
+    "free_cuda", "golden_margins",
+]
 
 
 class Progress:
@@ -64,3 +74,26 @@ def golden_margins(doc: dict[str, Any]) -> list[float]:
     return [
         s["top_logprobs"][0] - s["top_logprobs"][1] for c in doc["cases"] for s in c["steps"] if len(s["top_logprobs"]) > 1
     ]
+
+
+def check_device_option(device: str | None) -> None:
+    """``--device`` names a device this machine has (checked once, before any file is read)."""
+    if device is not None:
+        resolve_device(device)
+
+
+def device_problem(doc: dict[str, Any], path: str, device: str | None) -> str | None:
+    """Why ``doc`` cannot be verified here without ``--device`` (its recorded device is missing), or None."""
+    if device is not None:  # checked by check_device_option
+        return None
+    recorded = doc["run"]["device"]
+    try:
+        resolve_device(recorded)
+    except UsageError:
+        return (
+            f"{path} records a run on {recorded} ({doc['run']['dtype']}): verifying it needs a {recorded.upper()} "
+            f"device and this machine has none: verify it on a machine with one (--device cuda:N picks the card), "
+            f"or verify a golden file generated on cpu here (--device cpu against this {recorded} file ends in a "
+            "metadata mismatch)"
+        )
+    return None

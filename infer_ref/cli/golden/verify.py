@@ -8,7 +8,14 @@ import json
 from pathlib import Path
 from typing import Any
 
-from infer_ref.cli.golden.shared import EXIT_FORMAT, EXIT_METADATA, EXIT_MISMATCH, Progress
+from infer_ref.cli.golden.shared import (
+    EXIT_FORMAT,
+    EXIT_METADATA,
+    EXIT_MISMATCH,
+    Progress,
+    check_device_option,
+    device_problem,
+)
 from infer_ref.cli.options import check_output_paths
 from infer_ref.errors import EXIT_MISSING, EXIT_OK, EXIT_USAGE, InferRefError, exit_code_for
 from infer_ref.fileio import atomic_write_text
@@ -26,6 +33,9 @@ def run_verify(
         return EXIT_FORMAT, str(exc), None
     except (FileNotFoundError, InferRefError) as exc:
         return exit_code_for(exc) or EXIT_MISSING, f"error: {exc}", None
+    problem = device_problem(doc, path, device)
+    if problem is not None:
+        return EXIT_USAGE, f"error: {problem}", None
     bar = Progress(golden.total_steps(doc), f"verify {Path(path).name} [{impl}]", not quiet)
     ctx = golden.planted_bug(plant) if plant else contextlib.nullcontext()
     try:
@@ -52,6 +62,7 @@ def run_verify(
 
 def cmd_verify(args: argparse.Namespace) -> int:
     check_output_paths(args.json)
+    check_device_option(args.device)
     worst = EXIT_OK
     results = []
     for path in args.files:

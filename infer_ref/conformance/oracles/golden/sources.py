@@ -23,7 +23,7 @@ from infer_ref.conformance.checkpoints.golden_models import (
     weights_digest,
 )
 from infer_ref.conformance.oracles.golden.format import REPO_ROOT
-from infer_ref.loader import CheckpointError
+from infer_ref.loader import CheckpointError, require_weights
 
 
 @dataclass
@@ -49,6 +49,7 @@ class ModelSource:
         if not (folder / "config.json").is_file():
             raise ConfigError(f"no config.json in {folder}: expected a Hugging Face snapshot folder")
         hf_config = read_json_object(folder / "config.json", ConfigError)
+        require_weights(folder)  # before any work: transformers' OSError would come after minutes of setup
         return ModelSource(name or folder.name, "checkpoint", hf_config, path=folder)
 
     @staticmethod
