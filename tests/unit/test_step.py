@@ -25,6 +25,9 @@ def _dense(mask: torch.Tensor | None, t: int, keys: int) -> torch.Tensor:
 def test_a_contiguous_cache_plans_the_causal_step_after_its_length(start: int, t: int) -> None:
     cache = KVCache.allocate(3, 1, 2, 16, dtype=torch.float32, device="cpu")
     if start:
+        zeros = torch.zeros(1, 1, start, 2)  # [B, Hkv, start, D]: every layer writes before the advance
+        for layer in range(cache.num_layers):
+            cache.update(layer, zeros, zeros)
         cache.advance(start)
     step = plan_step(cache, t, WINDOWS, CPU)
     assert torch.equal(step.positions, torch.arange(start, start + t))
