@@ -46,8 +46,10 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
     out = ["--pyargs", "infer_ref.conformance.tests", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
            f"--ir-dtype={args.dtype}", "-p", "no:cacheprovider", "-rfEsxX",
            "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
-    if not any(ep.value == PLUGIN for ep in entry_points(group="pytest11")):
-        out[:0] = ["-p", PLUGIN]  # a plain checkout on PYTHONPATH: the entry point is not installed
+    # A plain checkout on PYTHONPATH has no entry point; an install made before the kit moved names
+    # the plugin by its old path, which loads the same module: adding it again would register it twice.
+    if not any(ep.name == "infer_ref" for ep in entry_points(group="pytest11")):
+        out[:0] = ["-p", PLUGIN]
     out += [f"--ir-xfails={f}" for f in args.xfails or []]
     if args.report:
         out.append(f"--ir-report={args.report}")
