@@ -33,7 +33,7 @@ from infer_ref.cache.factory import build_cache
 from infer_ref.conformance.oracles.golden import Tolerance, tolerance_for
 from infer_ref.conformance.oracles.teacher_forced import compare_teacher_forced
 from infer_ref.engine.engine import Engine, EngineResult
-from infer_ref.engine.sampling import SamplingParams
+from infer_ref.sampling import SamplingParams
 
 
 def make_prompts(vocab: int, requests: int, system_tokens: int, user_tokens: int, seed: int) -> list[list[int]]:

@@ -40,8 +40,8 @@ from benchmarks.bench_utils import (
 )
 from infer_ref.cache.factory import CACHE_KINDS
 from infer_ref.engine.generate import GenerationResult, generate
-from infer_ref.engine.sampling import SamplingParams
 from infer_ref.fast.decoder import FastDecoder
+from infer_ref.sampling import SamplingParams
 
 
 def prompt_ids(vocab: int, length: int, seed: int) -> list[int]:

@@ -119,7 +119,7 @@ from benchmarks.teacher_forced import (
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import ModelConfig
 from infer_ref.engine.generate import generate
-from infer_ref.engine.sampling import SamplingParams
+from infer_ref.sampling import SamplingParams
 
 TINY = ("tiny-llama", "tiny-qwen3", "tiny-gemma3_text")
 # Paths whose teacher-forced agreement is reported beside their tokens/s.

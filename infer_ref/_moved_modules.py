@@ -2,8 +2,9 @@
 
 ``infer_ref.testing`` and ``infer_ref.golden`` became one package, ``infer_ref.conformance``; the
 kernels, the decode-kernel switch and ``FastDecoder`` moved into the fast path's package,
-``infer_ref.fast``; the block manager moved beside the engine's scheduler; the command-line
-modules became the package ``infer_ref.cli``.
+``infer_ref.fast``; the block manager moved beside the engine's scheduler; sampling and a request's
+result moved below both the engine and the fast path (``infer_ref.sampling``, ``infer_ref.results``);
+the command-line modules became the package ``infer_ref.cli``.
 :data:`MOVED` maps every old module name to the module(s) now holding its contents; a meta-path
 finder (installed by ``infer_ref/__init__.py``) answers imports of the old names and warns once per
 old name, naming the new path:
@@ -73,6 +74,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "infer_ref.kernels.switch": ("infer_ref.fast.switch",),
     "infer_ref.kernels.decode_step": ("infer_ref.fast.decode_step",),
     "infer_ref.engine.fast_decode": ("infer_ref.fast.decoder",),
+    "infer_ref.engine.sampling": ("infer_ref.sampling",),
+    "infer_ref.engine.result": ("infer_ref.results",),
     "infer_ref.cache.prefix": ("infer_ref.engine.block_manager",),
     "infer_ref.golden_cli": ("infer_ref.cli.golden",),
     "infer_ref.conformance_cli": ("infer_ref.cli.conformance",),

@@ -1,8 +1,9 @@
-"""Which keys a query sees, and grouped-query attention over them: the torch definitions.
+"""Grouped-query attention over the keys a query sees: the torch definitions.
 
 Shapes: B batch, T new tokens (queries), S keys, H query heads, Hkv key/value heads, D head_dim.
 A mask is bool, True where a query may see a key: ``[T, S]`` when every row of the batch sits at the
-same positions, ``[B, T, S]`` when rows hold different lengths (a batch of requests).
+same positions, ``[B, T, S]`` when rows hold different lengths (a batch of requests); which keys
+those are is defined in ``infer_ref/masks.py``.
 """
 
 from __future__ import annotations
@@ -10,39 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import NamedTuple, Protocol
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from infer_ref.rotary import apply_rope_to_pair
-
-
-def attention_mask(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
-    """Which keys each new query may see, or None when it may see every key.
-
-    Query ``i`` sits at absolute position ``start + i``; keys are positions ``0 .. start+q_len-1``
-    (cache plus the new tokens), so the mask is ``[q_len, start+q_len]``, bottom-right aligned.
-    Key ``j`` is visible iff ``j <= pos`` and, with a window, ``pos - window < j``.
-    """
-    kv_len = start + q_len
-    if q_len == 1 and (window is None or kv_len <= window):
-        return None  # one query at the end of the sequence, nothing out of its window
-    return visible_keys(torch.arange(start, kv_len, device=device), kv_len, window)
-
-
-def visible_keys(query_positions: Tensor, num_keys: int, window: int | None) -> Tensor:
-    """Mask ``[..., T, S]`` for queries at ``query_positions`` ``[..., T]`` over key positions ``0..S-1``.
-
-    Key ``j`` is visible to a query at ``p`` iff ``j <= p`` and, with a window, ``p - window < j``.
-    Keys past a row's own end are therefore hidden too (``j > p``), which is what batches of rows with
-    different lengths (padded to the longest) rely on.
-    """
-    q_pos = query_positions[..., :, None]  # [..., T, 1]
-    k_pos = torch.arange(num_keys, device=query_positions.device)  # [S]
-    visible = k_pos <= q_pos
-    if window is not None:
-        visible = visible & (k_pos > q_pos - window)
-    return visible  # [..., T, S]
 
 
 def grouped_query_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, scale: float) -> Tensor:

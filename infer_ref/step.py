@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor
 
-from infer_ref.attention import attention_mask
+from infer_ref.masks import attention_mask
 
 MaskFn = Callable[[int | None], Tensor | None]
 

@@ -32,12 +32,12 @@ import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from infer_ref.attention import attention_mask, visible_keys
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.cache.pool import BlockPool, PoolGeometry
 from infer_ref.cache.slots import StoreFn, gather_slots, slots_through_tables, store_rows
 from infer_ref.cache.snapshot import KVSnapshot
+from infer_ref.masks import attention_mask, visible_keys
 from infer_ref.step import Step
 
 if TYPE_CHECKING:

@@ -34,11 +34,11 @@ from infer_ref.cache.paged import model_layer_windows
 from infer_ref.cache.pool import BlockPool
 from infer_ref.config import ModelConfig
 from infer_ref.engine.block_manager import BlockManager, HashFn, PrefixCacheStats, block_hash
-from infer_ref.engine.result import GenerationResult, TokenDecoder
 from infer_ref.engine.runner import ModelRunner, block_table_cache
-from infer_ref.engine.sampling import SamplingParams
 from infer_ref.engine.scheduler import Scheduler
 from infer_ref.engine.sequence import Request, model_eos_ids
+from infer_ref.results import GenerationResult, TokenDecoder
+from infer_ref.sampling import SamplingParams
 from infer_ref.validation import check_token_id
 
 

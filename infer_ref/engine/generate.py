@@ -18,11 +18,11 @@ from infer_ref.cache.factory import CACHE_KINDS, DEFAULT_BLOCK_SIZE, build_cache
 from infer_ref.cache.protocol import KVCacheProtocol
 from infer_ref.config import ModelConfig
 from infer_ref.devices import check_model_device
-from infer_ref.engine.result import GenerationResult, TokenDecoder
 from infer_ref.engine.runner import ModelRunner
-from infer_ref.engine.sampling import SamplingParams
 from infer_ref.engine.sequence import Request, model_eos_ids
 from infer_ref.errors import UsageError
+from infer_ref.results import GenerationResult, TokenDecoder
+from infer_ref.sampling import SamplingParams
 from infer_ref.validation import check_token_ids, check_tokenizer_decodes, check_tokenizer_fits
 
 if TYPE_CHECKING:

@@ -20,8 +20,8 @@ from infer_ref.cache.paged import PagedKVCache
 from infer_ref.cache.pool import BlockPool
 from infer_ref.devices import model_placement
 from infer_ref.engine.block_manager import TokenSequence
-from infer_ref.engine.sampling import sample_token
 from infer_ref.engine.sequence import Request
+from infer_ref.sampling import sample_token
 
 
 class ModelRunner:

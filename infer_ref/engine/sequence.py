@@ -14,8 +14,8 @@ import torch
 from torch import Tensor
 
 from infer_ref.engine.block_manager import TokenSequence
-from infer_ref.engine.result import GenerationTiming, TokenCollector, TokenDecoder
-from infer_ref.engine.sampling import SamplingParams
+from infer_ref.results import GenerationTiming, TokenCollector, TokenDecoder
+from infer_ref.sampling import SamplingParams
 
 
 class NoText:

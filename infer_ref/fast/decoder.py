@@ -31,11 +31,11 @@ from infer_ref.cache.static import StaticKVCache
 from infer_ref.cache.static_paged import StaticPagedKVCache
 from infer_ref.config import ModelConfig
 from infer_ref.devices import resolve as resolve_device
-from infer_ref.engine.result import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
-from infer_ref.engine.sampling import SamplingParams, sample_token
 from infer_ref.errors import UsageError
 from infer_ref.fast.modules import use_fast_modules
 from infer_ref.fast.switch import decode_kernels
+from infer_ref.results import GenerationResult, GenerationTiming, TokenCollector, TokenDecoder
+from infer_ref.sampling import SamplingParams, sample_token
 from infer_ref.validation import can_decide, check_token_ids, logits_error
 
 # Tokens read back to the host at a time by the greedy loop (EOS / stop strings are checked then).

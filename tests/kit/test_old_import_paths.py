@@ -44,6 +44,8 @@ USER_PATHS = {
     "infer_ref.engine.fast_decode:FastDecoder": "infer_ref.fast.decoder:FastDecoder",
     "infer_ref.cache.prefix:BlockManager": "infer_ref.engine.block_manager:BlockManager",
     "infer_ref.golden_cli:main": "infer_ref.cli.golden:main",
+    "infer_ref.engine.sampling:SamplingParams": "infer_ref.sampling:SamplingParams",
+    "infer_ref.engine.result:GenerationResult": "infer_ref.results:GenerationResult",
 }
 
 

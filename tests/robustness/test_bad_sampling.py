@@ -14,10 +14,10 @@ from torch import nn
 from infer_ref.chat import render_chat_template
 from infer_ref.config import ModelConfig
 from infer_ref.engine import SamplingParams, generate, sample_token
-from infer_ref.engine.sampling import MAX_SEED
 from infer_ref.errors import NonFiniteError, UsageError
 from infer_ref.loader import load_model
 from infer_ref.models import DecoderLM
+from infer_ref.sampling import MAX_SEED
 from infer_ref.tokenizer import Tokenizer
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"

@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from infer_ref import KVCache, ModelConfig
-from infer_ref.attention import attention_mask
 from infer_ref.config import RopeConfig
 from infer_ref.conformance.checkpoints.snapshots import tiny_config
+from infer_ref.masks import attention_mask
 from infer_ref.models.common import (
     Attention,
     GemmaRMSNorm,

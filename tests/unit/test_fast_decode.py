@@ -13,12 +13,12 @@ import pytest
 import torch
 
 from infer_ref import KVCacheOverflowError, load_model
-from infer_ref.attention import attention_mask
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, WeightInit, random_snapshot, tiny_config
 from infer_ref.engine.generate import generate
-from infer_ref.engine.sampling import SamplingParams
 from infer_ref.fast.decoder import FastDecoder, sliced_argmax
+from infer_ref.masks import attention_mask
+from infer_ref.sampling import SamplingParams
 
 PROMPT = [5, 9, 17, 33, 2 + 60, 71, 100]
 STEPS = 24  # crosses the tiny Gemma window (6) several times

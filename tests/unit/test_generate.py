@@ -9,7 +9,7 @@ import torch
 
 from infer_ref import ModelConfig, SamplingParams, generate, sample_token
 from infer_ref.conformance.checkpoints.snapshots import tiny_config
-from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top_p
+from infer_ref.sampling import apply_repetition_penalty, filter_top_k_top_p
 
 VOCAB = 16
 EOS = 15

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from infer_ref.engine.block_manager import BlockManager
-from infer_ref.engine.sampling import SamplingParams
 from infer_ref.engine.scheduler import Scheduler
 from infer_ref.engine.sequence import Request
+from infer_ref.sampling import SamplingParams
 
 BLOCK = 4
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infer_ref.attention import attention_mask
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.cache.pool import BlockPool
 from infer_ref.cache.protocol import plan_step
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.cache.static_paged import StaticPagedKVCache
+from infer_ref.masks import attention_mask
 
 CPU = torch.device("cpu")
 WINDOWS = [None, 3, None]  # three layers, the middle one sliding

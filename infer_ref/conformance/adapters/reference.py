@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 
 import infer_ref
-from infer_ref.attention import attention_mask, cached_attention
+from infer_ref.attention import cached_attention
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.factory import DEFAULT_BLOCK_SIZE, build_cache
 from infer_ref.cache.protocol import plan_step
@@ -26,10 +26,11 @@ from infer_ref.conformance.interface.adapter import Adapter, CacheSpec, EngineOu
 from infer_ref.conformance.interface.contract import CacheContract
 from infer_ref.conformance.oracles.allocator import driver_factory
 from infer_ref.engine.generate import generate as _generate
-from infer_ref.engine.sampling import SamplingParams, sample_token, warp_logits
 from infer_ref.fast.kernels import paged_decode_attention, store_kvcache
 from infer_ref.loader import load_model as _load_model
+from infer_ref.masks import attention_mask
 from infer_ref.models.common import RotaryEmbedding, apply_rope
+from infer_ref.sampling import SamplingParams, sample_token, warp_logits
 from infer_ref.tokenizer import Tokenizer
 
 

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention import sdpa_kernel
 
-from infer_ref.attention import attention_mask, grouped_query_attention
+from infer_ref.attention import grouped_query_attention
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
 from infer_ref.conformance.adapters import reference as ref
@@ -37,8 +37,7 @@ from infer_ref.conformance.mutants import caches
 from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES
 from infer_ref.conformance.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MANAGERS, prefix_adapter
 from infer_ref.engine.block_manager import BlockManager
-from infer_ref.engine.result import GenerationTiming, TokenCollector, first_stop
-from infer_ref.engine.sampling import apply_repetition_penalty, filter_top_k_top_p
+from infer_ref.masks import attention_mask
 from infer_ref.models.common import (
     SDPA_BACKENDS,
     GemmaRMSNorm,
@@ -48,6 +47,8 @@ from infer_ref.models.common import (
     apply_rope,
     rope_inv_freq,
 )
+from infer_ref.results import GenerationTiming, TokenCollector, first_stop
+from infer_ref.sampling import apply_repetition_penalty, filter_top_k_top_p
 from infer_ref.step import Step
 from infer_ref.tokenizer import Tokenizer
 
@@ -341,7 +342,7 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
 
 
 def _warp_logits(logits: Tensor, context: list[int], spec: SamplerSpec, knobs: Knobs) -> Tensor:
-    """Copy of ``engine.sampling.warp_logits`` (sampling, not greedy) with the sampler knob."""
+    """Copy of ``infer_ref.sampling.warp_logits`` (sampling, not greedy) with the sampler knob."""
     logits = apply_repetition_penalty(logits, context, spec.repetition_penalty)
     if knobs.sampler == "top_p_before_temperature":
         return filter_top_k_top_p(logits, spec.top_k, spec.top_p) / spec.temperature
@@ -354,7 +355,7 @@ def _warp_logits(logits: Tensor, context: list[int], spec: SamplerSpec, knobs: K
 
 
 def _sample_draws(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int, knobs: Knobs) -> list[int]:
-    """Copy of the sampling path of ``engine.sampling.sample_token`` from one seeded generator."""
+    """Copy of the sampling path of ``infer_ref.sampling.sample_token`` from one seeded generator."""
     generator = torch.Generator(device="cpu").manual_seed(seed)
     probs = torch.softmax(_warp_logits(logits.float(), context, spec, knobs), dim=-1).cpu()
     if knobs.sampler == "race_inverted":
