@@ -13,7 +13,7 @@ from infer_ref.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
 
-_install_moved_modules()  # the conformance kit's old import paths (infer_ref.testing, infer_ref.golden), for one release
+_install_moved_modules()  # old import paths (the kit, the kernels, the fast decoder, ...), for one release
 
 __all__ = [
     "CheckpointError",

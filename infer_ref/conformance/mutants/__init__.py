@@ -18,7 +18,6 @@ every switch at its default the copies produce the real model's logits bit for b
 from __future__ import annotations
 
 import types
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -29,15 +28,24 @@ from torch import Tensor
 from torch.nn.attention import sdpa_kernel
 
 from infer_ref.attention import grouped_query_attention
-from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import RopeConfig
 from infer_ref.conformance.adapters import reference as ref
 from infer_ref.conformance.interface.adapter import Adapter, CacheSpec, SamplerSpec
 from infer_ref.conformance.mutants import caches
+from infer_ref.conformance.mutants.broken import (
+    ClampingCache,
+    FullBufferCache,
+    NoRestartCache,
+    aliased_cache,
+    mask_no_window_on_decode,
+    mask_top_left_aligned,
+    mask_window_off_by_one,
+)
 from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES
+from infer_ref.conformance.mutants.knobs import Knobs
 from infer_ref.conformance.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MANAGERS, prefix_adapter
+from infer_ref.conformance.mutants.sampling import _generate_stopping, _sample_draws, _warp_logits
 from infer_ref.engine.block_manager import BlockManager
-from infer_ref.masks import attention_mask
 from infer_ref.models.common import (
     SDPA_BACKENDS,
     GemmaRMSNorm,
@@ -47,12 +55,7 @@ from infer_ref.models.common import (
     apply_rope,
     rope_inv_freq,
 )
-from infer_ref.results import GenerationTiming, TokenCollector, first_stop
-from infer_ref.sampling import apply_repetition_penalty, filter_top_k_top_p
 from infer_ref.step import Step
-from infer_ref.tokenizer import Tokenizer
-
-MaskFn = Callable[[int, int, "int | None", "torch.device | str"], "Tensor | None"]
 
 # The bug classes of docs/design.md, verbatim.
 BUG_CLASSES = (
@@ -87,120 +90,6 @@ EXTRA_BUG_CLASSES = (
     "one token too many or too few",
     "stop strings across token boundaries or out of order",
 )
-
-# -- broken masks --------------------------------------------------------------------------------
-
-
-def mask_no_window_on_decode(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
-    """The "one new token sees everything" shortcut taken without looking at the window."""
-    if q_len == 1:
-        return None
-    return attention_mask(q_len, start, window, device)
-
-
-def mask_window_off_by_one(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
-    """``j >= p - window`` instead of ``j > p - window``: every query sees window + 1 keys."""
-    kv_len = start + q_len
-    if q_len == 1 and (window is None or kv_len <= window + 1):
-        return None
-    q_pos = torch.arange(start, kv_len, device=device)[:, None]
-    k_pos = torch.arange(kv_len, device=device)[None, :]
-    visible = k_pos <= q_pos
-    if window is not None:
-        visible = visible & (k_pos >= q_pos - window)
-    return visible
-
-
-def mask_top_left_aligned(q_len: int, start: int, window: int | None, device: torch.device | str) -> Tensor | None:
-    """``torch.ones(T, S).tril()``: query i sees keys 0..i, as if the chunk started at position 0."""
-    kv_len = start + q_len
-    if q_len == 1 and (window is None or kv_len <= window):
-        return None
-    q_idx = torch.arange(q_len, device=device)[:, None]
-    k_pos = torch.arange(kv_len, device=device)[None, :]
-    visible = k_pos <= q_idx
-    if window is not None:
-        visible = visible & (k_pos > q_idx - window)
-    return visible
-
-
-# -- broken caches -------------------------------------------------------------------------------
-
-
-class FullBufferCache(KVCache):
-    """``update`` returns the whole ``max_seq_len`` buffer (a static cache read without its length):
-    unwritten zero slots take part in attention."""
-
-    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        super().update(layer_idx, k, v)
-        return self.k[layer_idx], self.v[layer_idx]
-
-
-class NoRestartCache(KVCache):
-    """``reset`` clears the tensors but forgets the counter: the next request starts mid-cache."""
-
-    def reset(self) -> None:
-        self.k.zero_()
-        self.v.zero_()
-
-
-class ClampingCache(KVCache):
-    """Writes past ``max_seq_len`` are truncated and ``advance`` saturates, without an error."""
-
-    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        self._check_layer(layer_idx)
-        self._check_entries(k, v)
-        start = self._seq_len
-        end = min(start + k.shape[2], self.max_seq_len)
-        self.k[layer_idx, :, :, start:end] = k[:, :, : end - start]
-        self.v[layer_idx, :, :, start:end] = v[:, :, : end - start]
-        return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
-
-    def advance(self, n: int) -> None:
-        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
-            raise ValueError(f"advance(n) needs a positive integer n, got {n!r}")
-        self._seq_len = min(self._seq_len + n, self.max_seq_len)
-
-
-def aliased_cache(spec: CacheSpec) -> KVCache:
-    """Per-layer storage built by broadcasting one layer (``zeros(1, ...).expand(L, ...)``, the tensor
-    version of ``[torch.zeros(shape)] * num_layers``): every layer reads and writes the same slice."""
-    shape = (1, spec.batch_size, spec.num_kv_heads, spec.max_seq_len, spec.head_dim)
-    full = (spec.num_layers, *shape[1:])
-    k = torch.zeros(shape, dtype=spec.dtype, device=spec.device).expand(full)
-    v = torch.zeros(shape, dtype=spec.dtype, device=spec.device).expand(full)
-    return KVCache(k, v)
-
-
-# -- the switchable copies of the model code ----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """One switch per planted bug; the defaults reproduce infer_ref exactly."""
-
-    mask: MaskFn = attention_mask
-    rope_offset: bool = True  # False: positions 0..T-1 on every call
-    rope_offset_from_sliding_layer: bool = False  # offset = min(seq_len, window) when layer 0 slides
-    first_layer_window_everywhere: bool = False
-    pad_mask_to_capacity: bool = False  # with FullBufferCache: the mask covers the written length only
-    advance: str = "once"  # "once" | "twice" | "skip_decode"
-    v_rotated: bool = False
-    qk_norm: str = "before_rope"  # "before_rope" | "after_rope" | "missing"
-    scale_from_head_dim: bool = False
-    embed_scale_unrounded: bool = False
-    llama3_ignored: bool = False
-    cache_factory: Callable[[CacheSpec], Any] | None = None
-    cache_cls: type[KVCache] = KVCache
-    store_kvcache: Callable[..., None] | None = None  # replaces the adapter's store
-    paged_decode_attention: Callable[..., Tensor] | None = None  # replaces the adapter's paged read
-    norm_precision: str = "fp32"  # "fp32" | "low_accumulate" | "gemma_one_plus_w_low"
-    rope_precision: str = "fp32"  # "fp32" | "angles_low" | "inv_freq_low"
-    sampler: str = "reference"  # | "top_p_before_temperature" | "top_k_strict" | "race_inverted"
-    # "reference" | "eos_ignored" | "eos_config_only" | "eos_first_id_only" | "one_token_too_many" | "eos_dropped"
-    # | "stop_first_listed" | "stop_within_token"
-    stopping: str = "reference"
-
 
 def _mask_for(knobs: Knobs, q_len: int, start: int, window: int | None, device: torch.device | str, kv_cache: Any) -> Tensor | None:
     mask = knobs.mask(q_len, start, window, device)
@@ -336,101 +225,6 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
             rotary.inv_freq = rope_inv_freq(rotary.head_dim, _strip_llama3(rotary.rope)).to(rotary.inv_freq.device)
     _patch_precision(model, knobs)
     return model
-
-
-# -- the switchable copy of the sampler -----------------------------------------------------------
-
-
-def _warp_logits(logits: Tensor, context: list[int], spec: SamplerSpec, knobs: Knobs) -> Tensor:
-    """Copy of ``infer_ref.sampling.warp_logits`` (sampling, not greedy) with the sampler knob."""
-    logits = apply_repetition_penalty(logits, context, spec.repetition_penalty)
-    if knobs.sampler == "top_p_before_temperature":
-        return filter_top_k_top_p(logits, spec.top_k, spec.top_p) / spec.temperature
-    logits = logits / spec.temperature
-    if knobs.sampler == "top_k_strict" and spec.top_k is not None and spec.top_k < logits.shape[-1]:
-        # The k indices torch.topk returns, not every token tied with the k-th value.
-        keep = torch.zeros_like(logits, dtype=torch.bool).scatter(0, torch.topk(logits, spec.top_k).indices, True)
-        return filter_top_k_top_p(logits.masked_fill(~keep, float("-inf")), None, spec.top_p)
-    return filter_top_k_top_p(logits, spec.top_k, spec.top_p)
-
-
-def _sample_draws(logits: Tensor, context: list[int], spec: SamplerSpec, seed: int, num_draws: int, knobs: Knobs) -> list[int]:
-    """Copy of the sampling path of ``infer_ref.sampling.sample_token`` from one seeded generator."""
-    generator = torch.Generator(device="cpu").manual_seed(seed)
-    probs = torch.softmax(_warp_logits(logits.float(), context, spec, knobs), dim=-1).cpu()
-    if knobs.sampler == "race_inverted":
-        # The exponential race argmax(p / q), q ~ Exp(1), written as argmax(p * q): same support,
-        # a distribution sharpened towards the likely tokens.
-        out = []
-        for _ in range(num_draws):
-            q = torch.empty_like(probs).exponential_(generator=generator)
-            out.append(int((probs * q).argmax()))
-        return out
-    return [int(torch.multinomial(probs, num_samples=1, generator=generator).item()) for _ in range(num_draws)]
-
-
-# -- the switchable copy of the stopping rule and the greedy loop ---------------------------------
-
-
-class _KnobbedCollector(TokenCollector):
-    """Copy of ``TokenCollector.accept`` with the stopping knob."""
-
-    def __init__(self, *args: Any, knobs: Knobs, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._knobs = knobs
-
-    def accept(self, token: int) -> bool:
-        mode = self._knobs.stopping
-        before = self._tokenizer.decode(self.generated, skip_special_tokens=True)
-        self.tokens.append(token)
-        self.generated.append(token)
-        if token in self._eos_ids and mode != "eos_ignored":
-            self.finish = "eos"
-            if mode == "eos_dropped":  # the EOS token left out of the returned tokens
-                self.generated.pop()
-            return True
-        if self._stop:
-            text = self._tokenizer.decode(self.generated, skip_special_tokens=True)
-            cut = self._find_stop(text, before, token)
-            if cut is not None:
-                self._text, self.finish = text[:cut], "stop"
-                return True
-        if mode == "one_token_too_many":
-            return len(self.generated) > self._max_new_tokens  # `>` for `>=`
-        return len(self.generated) >= self._max_new_tokens
-
-    def _find_stop(self, text: str, before: str, token: int) -> int | None:
-        if self._knobs.stopping == "stop_first_listed":  # the first string of the list that occurs
-            return next((text.find(s) for s in self._stop if s in text), None)
-        if self._knobs.stopping == "stop_within_token":  # each new token's own text searched alone
-            piece = self._tokenizer.decode([token], skip_special_tokens=True)
-            hit = first_stop(piece, self._stop)
-            return None if hit is None else len(before) + hit
-        return first_stop(text, self._stop)
-
-
-@torch.inference_mode()
-def _generate_stopping(
-    model: Any, folder: Path, prompt_ids: list[int], max_new_tokens: int, stop: tuple[str, ...], knobs: Knobs
-) -> tuple[list[int], str]:
-    """Copy of the eager greedy loop of ``engine.generate`` with the knobbed stopping rule."""
-    tokenizer = Tokenizer(folder)
-    config = model.config
-    eos_ids = set(config.eos_token_ids)
-    if knobs.stopping != "eos_config_only":  # generation_config.json and tokenizer_config.json too
-        eos_ids |= set(tokenizer.eos_token_ids)
-    if knobs.stopping == "eos_first_id_only":  # `eos_token_id` read as one int: the first id found
-        eos_ids = set((*config.eos_token_ids, *tokenizer.eos_token_ids)[:1])
-    param = next(model.parameters())
-    cache = KVCache.from_model_config(config, len(prompt_ids) + max_new_tokens + 1, dtype=param.dtype, device=param.device)
-    collector = _KnobbedCollector(prompt_ids, tokenizer, max_new_tokens=max_new_tokens, stop=stop, eos_ids=eos_ids, knobs=knobs)
-    done = False
-    while not done:
-        fed = collector.tokens if not collector.generated else collector.tokens[-1:]
-        logits = model(torch.tensor([fed], device=param.device), kv_cache=cache)  # [1, 1, V]
-        done = collector.accept(int(logits[0, -1].argmax()))
-    result = collector.result(GenerationTiming(), None)
-    return list(result.token_ids), result.text
 
 
 def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
