@@ -50,13 +50,9 @@ from infer_ref.fast.kernels.attention import (
     paged_decode_attention_reference,
     paged_decode_attention_triton,
 )
+from infer_ref.fast.kernels.attention import kernel as attention_kernel
 from infer_ref.fast.kernels.attention import launch as attention_launch
-from infer_ref.fast.kernels.attention.kernel import (
-    NORM_GEMMA,
-    NORM_LLAMA,
-    NORM_NONE,
-    _decode_attention_kernel,
-)
+from infer_ref.fast.kernels.attention.kernel import NORM_GEMMA, NORM_LLAMA, NORM_NONE
 from infer_ref.fast.kernels.common import HAVE_TRITON, DeviceProfile
 from infer_ref.norm import NormSpec
 
@@ -624,7 +620,7 @@ def compile_for_sm90(
     signature: dict[str, str] = {}
     consts: dict[tuple[int, ...], Any] = {}
     attrs: dict[tuple[int, ...], list[list[Any]]] = {}
-    for i, name in enumerate(_decode_attention_kernel.arg_names):
+    for i, name in enumerate(attention_kernel._decode_attention_kernel.arg_names):  # defined with Triton only
         if name in constexprs or name in unit_strides:
             signature[name] = "constexpr"
             consts[(i,)] = constexprs.get(name, 1)
@@ -633,7 +629,7 @@ def compile_for_sm90(
             attrs[(i,)] = [["tt.divisibility", 16]]
         else:
             signature[name] = "fp32" if name in ("scale", "q_eps", "k_eps") else "i32"
-    source = ASTSource(fn=_decode_attention_kernel, signature=signature, constexprs=consts, attrs=attrs)
+    source = ASTSource(fn=attention_kernel._decode_attention_kernel, signature=signature, constexprs=consts, attrs=attrs)
     options = {"num_warps": tile.num_warps if num_warps is None else num_warps, "num_stages": 2, **attention_launch.LAUNCH_OPTIONS}
     if fp_fusion is not None:
         options["enable_fp_fusion"] = fp_fusion
