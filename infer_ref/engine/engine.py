@@ -79,6 +79,8 @@ class EngineStats:
 class Engine:
     """Generation for several requests at once over one paged KV pool with prefix caching."""
 
+    scheduler_class: type[Scheduler] = Scheduler  # a subclass may change the policy (or, planted, break it)
+
     def __init__(
         self,
         model: nn.Module,
@@ -141,7 +143,7 @@ class Engine:
         self.stats = EngineStats()
         prefix_before = PrefixCacheStats(**vars(self.blocks.stats))
         start = time.perf_counter()
-        scheduler = Scheduler(self.blocks, self.max_batch, requests)
+        scheduler = self.scheduler_class(self.blocks, self.max_batch, requests)
         while scheduler.has_work():
             self._admit(scheduler)
             batch = scheduler.schedule_decode()

@@ -33,10 +33,11 @@ CAPABILITIES = (
     "kv_budget",  # EngineOptions.kv_cache_tokens bounds the KV cache (small budgets preempt)
     "batch",  # several requests in one generate call run concurrently
     "top_k_top_p",  # EngineRequest.top_k / top_p are honoured
+    "ignore_eos",  # EngineRequest.ignore_eos is honoured
 )
 Capability = Literal[
     "prompt_logprobs", "seed", "stop_strings", "prefix_caching", "cached_tokens",
-    "reset_prefix_cache", "chunked_prefill", "kv_budget", "batch", "top_k_top_p",
+    "reset_prefix_cache", "chunked_prefill", "kv_budget", "batch", "top_k_top_p", "ignore_eos",
 ]  # fmt: skip
 
 FinishReason = Literal["stop", "length"]

@@ -1,0 +1,1 @@
+"""Engine adapters: one module per engine, each a factory ``(model_dir, options) -> EngineHandle``."""

@@ -1,0 +1,176 @@
+"""Planted bugs in an engine, each a bug class real engines have shipped, for proving the engine
+tier catches them (``tests/engines/test_planted_engine_bugs.py``).
+
+Each mutant is an engine factory (``--engine infer_ref.conformance.engines.mutants:NAME``): infer_ref's
+own Engine with one thing broken — either inside it (its block manager or scheduler) or in what
+its adapter hands back (the answers rewritten the way a buggy API layer would).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from infer_ref.conformance.engines.adapters.infer_ref_engine import CAPABILITIES, InferRefEngine
+from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
+from infer_ref.conformance.mutants.prefix import UnchainedHash, UnverifiedHit
+from infer_ref.engine.block_manager import TokenSequence
+from infer_ref.engine.scheduler import Scheduler
+from infer_ref.engine.sequence import Request
+
+ENGINE_BUG_CLASSES = (
+    "logprobs shifted by one position",
+    "prompt logprobs of cached prefix positions stale or zero",
+    "stop string cut at the last occurrence",
+    "max_tokens off by one",
+    "batch row samples with its neighbour's seed",
+    "prefix hit reuses another prompt's block",
+    "top-k list unsorted or missing the chosen token",
+    "preemption resumes from a stale position",
+)
+
+
+# -- bugs in what the API layer hands back ------------------------------------------------------
+
+
+class RewritingEngine(InferRefEngine):
+    """infer_ref's Engine whose answers (or requests) pass through a broken API layer."""
+
+    def rewrite_requests(self, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
+        return list(requests)
+
+    def rewrite_output(self, request: EngineRequest, output: EngineOutput) -> EngineOutput:
+        return output
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
+        outputs = super().generate(self.rewrite_requests(requests))
+        return [self.rewrite_output(r, o) for r, o in zip(requests, outputs, strict=True)]
+
+
+class ShiftedLogprobs(RewritingEngine):
+    """Step i reports step i+1's logprobs (the last step repeats)."""
+
+    def rewrite_output(self, request: EngineRequest, output: EngineOutput) -> EngineOutput:
+        steps = output.logprobs
+        return replace(output, logprobs=(*steps[1:], *steps[-1:]))
+
+
+class ZeroCachedPromptLogprobs(RewritingEngine):
+    """Prompt positions served by a prefix hit report logprob 0 (an output buffer never written)."""
+
+    def rewrite_output(self, request: EngineRequest, output: EngineOutput) -> EngineOutput:
+        if not output.prompt_logprobs or not output.cached_tokens:
+            return output
+        n = output.cached_tokens
+        zeroed = tuple(e if e is None or i >= n else TokenLogprobs(e.token, 0.0, tuple((t, 0.0) for t, _ in e.top))
+                       for i, e in enumerate(output.prompt_logprobs))  # fmt: skip
+        return replace(output, prompt_logprobs=zeroed)
+
+
+class StopAtLastOccurrence(RewritingEngine):
+    """Stop strings applied after generation, at their *last* occurrence."""
+
+    def rewrite_requests(self, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
+        return [replace(r, stop=()) for r in requests]
+
+    def rewrite_output(self, request: EngineRequest, output: EngineOutput) -> EngineOutput:
+        hits = [output.text.rfind(s) for s in request.stop if s in output.text]
+        return replace(output, text=output.text[: max(hits)], finish_reason="stop") if hits else output
+
+
+class OneTokenTooMany(RewritingEngine):
+    """The length limit compared with ``>``: max_tokens + 1 tokens."""
+
+    def rewrite_requests(self, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
+        return [replace(r, max_tokens=r.max_tokens + 1) for r in requests]
+
+
+class NeighbourSeed(RewritingEngine):
+    """In a batch, each seeded row samples with the next row's seed."""
+
+    def rewrite_requests(self, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
+        if len(requests) < 2:
+            return list(requests)
+        return [replace(r, seed=requests[(i + 1) % len(requests)].seed) for i, r in enumerate(requests)]
+
+
+class UnsortedTopK(RewritingEngine):
+    """Top-k lists in reverse order."""
+
+    def rewrite_output(self, request: EngineRequest, output: EngineOutput) -> EngineOutput:
+        return replace(output, logprobs=tuple(replace(e, top=e.top[::-1]) for e in output.logprobs))
+
+
+class ChosenMissingFromTopK(RewritingEngine):
+    """The chosen token left out of the top-k list (the list filled up from the next ones)."""
+
+    def rewrite_output(self, request: EngineRequest, output: EngineOutput) -> EngineOutput:
+        steps = tuple(replace(e, top=tuple(p for p in e.top if p[0] != e.token)) for e in output.logprobs)
+        return replace(output, logprobs=steps)
+
+
+# -- bugs inside the engine ------------------------------------------------------------------
+
+
+class StalePositionScheduler(Scheduler):
+    """A preempted request loses its newest token's position: readmitted, it recomputes one
+    position short and chooses its next token from the stale one's logits."""
+
+    def _preempt(self, request: Request) -> None:
+        super()._preempt(request)
+        seq: TokenSequence | None = request.seq
+        if seq is not None and len(seq.token_ids) > 1:
+            seq.token_ids.pop()
+
+
+class StalePreemption(InferRefEngine):
+    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
+        super().__init__(model_dir, options)
+        self.engine.scheduler_class = StalePositionScheduler
+
+
+class UnchainedUnverified(UnchainedHash, UnverifiedHit):
+    """Hashes of a block's own tokens, trusted without a look at the block (as engines that do not
+    verify a hit do): a block matching another prompt's *second* block is served its K/V."""
+
+
+class UnchainedPrefixHits(InferRefEngine):
+    """Block hashes not chained to their parent, hits not verified: a prompt starting with another
+    prompt's second block is served that block's K/V, computed after another first block."""
+
+    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
+        super().__init__(model_dir, options)
+        blocks = self.engine.blocks
+        self.engine.blocks = UnchainedUnverified(blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching)
+
+
+@dataclass(frozen=True)
+class EngineMutant:
+    name: str
+    bug_class: str
+    engine: type[InferRefEngine]
+    caught_by: tuple[str, ...]  # the tier's tests expected to fail (test function names)
+
+    def factory(self) -> Callable[[Path, EngineOptions], InferRefEngine]:
+        def start(model_dir: Path, options: EngineOptions) -> InferRefEngine:
+            return self.engine(Path(model_dir), options)
+
+        start.capabilities = CAPABILITIES  # type: ignore[attr-defined]
+        return start
+
+
+ENGINE_MUTANTS = (
+    EngineMutant("logprobs_shifted", ENGINE_BUG_CLASSES[0], ShiftedLogprobs, ("test_generated_logprobs_agree_with_oracle",)),
+    EngineMutant("cached_prompt_logprobs_zero", ENGINE_BUG_CLASSES[1], ZeroCachedPromptLogprobs, ("test_prompt_logprobs_agree_with_oracle",)),
+    EngineMutant("stop_at_last_occurrence", ENGINE_BUG_CLASSES[2], StopAtLastOccurrence, ("test_stop_string_cut_at_earliest",)),
+    EngineMutant("max_tokens_plus_one", ENGINE_BUG_CLASSES[3], OneTokenTooMany, ("test_max_tokens_exact",)),
+    EngineMutant("neighbour_seed", ENGINE_BUG_CLASSES[4], NeighbourSeed, ("test_seeded_request_same_in_batch",)),
+    EngineMutant("prefix_hash_unchained", ENGINE_BUG_CLASSES[5], UnchainedPrefixHits, ("test_generated_logprobs_agree_with_oracle",)),
+    EngineMutant("top_k_unsorted", ENGINE_BUG_CLASSES[6], UnsortedTopK, ("test_top_logprobs_count_order_and_chosen",)),
+    EngineMutant("chosen_missing_from_top_k", ENGINE_BUG_CLASSES[6], ChosenMissingFromTopK, ("test_top_logprobs_count_order_and_chosen",)),
+    EngineMutant("preemption_stale_position", ENGINE_BUG_CLASSES[7], StalePreemption, ("test_generated_logprobs_agree_with_oracle",)),
+)
+globals().update({m.name: m.factory() for m in ENGINE_MUTANTS})  # --engine infer_ref.conformance.engines.mutants:NAME
+
+__all__ = ["ENGINE_BUG_CLASSES", "ENGINE_MUTANTS", "EngineMutant"]

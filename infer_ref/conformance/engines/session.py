@@ -1,0 +1,169 @@
+"""The engines of one tier run: which engine, on which checkpoints, started how — each started once.
+
+Per checkpoint the tier starts an engine at most twice:
+
+* **plain**: prefix caching off, the whole prompt prefilled at once, an ample KV cache. Each request
+  run *alone* on it gives the reference answers of the self-consistency properties.
+* **stressed**: prefix caching on, a chunked-prefill budget of ``CHUNK_BUDGET`` tokens, and a KV
+  budget of ``KV_BUDGET_BLOCKS`` blocks (smaller than a full batch needs, so a batch preempts),
+  wherever the engine declares the capability. The agreement properties run on it.
+
+An HTTP endpoint is one engine started by someone else: plain and stressed are then the same handle.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from infer_ref.conformance.engines.protocol import (
+    CAPABILITIES,
+    EngineHandle,
+    EngineOptions,
+    EngineOutput,
+    EngineRequest,
+)
+from infer_ref.conformance.engines.workload import BLOCK_SIZE
+from infer_ref.errors import UsageError
+
+ENGINES = {
+    "infer_ref": "infer_ref.conformance.engines.adapters.infer_ref_engine:start_infer_ref",
+    "transformers": "infer_ref.conformance.engines.adapters.transformers_generate:start_transformers",
+    "vllm": "infer_ref.conformance.engines.adapters.vllm:start_vllm",
+}
+CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
+KV_BUDGET_BLOCKS = 10  # fits the longest request (97 + 16 tokens: 4 blocks), not a batch of them
+PLAIN_KV_TOKENS = 64 * BLOCK_SIZE
+MAX_MODEL_LEN = 512
+
+
+class EngineStartError(UsageError):
+    """An engine could not be started or reached; the message says what to do."""
+
+
+def default_model_dirs() -> list[Path]:
+    """The kit's checkpoints: the three fixtures when this is a checkout (they are not packaged)."""
+    import infer_ref
+
+    fixtures = Path(infer_ref.__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+    return sorted(p for p in fixtures.iterdir() if (p / "config.json").is_file()) if fixtures.is_dir() else []
+
+
+def load_factory(spec: str) -> Callable[[Path, EngineOptions], EngineHandle]:
+    """``vllm`` / ``infer_ref`` / ``transformers``, or ``module:FACTORY`` for a user's own engine."""
+    target = ENGINES.get(spec, spec)
+    if ":" not in target:
+        raise EngineStartError(f"--engine {spec!r}: expected one of {', '.join(ENGINES)} or module:FACTORY")
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as e:
+        raise EngineStartError(f"--engine {spec!r}: cannot import {module_name} ({e})") from None
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise EngineStartError(f"--engine {spec!r}: {module_name} has no callable {attr!r}")
+    return factory
+
+
+def declared_capabilities(factory: object) -> frozenset[str]:
+    """What a factory declares before any start (``factory.capabilities``; none declared: all)."""
+    caps = getattr(factory, "capabilities", None)
+    return frozenset(CAPABILITIES) if caps is None else frozenset(caps)
+
+
+def options_for(kind: str, dtype: str, capabilities: frozenset[str]) -> EngineOptions:
+    """The options of a ``plain`` or ``stressed`` start, limited to what the engine can honour."""
+    plain = EngineOptions(dtype=dtype, prefix_caching=False, block_size=BLOCK_SIZE,
+                          kv_cache_tokens=PLAIN_KV_TOKENS, max_model_len=MAX_MODEL_LEN)  # fmt: skip
+    if kind == "plain":
+        return plain
+    return replace(
+        plain,
+        prefix_caching="prefix_caching" in capabilities,
+        max_num_batched_tokens=CHUNK_BUDGET if "chunked_prefill" in capabilities else None,
+        kv_cache_tokens=KV_BUDGET_BLOCKS * BLOCK_SIZE if "kv_budget" in capabilities else PLAIN_KV_TOKENS,
+    )
+
+
+@dataclass
+class EngineTier:
+    """The engines of this run, started lazily and stopped at the end (:meth:`stop_all`)."""
+
+    engine: str | None
+    endpoint: str | None
+    dtype: str
+    factory: Callable[[Path, EngineOptions], EngineHandle] | None = None
+    started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict)
+    failed: dict[tuple[str, str], str] = field(default_factory=dict)
+    alone_answers: dict[tuple[str, EngineRequest], EngineOutput] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.endpoint is None:
+            self.factory = load_factory(self.engine or "infer_ref")
+
+    @property
+    def name(self) -> str:
+        return f"endpoint {self.endpoint}" if self.endpoint else (self.engine or "infer_ref")
+
+    @property
+    def capabilities(self) -> frozenset[str]:
+        return declared_capabilities(self.factory) if self.factory is not None else frozenset(CAPABILITIES)
+
+    def handle(self, model_dir: Path, kind: str) -> EngineHandle:
+        """The started engine of ``kind`` on ``model_dir`` (started on first use)."""
+        if self.endpoint is not None:
+            kind = "plain"  # one server: both roles
+        key = (str(model_dir), kind)
+        if key in self.failed:
+            raise EngineStartError(self.failed[key])
+        if key not in self.started:
+            try:
+                self.started[key] = self._start(model_dir, kind)
+            except Exception as e:
+                self.failed[key] = f"{self.name} could not start on {model_dir} ({kind}): {_one_line(e)}"
+                raise EngineStartError(self.failed[key]) from None
+        return self.started[key]
+
+    def _start(self, model_dir: Path, kind: str) -> EngineHandle:
+        if self.endpoint is not None:
+            from infer_ref.conformance.engines.adapters.openai_http import connect
+
+            return connect(self.endpoint, model_dir)
+        assert self.factory is not None
+        return self.factory(model_dir, options_for(kind, self.dtype, self.capabilities))
+
+    def alone(self, model_dir: Path, request: EngineRequest) -> EngineOutput:
+        """``request`` run alone on the plain engine (memoised): the self-consistency reference."""
+        key = (str(model_dir), request)
+        if key not in self.alone_answers:
+            [self.alone_answers[key]] = self.handle(model_dir, "plain").generate([request])
+        return self.alone_answers[key]
+
+    def stop_all(self) -> None:
+        for handle in self.started.values():
+            with contextlib.suppress(Exception):  # stopping the others matters more than one complaint
+                handle.stop()
+        self.started.clear()
+
+
+def _one_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
+
+
+def run(handle: EngineHandle, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
+    """``handle.generate`` with the count checked (an engine dropping a request is a failure, not an index error)."""
+    outputs = handle.generate(list(requests))
+    if len(outputs) != len(requests):
+        raise AssertionError(f"{len(requests)} requests sent, {len(outputs)} answers returned")
+    return outputs
+
+
+def ignore_eos_if_possible(capabilities: frozenset[str]) -> bool:
+    return "ignore_eos" in capabilities
+
+
+

@@ -1,0 +1,83 @@
+"""Agreement with the oracle: every logprob the engine returns, teacher-forced against transformers
+in float64 on the same folder, at the engine's dtype tolerance.
+
+Prompts cross block boundaries (k*bs - 1, k*bs, k*bs + 1 tokens, then 16 generated tokens across
+the next boundary), Gemma's sliding window several times, and share prefixes (hits on the stressed
+engine, whose chunked-prefill budget and KV budget are small).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infer_ref.conformance.engines.oracle import (
+    agreement_tolerance,
+    compare_position,
+    dedupe,
+    oracle_logprobs,
+)
+from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
+from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.engines.workload import (
+    boundary_prompts,
+    greedy_requests,
+    model_facts,
+    shared_prefix_prompts,
+)
+
+pytestmark = pytest.mark.ir_oracle("transformers float64")
+
+
+def _workload(model_dir: Path, tier: EngineTier, *, prompt_logprobs: int | None = None) -> list[EngineRequest]:
+    facts = model_facts(model_dir)
+    prompts = boundary_prompts(facts) + shared_prefix_prompts(facts) + list(facts.canonical[:2])
+    return greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=prompt_logprobs)
+
+
+def disagreements(model_dir: Path, request: EngineRequest, output: EngineOutput, tol: float) -> list[str]:
+    """Every position of ``output`` where the engine's logprobs leave the oracle's tolerance."""
+    tokens = (*request.prompt, *output.token_ids)
+    oracle = oracle_logprobs(model_dir, tokens)  # [T, V]: row i predicts position i + 1
+    found = []
+    for step, entry in enumerate(output.logprobs):
+        row = oracle[len(request.prompt) - 1 + step]
+        found += compare_position(f"step {step}", entry, row, tol, chosen=request.greedy)
+    for position, prompt_entry in enumerate(output.prompt_logprobs or ()):
+        if prompt_entry is not None:
+            found += compare_position(f"prompt position {position}", prompt_entry, oracle[position - 1], tol, chosen=False)
+    return [str(d) for d in dedupe(found)]
+
+
+def _judge(model_dir: Path, requests: list[EngineRequest], outputs: list[EngineOutput], tol: float) -> None:
+    report = []
+    for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
+        found = disagreements(model_dir, request, output, tol)
+        if found:
+            report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(found[:3]))
+    assert not report, f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {tol:g}):\n" + "\n".join(report)
+
+
+def test_generated_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+    """Every generated step's chosen and top-k logprobs against the float64 oracle at its position,
+    all requests in one batch on the stressed engine (prefix hits, chunked prefill, preemption).
+
+    Guards: *logprobs shifted by one position*, *prefix hit reuses another prompt's block*,
+    *preemption resumes from a stale position*."""
+    requests = _workload(model_dir, tier)
+    outputs = run(started(model_dir), requests)
+    _judge(model_dir, requests, outputs, agreement_tolerance(tier.dtype))
+
+
+@pytest.mark.ir_engine_requires("prompt_logprobs")
+def test_prompt_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+    """Prompt logprobs at every position against the oracle, the batch run twice so the second
+    pass meets a warm prefix cache.
+
+    Guards: *prompt logprobs of cached prefix positions stale or zero*."""
+    requests = _workload(model_dir, tier, prompt_logprobs=5)
+    handle = started(model_dir)
+    for _ in range(2):
+        outputs = run(handle, requests)
+        _judge(model_dir, requests, outputs, agreement_tolerance(tier.dtype))

@@ -1,0 +1,44 @@
+"""Determinism: a seeded sampled request gives the same tokens every time, alone or in any batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from infer_ref.conformance.engines.protocol import EngineRequest
+from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.engines.workload import boundary_prompts, model_facts
+
+pytestmark = [pytest.mark.ir_oracle("self-consistency"), pytest.mark.ir_engine_requires("seed")]
+
+
+def _sampled(prompt: tuple[int, ...], seed: int) -> EngineRequest:
+    return EngineRequest(prompt, 12, temperature=1.0, seed=seed, logprobs=1)
+
+
+def test_seeded_request_repeats(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+    """The same seeded request twice alone: the same tokens.
+
+    Guards: *seeded sampling not reproducible*."""
+    prompt = boundary_prompts(model_facts(model_dir))[0]
+    handle = started(model_dir)
+    first, second = (run(handle, [_sampled(prompt, 1234)])[0] for _ in range(2))
+    assert first.token_ids == second.token_ids, f"seed 1234 gave {first.token_ids} then {second.token_ids}"
+
+
+@pytest.mark.ir_engine_requires("batch")
+def test_seeded_request_same_in_batch(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+    """A seeded request alone and as each row of a batch of differently seeded neighbours: the
+    same tokens, whichever row it sits in.
+
+    Guards: *batch row samples with its neighbour's seed*."""
+    prompts = boundary_prompts(model_facts(model_dir))[:4]
+    handle = started(model_dir)
+    target = _sampled(prompts[0], 77)
+    [alone] = run(handle, [target])
+    for row in range(len(prompts)):
+        others = [_sampled(p, 1000 + i) for i, p in enumerate(prompts[1:])]
+        batch = [*others[:row], target, *others[row:]]
+        got = run(handle, batch)[row]
+        assert got.token_ids == alone.token_ids, f"row {row} of a batch of {len(batch)}: {got.token_ids}, alone: {alone.token_ids}"
