@@ -6,6 +6,13 @@
 is ``pytest --pyargs infer_ref.conformance.tests --ir-impl=...`` with the options spelled out;
 everything after ``--`` (or any option it does not know) goes to pytest unchanged. The exit status
 is pytest's.
+
+    infer-ref conformance --engine vllm|infer_ref|transformers|module:FACTORY [--model-dir DIR] [--dtype float32]
+    infer-ref conformance --endpoint http://127.0.0.1:PORT/v1 --model-dir DIR
+
+run the engine tier instead (``infer_ref.conformance.engines.tests``): an engine judged through its
+generate API, started by the tier on each checkpoint folder (default: the kit's checkpoints), or
+a running OpenAI-compatible server serving ``DIR``.
 """
 
 from __future__ import annotations
@@ -14,10 +21,12 @@ import argparse
 import importlib.util
 from collections.abc import Sequence
 from importlib.metadata import entry_points
+from pathlib import Path
 
 from infer_ref.cli.options import DTYPES, UsageError
 
 PLUGIN = "infer_ref.conformance.plugin"
+DEFAULT_IMPL = "infer_ref.conformance.adapters.reference:INFER_REF"
 
 
 def add_conformance_command(commands: argparse._SubParsersAction) -> None:
@@ -26,11 +35,18 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
         help="run the conformance tests against an implementation (an infer_ref.conformance.interface.adapter.Adapter)",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    p.add_argument("--impl", default="infer_ref.conformance.adapters.reference:INFER_REF", metavar="MODULE:OBJECT",
+    p.add_argument("--impl", default=DEFAULT_IMPL, metavar="MODULE:OBJECT",
                    help="the adapter under test (default: infer_ref itself)")
     p.add_argument("--device", default="cpu", help="device every adapter call receives (cpu, cuda, cuda:N; default cpu)")
-    p.add_argument("--dtype", default="float64", choices=list(DTYPES),
-                   help="model / attention dtype: float64 is the exact tier; bfloat16/float16 use the golden tolerances")
+    p.add_argument("--dtype", default=None, choices=list(DTYPES),
+                   help="model / attention dtype: float64 is the exact tier (default); bfloat16/float16 use the golden "
+                        "tolerances. With --engine: the engine's dtype (default float32)")
+    p.add_argument("--engine", default=None, metavar="ENGINE",
+                   help="engine tier: judge an engine through its generate API (vllm, infer_ref, transformers, module:FACTORY)")
+    p.add_argument("--endpoint", default=None, metavar="URL",
+                   help="engine tier: judge a running OpenAI-compatible server (http://127.0.0.1:PORT/v1); needs --model-dir")
+    p.add_argument("--model-dir", action="append", default=None, metavar="DIR",
+                   help="engine tier: checkpoint folder(s) to judge on (default: the kit's checkpoints)")
     p.add_argument("--xfails", action="append", default=None, metavar="FILE",
                    help="expected failures, one test-id prefix per line (repeatable)")
     p.add_argument("-n", "--numprocesses", default=None, metavar="N|auto",
@@ -43,9 +59,15 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
 
 def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
     """The pytest command line for ``args`` (plus ``extra``, passed through)."""
-    out = ["--pyargs", "infer_ref.conformance.tests", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
-           f"--ir-dtype={args.dtype}", "-p", "no:cacheprovider", "-rfEsxX",
-           "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
+    if args.engine or args.endpoint:
+        out = ["--pyargs", "infer_ref.conformance.engines.tests", f"--ir-engine-dtype={args.dtype or 'float32'}"]
+        out += [f"--ir-engine={args.engine}"] if args.engine else [f"--ir-endpoint={args.endpoint}"]
+        out += [f"--ir-model-dir={d}" for d in args.model_dir or []]
+    else:
+        out = ["--pyargs", "infer_ref.conformance.tests", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
+               f"--ir-dtype={args.dtype or 'float64'}"]
+    out += ["-p", "no:cacheprovider", "-rfEsxX",
+            "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
     # A plain checkout on PYTHONPATH has no entry point; an install made before the kit moved names
     # the plugin by its old path, which loads the same module: adding it again would register it twice.
     if not any(ep.name == "infer_ref" for ep in entry_points(group="pytest11")):
@@ -62,9 +84,25 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
     return out + [a for a in extra if a != "--"]
 
 
+def check_engine_args(args: argparse.Namespace) -> None:
+    """Refuse engine-tier options that cannot work together, before pytest starts."""
+    if args.engine and args.endpoint:
+        raise UsageError("--engine starts an engine, --endpoint judges a running one: give one of them")
+    if args.endpoint and not args.model_dir:
+        raise UsageError("--endpoint needs --model-dir DIR: the folder the server serves (the oracle reads it)")
+    if args.model_dir and not (args.engine or args.endpoint):
+        raise UsageError("--model-dir belongs to the engine tier: add --engine ENGINE or --endpoint URL")
+    for folder in args.model_dir or []:
+        if not (Path(folder) / "config.json").is_file():
+            raise UsageError(f"--model-dir {folder}: no config.json there (expected a Hugging Face checkpoint folder)")
+    if (args.engine or args.endpoint) and args.impl != DEFAULT_IMPL:
+        raise UsageError("--impl judges an in-process adapter; the engine tier takes --engine or --endpoint instead")
+
+
 def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
     import pytest
 
+    check_engine_args(args)
     if args.numprocesses and importlib.util.find_spec("xdist") is None:
         raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")
     return int(pytest.main(pytest_args(args, extra)))
