@@ -24,12 +24,13 @@ OUTCOMES = ("passed", "failed", "xfailed", "not supported", "skipped")
 
 
 def bug_classes_of(item: pytest.Item) -> list[str]:
-    """The bug classes a test's docstring names as ``*class*`` (those of the kit's mutant registry)."""
-    from infer_ref.conformance.mutants import BUG_CLASSES
+    """The bug classes a test's docstring names as ``*class*`` (those of the kit's mutant registries)."""
+    from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES
+    from infer_ref.conformance.mutants import ALL_BUG_CLASSES
 
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     named = {" ".join(m.split()) for m in re.findall(r"\*([^*]+)\*", doc)}
-    return [c for c in BUG_CLASSES if c in named]
+    return [c for c in ALL_BUG_CLASSES + ENGINE_BUG_CLASSES if c in named]
 
 
 @dataclass
@@ -56,6 +57,7 @@ class Report:
     by_capability: dict[str, Tally] = field(default_factory=OrderedDict)
     by_bug_class: dict[str, Tally] = field(default_factory=OrderedDict)
     by_oracle: dict[str, Tally] = field(default_factory=OrderedDict)
+    by_family: dict[str, Tally] = field(default_factory=OrderedDict)  # engine tier: per checkpoint folder
     totals: Tally = field(default_factory=Tally)
     stale_xfails: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -77,6 +79,8 @@ class Report:
             "",
             *_table("oracle", self.by_oracle, None),
         ]
+        if self.by_family:
+            lines += ["", *_table("checkpoint", self.by_family, None)]
         if self.stale_xfails:
             lines += ["", "stale xfail entries (they fail the run): " + ", ".join(f"`{s}`" for s in self.stale_xfails)]
         if self.notes:
@@ -164,6 +168,8 @@ class Collector:
             self.report.by_capability.setdefault(cap, Tally()).add(outcome, repro, unsupported)
         if "ir_oracle" in props:
             self.report.by_oracle.setdefault(str(props["ir_oracle"]), Tally()).add(outcome, repro, unsupported)
+        if "ir_family" in props:
+            self.report.by_family.setdefault(str(props["ir_family"]), Tally()).add(outcome, repro, unsupported)
         for bug in props.get("ir_bug_classes", []):
             self.report.by_bug_class.setdefault(bug, Tally()).add(outcome, repro, unsupported)
 

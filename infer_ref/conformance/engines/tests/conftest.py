@@ -26,6 +26,14 @@ def _tier(config: pytest.Config) -> EngineTier:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ir_engine_requires(*capabilities): skip unless the engine declares them")
+    collector = config.pluginmanager.get_plugin("infer_ref_report")
+    if collector is not None:  # the report names the engine, not the in-process adapter
+        engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
+        report = collector.report
+        report.impl = f"--endpoint {endpoint}" if endpoint else f"--engine {engine or 'infer_ref'}"
+        report.adapter, report.version = "engine tier:", engine or endpoint or "infer_ref"
+        report.device, report.dtype = "the engine's", str(config.getoption("--ir-engine-dtype"))
+        report.capabilities = {}
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -40,10 +48,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     except EngineStartError as e:
         raise pytest.UsageError(str(e)) from None
     for item in items:
+        if "model_dir" not in getattr(item, "fixturenames", ()):
+            continue  # not an engine-tier test
         needed = [c for m in item.iter_markers("ir_engine_requires") for c in m.args]
+        _record(item, needed)
         missing = [c for c in needed if c not in tier.capabilities]
         if missing:
             item.add_marker(pytest.mark.skip(reason=f"not supported by {tier.name} ({', '.join(missing)})"))
+
+
+def _record(item: pytest.Item, needed: list[str]) -> None:
+    """What the conformance report tallies: capabilities, bug classes, oracle, checkpoint."""
+    from infer_ref.conformance.report import bug_classes_of
+
+    item.user_properties.append(("ir_capabilities", sorted(set(needed)) or ["(any engine)"]))
+    item.user_properties.append(("ir_bug_classes", bug_classes_of(item)))
+    oracle = item.get_closest_marker("ir_oracle")
+    if oracle is not None:
+        item.user_properties.append(("ir_oracle", str(oracle.args[0])))
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and "model_dir" in callspec.params:
+        item.user_properties.append(("ir_family", Path(callspec.params["model_dir"]).name))
 
 
 @pytest.fixture(scope="session")
