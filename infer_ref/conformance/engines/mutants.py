@@ -37,6 +37,8 @@ ENGINE_BUG_CLASSES = (
 class RewritingEngine(InferRefEngine):
     """infer_ref's Engine whose answers (or requests) pass through a broken API layer."""
 
+    reproducible = False  # a script of the unbroken Engine would not reproduce the planted bug
+
     def rewrite_requests(self, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
         return list(requests)
 
@@ -125,6 +127,8 @@ class StalePositionScheduler(Scheduler):
 
 
 class StalePreemption(InferRefEngine):
+    reproducible = False
+
     def __init__(self, model_dir: Path, options: EngineOptions) -> None:
         super().__init__(model_dir, options)
         self.engine.scheduler_class = StalePositionScheduler
@@ -138,6 +142,8 @@ class UnchainedUnverified(UnchainedHash, UnverifiedHit):
 class UnchainedPrefixHits(InferRefEngine):
     """Block hashes not chained to their parent, hits not verified: a prompt starting with another
     prompt's second block is served that block's K/V, computed after another first block."""
+
+    reproducible = False
 
     def __init__(self, model_dir: Path, options: EngineOptions) -> None:
         super().__init__(model_dir, options)

@@ -36,6 +36,7 @@ class InferRefEngine:
     """An :class:`~infer_ref.conformance.engines.protocol.EngineHandle` over infer_ref's Engine."""
 
     capabilities = CAPABILITIES
+    reproducible = True  # repro scripts start this engine as it is
 
     def __init__(self, model_dir: Path, options: EngineOptions) -> None:
         if options.max_num_batched_tokens is not None:
@@ -53,6 +54,15 @@ class InferRefEngine:
             max_batch=options.max_num_seqs or 8,
         )
         self.name = f"infer_ref Engine ({options.dtype}, block {block_size}, {self.engine.pool.num_blocks} blocks)"
+        self.options = options
+
+    def repro_snippet(self) -> str | None:
+        """The engine as a repro script starts and runs it (:mod:`infer_ref.conformance.engines.repro`)."""
+        if not self.reproducible:
+            return None
+        e = self.engine
+        return _REPRO.format(dtype=self.options.dtype, num_blocks=e.pool.num_blocks, block_size=e.block_size,
+                             prefix=e.enable_prefix_caching, max_batch=e.max_batch)  # fmt: skip
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
         for i, r in enumerate(requests):
@@ -81,6 +91,37 @@ class InferRefEngine:
             assert res.step_logits is not None
             out[i] = prompt_logprobs_from(res.step_logits, requests[i].prompt, requests[i].prompt_logprobs or 0)
         return out
+
+
+_REPRO = """# needs: infer_ref (the engine under test)
+from infer_ref.engine.engine import Engine
+from infer_ref.loader import load_model
+from infer_ref.sampling import SamplingParams
+from infer_ref.tokenizer import Tokenizer
+
+
+def start_engine():
+    torch.set_num_threads(1)
+    model, _ = load_model(MODEL_DIR, dtype=torch.{dtype}, device="cpu")
+    return Engine(model, Tokenizer(MODEL_DIR), num_blocks={num_blocks}, block_size={block_size},
+                  enable_prefix_caching={prefix}, max_batch={max_batch})
+
+
+def run(engine, requests):
+    params = [SamplingParams(temperature=r["temperature"], top_k=r["top_k"] or None,
+                             top_p=r["top_p"] if r["top_p"] < 1 else None, seed=r["seed"],
+                             max_new_tokens=r["max_tokens"], stop=tuple(r["stop"])) for r in requests]
+    results = engine.generate([r["prompt"] for r in requests], params, keep_logits=True)
+    answers = []
+    for r, res in zip(requests, results):
+        steps = []
+        for i, token in enumerate(res.token_ids):
+            row = torch.log_softmax(res.step_logits[i].double(), dim=-1)
+            values, ids = torch.topk(row, r["logprobs"])
+            steps.append([token, float(row[token]), [[int(t), float(v)] for t, v in zip(ids, values)]])
+        answers.append({{"token_ids": list(res.token_ids), "steps": steps}})
+    return answers
+"""
 
 
 def _params(r: EngineRequest) -> SamplingParams:

@@ -18,7 +18,8 @@ from infer_ref.conformance.engines.oracle import (
     dedupe,
     oracle_logprobs,
 )
-from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
+from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
+from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import (
     boundary_prompts,
@@ -50,13 +51,16 @@ def disagreements(model_dir: Path, request: EngineRequest, output: EngineOutput,
     return [str(d) for d in dedupe(found)]
 
 
-def _judge(model_dir: Path, requests: list[EngineRequest], outputs: list[EngineOutput], tol: float) -> None:
+def _judge(model_dir: Path, handle: EngineHandle, test: str, requests: list[EngineRequest], outputs: list[EngineOutput], tol: float) -> None:
     report = []
     for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
         found = disagreements(model_dir, request, output, tol)
         if found:
             report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(found[:3]))
-    assert not report, f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {tol:g}):\n" + "\n".join(report)
+    if report:
+        summary = f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {tol:g})"
+        repro = write_repro(handle, test, model_dir, requests, [[list(range(len(requests)))]], summary + ": " + report[0], tol)
+        raise AssertionError(summary + ":\n" + "\n".join(report) + "\n" + repro)
 
 
 def test_generated_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
@@ -66,8 +70,9 @@ def test_generated_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier,
     Guards: *logprobs shifted by one position*, *prefix hit reuses another prompt's block*,
     *preemption resumes from a stale position*."""
     requests = _workload(model_dir, tier)
-    outputs = run(started(model_dir), requests)
-    _judge(model_dir, requests, outputs, agreement_tolerance(tier.dtype))
+    handle = started(model_dir)
+    outputs = run(handle, requests)
+    _judge(model_dir, handle, "test_generated_logprobs_agree_with_oracle", requests, outputs, agreement_tolerance(tier.dtype))
 
 
 @pytest.mark.ir_engine_requires("prompt_logprobs")
@@ -80,4 +85,4 @@ def test_prompt_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier, st
     handle = started(model_dir)
     for _ in range(2):
         outputs = run(handle, requests)
-        _judge(model_dir, requests, outputs, agreement_tolerance(tier.dtype))
+        _judge(model_dir, handle, "test_prompt_logprobs_agree_with_oracle", requests, outputs, agreement_tolerance(tier.dtype))

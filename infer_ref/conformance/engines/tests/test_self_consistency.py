@@ -17,6 +17,7 @@ import pytest
 from infer_ref.conformance.engines.compare import compare_outputs
 from infer_ref.conformance.engines.oracle import agreement_tolerance
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
+from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import (
     BLOCK_SIZE,
@@ -34,14 +35,20 @@ def _requests(model_dir: Path, tier: EngineTier, prompts: list[tuple[int, ...]],
     return greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=wants)
 
 
-def _against_alone(model_dir: Path, tier: EngineTier, requests: list[EngineRequest], outputs: list[EngineOutput], what: str) -> None:
+def _against_alone(model_dir: Path, tier: EngineTier, requests: list[EngineRequest], outputs: list[EngineOutput], what: str,
+                   test: str, schedule: list[list[int]]) -> None:  # fmt: skip
+    """``outputs`` (the requests as ``schedule`` sent them to the stressed engine) against each request alone."""
     tol = agreement_tolerance(tier.dtype)
     report = []
     for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
         problems = compare_outputs(tier.alone(model_dir, request), output, tol)
         if problems:
             report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(problems[:3]))
-    assert not report, f"{what}: {len(report)} of {len(requests)} requests differ from the same request alone:\n" + "\n".join(report)
+    if report:
+        summary = f"{what}: {len(report)} of {len(requests)} requests differ from the same request alone"
+        alone = [[i] for i in range(len(requests))]
+        repro = write_repro(tier.handle(model_dir, "stressed"), test, model_dir, requests, [alone, schedule], f"{summary}: {report[0]}", tol)
+        raise AssertionError(summary + ":\n" + "\n".join(report) + "\n" + repro)
 
 
 def test_batch_matches_alone(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
@@ -51,7 +58,8 @@ def test_batch_matches_alone(model_dir: Path, tier: EngineTier, started) -> None
     Guards: *batch row reads a neighbour's cache*, *preemption resumes from a stale position*."""
     facts = model_facts(model_dir)
     requests = _requests(model_dir, tier, boundary_prompts(facts) + shared_prefix_prompts(facts))
-    _against_alone(model_dir, tier, requests, run(started(model_dir), requests), "batched on the stressed engine")
+    _against_alone(model_dir, tier, requests, run(started(model_dir), requests), "batched on the stressed engine",
+                   "test_batch_matches_alone", [list(range(len(requests)))])  # fmt: skip
 
 
 @pytest.mark.ir_engine_requires("prompt_logprobs")
@@ -63,7 +71,8 @@ def test_permuted_order_matches(model_dir: Path, tier: EngineTier, started) -> N
     requests = _requests(model_dir, tier, shared_prefix_prompts(facts, seed=1), prompt_logprobs=True)
     handle = started(model_dir)
     reverse = run(handle, requests[::-1])[::-1]
-    _against_alone(model_dir, tier, requests, reverse, "sent in reverse order")
+    _against_alone(model_dir, tier, requests, reverse, "sent in reverse order", "test_permuted_order_matches",
+                   [list(range(len(requests)))[::-1]])  # fmt: skip
 
 
 @pytest.mark.ir_engine_requires("prefix_caching", "reset_prefix_cache")
@@ -83,7 +92,11 @@ def test_warm_prefix_cache_matches_cold(model_dir: Path, tier: EngineTier, start
         assert sum(h >= BLOCK_SIZE for h in hits) * 2 > len(hits), f"the warm pass hit the prefix cache too rarely to judge it: cached tokens {hits}"
     tol = agreement_tolerance(tier.dtype)
     problems = [f"request {i}: " + "; ".join(p[:3]) for i, (c, w) in enumerate(zip(cold, warm, strict=True)) if (p := compare_outputs(c, w, tol))]
-    assert not problems, "warm prefix cache differs from cold:\n" + "\n".join(problems)
+    if problems:
+        everything = list(range(len(requests)))
+        repro = write_repro(handle, "test_warm_prefix_cache_matches_cold", model_dir, requests, [[everything], [everything]],
+                            f"warm prefix cache differs from cold: {problems[0]}", tol)  # fmt: skip
+        raise AssertionError("warm prefix cache differs from cold:\n" + "\n".join(problems) + "\n" + repro)
 
 
 @pytest.mark.ir_engine_requires("chunked_prefill")
@@ -97,4 +110,5 @@ def test_chunked_prefill_matches_whole(model_dir: Path, tier: EngineTier, starte
     requests = _requests(model_dir, tier, long_prompts)
     handle = started(model_dir)
     outputs = [run(handle, [r])[0] for r in requests]
-    _against_alone(model_dir, tier, requests, outputs, "prefilled in chunks of 64 tokens")
+    _against_alone(model_dir, tier, requests, outputs, "prefilled in chunks of 64 tokens", "test_chunked_prefill_matches_whole",
+                   [[i] for i in range(len(requests))])  # fmt: skip
