@@ -29,9 +29,11 @@ SPECS = {spec.name: spec for spec in ENGINE_CHECKPOINTS}
 GEMMA = next(s for s in ENGINE_CHECKPOINTS if s.architecture["model_type"] == "gemma3_text")
 LLAMA = next(s for s in ENGINE_CHECKPOINTS if s.architecture["model_type"] == "llama")
 # vLLM's float32 logprobs agree with transformers' float64 to about 1e-5 (the engine-tier issue): a
-# misread field must move some logprob by far more than that to be caught. Every misreading below
-# moves the largest by 5 nats or more (measured on the 300-token prompt: from 5.4 for Gemma's global
-# RoPE scaling ignored to 54 for an untied head read as tied; Gemma's window off by one: 9.6).
+# misread field must move a logprob the engine shows (one of the top 5) by far more than that to be
+# caught. Every misreading below moves one by 5 nats or more somewhere on the 300-token prompt
+# (measured: from 5.6 for Gemma's global RoPE scaling ignored to 50 for an untied head read as tied;
+# Gemma's window off by one 8.1), and a token changed 100 positions back moves the next step's by
+# 0.39 (Gemma) and 0.81 (Llama) nats.
 MISREAD_MIN_EFFECT = 1e-2
 
 
@@ -154,6 +156,15 @@ def test_the_stresses_are_in_the_files(folders: dict[tuple[str, str], Path]) -> 
             f"{name}-{style}: lm_head vs tie flag"
         )
         assert config["max_position_embeddings"] >= 512 and config["hidden_size"] == 64
+        # A head size engines have kernels for: vLLM's CPU attention refuses 16 at its first forward.
+        assert config["head_dim"] in (32, 64, 128, 256)
+
+
+def _top_k_effect(right: torch.Tensor, other: torch.Tensor, k: int = 5) -> float:
+    """The largest change, at any position, of a logprob among the right model's top k there: what
+    an engine's top-k logprobs show the tier (a far-tail logprob moving would be invisible)."""
+    top = right.topk(k, dim=-1).indices
+    return float((right.gather(-1, top) - other.gather(-1, top)).abs().max())
 
 
 def _misread(config: dict[str, Any], **changes: Any) -> dict[str, Any]:
@@ -210,7 +221,7 @@ def test_each_stress_is_load_bearing(folders: dict[tuple[str, str], Path], misre
     assert torch.equal(right, _hf_logprobs(folder, ids)), (
         "the oracle built from the config differs from from_pretrained"
     )
-    effect = float((logprobs(misread(config)) - right).abs().max())
+    effect = _top_k_effect(right, logprobs(misread(config)))
     assert effect > MISREAD_MIN_EFFECT, (
         f"{spec.name}: misreading '{misreading}' moves the logprobs by only {effect:.3g}"
     )
@@ -224,7 +235,7 @@ def test_context_beyond_the_window_matters(folders: dict[tuple[str, str], Path],
     ids = _prompt(_config(folder)["vocab_size"], 200, seed=2)
     changed = ids.clone()
     changed[0, -100] = (changed[0, -100] + 1) % _config(folder)["vocab_size"]
-    effect = float((_hf_logprobs(folder, ids)[-1] - _hf_logprobs(folder, changed)[-1]).abs().max())
+    effect = _top_k_effect(_hf_logprobs(folder, ids)[-1:], _hf_logprobs(folder, changed)[-1:])
     assert effect > MISREAD_MIN_EFFECT, (
         f"{name}: a token 100 positions back moves the next logprobs by only {effect:.3g}"
     )
@@ -285,9 +296,11 @@ def _greedy_gaps(folder: Path, prompt_len: int, steps: int, seed: int) -> tuple[
 def test_greedy_steps_are_decided_by_clear_margins(folders: dict[tuple[str, str], Path], name: str) -> None:
     """Not a near-uniform random model (where every comparison would be a tie): over 2 x 100 greedy
     steps crossing Gemma's window, at most 2% have a top-2 gap below 1e-3 nats (measured: none;
-    median gap 1.0 nats for Gemma, 0.5 for Llama), and the continuations are not one token repeated."""
+    median gap 1.4 nats for Gemma, 0.43 for Llama), and the continuations are not a short loop
+    (measured: 16 and 24 distinct tokens for Gemma, 72 and 86 for Llama)."""
     gaps, distinct = [], []
-    for seed, prompt_len in enumerate((60, 150)):
+    # Other prompts than the ones the inits were chosen on (seeds 0 and 1).
+    for seed, prompt_len in ((10, 60), (11, 150)):
         g, tokens = _greedy_gaps(folders[name, "t5"], prompt_len, 100, seed)
         gaps += g
         distinct.append(len(set(tokens)))

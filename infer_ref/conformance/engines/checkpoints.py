@@ -111,10 +111,11 @@ _GEMMA = EngineCheckpoint(
     },
     seed=26,
     # Gemma scales its embeddings by sqrt(hidden) and ties them to the head: the post-norm gain makes
-    # the sub-layers (the context), not the input token, decide the next token, and embed_std sets
-    # the logit scale (~3.6 nats std). Measured over 200 greedy steps from two random prompts (60
-    # and 150 tokens): median top-2 gap 1.0 nats, none below 1e-3, 5% below 0.1.
-    init=SyntheticInit(gain=1.0, embed_std=0.45, norm_jitter=0.1, post_norm_gain=18.0),
+    # the sub-layers (the context), not the input token, decide the next token, embed_std sets the
+    # logit scale (~3.6 nats std), and norm jitter 0.3 keeps greedy decoding out of short loops.
+    # Measured over 600 greedy steps from six random prompts of 60-200 tokens: median top-2 gap
+    # 1.1 nats, none below 1e-3, 3.5% below 0.1; 16-41 distinct tokens per 100-step continuation.
+    init=SyntheticInit(gain=1.0, embed_std=0.45, norm_jitter=0.3, post_norm_gain=18.0),
 )
 
 _LLAMA = EngineCheckpoint(
@@ -133,11 +134,11 @@ _LLAMA = EngineCheckpoint(
         "num_hidden_layers": 3,
         "num_attention_heads": 4,
         "num_key_value_heads": 4,
-        "head_dim": 16,
+        "head_dim": 32,  # != hidden / heads (16): vLLM's CPU attention has no kernel for head size 16
         "rms_norm_eps": 1e-5,
         "max_position_embeddings": 1024,
-        # head_dim 16, theta 10000: wavelengths 6.3, 19.9, 62.8, 199, ...; with an original context
-        # of 64 they fall in the "keep" (< 16), "smooth" (16..64) and "divide by factor" (> 64) bands.
+        # head_dim 32, theta 10000: wavelengths 6.3, 11, 20, 35, 63, 112, ...; with an original
+        # context of 64 they fall in the "keep" (< 16), "smooth" (16..64) and "divide by factor" (> 64) bands.
         "rope_parameters": {
             "rope_type": "llama3",
             "rope_theta": 10_000.0,
@@ -150,10 +151,11 @@ _LLAMA = EngineCheckpoint(
         "mlp_bias": False,
         "tie_word_embeddings": False,
     },
-    seed=26,
     # Gain 2 doubles the logit scale (untied head over a unit-RMS norm: ~2 nats std) and sharpens
     # attention enough that a token 100 positions back moves the next logprobs by ~1 nat. Measured
-    # over 200 greedy steps as for Gemma: median top-2 gap 0.5 nats, none below 1e-3, 12% below 0.1.
+    # as for Gemma: median top-2 gap 0.44 nats, none below 1e-3, 13% below 0.1; 72-86 distinct
+    # tokens per continuation. Of seeds 26-29 this one had no near-tie; the others 1 or 2 in 200-600.
+    seed=28,
     init=SyntheticInit(gain=2.0, embed_std=1.0, norm_jitter=0.1),
 )
 
@@ -297,9 +299,16 @@ def _write_replacing(spec: EngineCheckpoint, style: Style, dest: Path) -> None:
     try:
         staging.chmod(0o755)  # mkdtemp's 0700 would hide the folder from an engine run as another user
         write_checkpoint(spec, staging, style)
+        # Another process (a parallel test worker) may have written the same folder meanwhile.
+        if is_current(spec, style, dest):
+            return
         if dest.exists():
             shutil.rmtree(dest)
-        staging.rename(dest)
+        try:
+            staging.rename(dest)
+        except OSError:
+            if not is_current(spec, style, dest):
+                raise
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
