@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,6 +35,7 @@ ENGINES = {
     "transformers": "infer_ref.conformance.engines.adapters.transformers_generate:start_transformers",
     "vllm": "infer_ref.conformance.engines.adapters.vllm:start_vllm",
 }
+CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
 KV_BUDGET_BLOCKS = 10  # fits the longest request (97 + 16 tokens: 4 blocks), not a batch of them
 PLAIN_KV_TOKENS = 64 * BLOCK_SIZE
@@ -45,11 +47,16 @@ class EngineStartError(UsageError):
 
 
 def default_model_dirs() -> list[Path]:
-    """The kit's checkpoints: the three fixtures when this is a checkout (they are not packaged)."""
-    import infer_ref
+    """The kit's checkpoints: the three trained fixtures and the engine checkpoints written from them
+    (in both config.json styles, under ``$INFER_REF_ENGINE_CHECKPOINTS``, default
+    ``~/.cache/infer_ref/engine-checkpoints``). Both need a checkout: the fixtures are not packaged."""
+    from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS, write_all
 
-    fixtures = Path(infer_ref.__file__).resolve().parents[1] / "fixtures" / "checkpoints"
-    return sorted(p for p in fixtures.iterdir() if (p / "config.json").is_file()) if fixtures.is_dir() else []
+    if not FIXTURE_CHECKPOINTS.is_dir():
+        return []
+    fixtures = sorted(p for p in FIXTURE_CHECKPOINTS.iterdir() if (p / "config.json").is_file())
+    root = os.environ.get(CHECKPOINTS_ENV) or Path.home() / ".cache" / "infer_ref" / "engine-checkpoints"
+    return fixtures + write_all(root)
 
 
 def load_factory(spec: str) -> Callable[[Path, EngineOptions], EngineHandle]:

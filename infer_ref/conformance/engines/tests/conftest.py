@@ -38,8 +38,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_dir" in metafunc.fixturenames:
-        dirs = [Path(d) for d in metafunc.config.getoption("--ir-model-dir") or []] or default_model_dirs()
+        dirs = [Path(d) for d in metafunc.config.getoption("--ir-model-dir") or []] or _default_dirs()
         metafunc.parametrize("model_dir", dirs, ids=[d.name for d in dirs], scope="session")
+
+
+def _default_dirs() -> list[Path]:
+    if "dirs" not in _DIRS:  # written once per process (cached on disk across runs)
+        _DIRS["dirs"] = default_model_dirs()
+        if not _DIRS["dirs"]:
+            raise pytest.UsageError("no checkpoints to judge: pass --model-dir DIR (the kit's own need a checkout of infer_ref)")
+    return _DIRS["dirs"]
+
+
+_DIRS: dict[str, list[Path]] = {}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
