@@ -15,8 +15,9 @@ import torch
 from infer_ref import KVCacheOverflowError, load_model
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, WeightInit, random_snapshot, tiny_config
+from infer_ref.engine import FastDecoder
+from infer_ref.engine.capture import sliced_argmax
 from infer_ref.engine.generate import generate
-from infer_ref.fast.decoder import FastDecoder, sliced_argmax
 from infer_ref.masks import attention_mask
 from infer_ref.sampling import SamplingParams
 
