@@ -39,8 +39,8 @@ from benchmarks.bench_utils import (
     sync,
 )
 from infer_ref.cache.factory import CACHE_KINDS
+from infer_ref.engine import FastDecoder
 from infer_ref.engine.generate import GenerationResult, generate
-from infer_ref.fast.decoder import FastDecoder
 from infer_ref.sampling import SamplingParams
 
 

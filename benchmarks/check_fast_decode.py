@@ -33,8 +33,8 @@ from benchmarks.bench_utils import (
     pick_device,
 )
 from infer_ref.cache.contiguous import KVCache
+from infer_ref.engine import FastDecoder
 from infer_ref.engine.generate import generate
-from infer_ref.fast.decoder import FastDecoder
 from infer_ref.sampling import SamplingParams
 
 TINY = ("tiny-llama", "tiny-qwen3", "tiny-gemma3_text")

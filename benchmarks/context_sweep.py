@@ -17,8 +17,8 @@ from torch import nn
 from benchmarks.accuracy import Agreement, within_margin
 from benchmarks.bench_utils import NullDecoder, kv_bytes_attended, median
 from benchmarks.teacher_forced import FastPath, Reference, path_agreement
+from infer_ref.engine import FastDecoder
 from infer_ref.engine.generate import generate
-from infer_ref.fast.decoder import FastDecoder
 from infer_ref.sampling import SamplingParams
 
 CACHES = ("static", "paged")

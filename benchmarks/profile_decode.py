@@ -35,7 +35,8 @@ if __package__ in (None, ""):
 
 from benchmarks.bench_utils import DTYPES, build_hf, environment, load_bench_model, pick_device, sync
 from infer_ref.cache.contiguous import KVCache
-from infer_ref.fast.decoder import COMPILE_OPTIONS, FastDecoder
+from infer_ref.engine import FastDecoder
+from infer_ref.engine.capture import COMPILE_OPTIONS
 from infer_ref.fast.switch import decode_kernels
 
 # Inductor options per --compile variant ("tuned" is what FastDecoder(compile=True) uses).

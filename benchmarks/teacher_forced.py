@@ -23,7 +23,7 @@ from torch import Tensor, nn
 from benchmarks.accuracy import Agreement, agreement
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import ModelConfig
-from infer_ref.fast.decoder import FastDecoder
+from infer_ref.engine import FastDecoder
 
 
 class TeacherForcedPath(Protocol):

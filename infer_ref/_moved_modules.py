@@ -1,10 +1,12 @@
 """Old import paths, kept working for one release with a DeprecationWarning.
 
 ``infer_ref.testing`` and ``infer_ref.golden`` became one package, ``infer_ref.conformance``; the
-kernels, the decode-kernel switch and ``FastDecoder`` moved into the fast path's package,
-``infer_ref.fast``; the block manager moved beside the engine's scheduler; sampling and a request's
-result moved below both the engine and the fast path (``infer_ref.sampling``, ``infer_ref.results``);
-the command-line modules became the package ``infer_ref.cli``.
+kernels and the decode-kernel switch moved into the fast path's package, ``infer_ref.fast``;
+``FastDecoder`` and its captured step moved into the runtime (``infer_ref.engine.fast_decoder``,
+``infer_ref.engine.capture``, the greedy loop's read-back in ``infer_ref.engine.readback``); the
+block manager moved beside the engine's scheduler; sampling and a request's result moved below both
+the engine and the fast path (``infer_ref.sampling``, ``infer_ref.results``); the command-line
+modules became the package ``infer_ref.cli``.
 :data:`MOVED` maps every old module name to the module(s) now holding its contents; a meta-path
 finder (installed by ``infer_ref/__init__.py``) answers imports of the old names and warns once per
 old name, naming the new path:
@@ -16,6 +18,10 @@ old name, naming the new path:
   the new package that happens to share its name.
 
 ``python -m`` on an old name runs the new module's code (the finder hands runpy that code).
+
+A name that left a package which is still there (``from infer_ref.fast import FastDecoder``) is in
+:data:`MOVED_NAMES`; the package's ``__getattr__`` hands it to :func:`moved_name`, which warns once
+and returns the object from its new home.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 
 _KIT = "infer_ref.conformance"
 _GOLDEN = "infer_ref.conformance.oracles.golden"
+_CAPTURE = ("infer_ref.engine.fast_decoder", "infer_ref.engine.capture", "infer_ref.engine.readback")
 
 MOVED: dict[str, tuple[str, ...]] = {
     "infer_ref.testing": (_KIT,),
@@ -73,7 +80,8 @@ MOVED: dict[str, tuple[str, ...]] = {
     "infer_ref.kernels.rotary": ("infer_ref.rotary",),
     "infer_ref.kernels.switch": ("infer_ref.fast.switch",),
     "infer_ref.kernels.decode_step": ("infer_ref.fast.decode_step",),
-    "infer_ref.engine.fast_decode": ("infer_ref.fast.decoder",),
+    "infer_ref.engine.fast_decode": _CAPTURE,
+    "infer_ref.fast.decoder": _CAPTURE,
     "infer_ref.engine.sampling": ("infer_ref.sampling",),
     "infer_ref.engine.result": ("infer_ref.results",),
     "infer_ref.cache.prefix": ("infer_ref.engine.block_manager",),
@@ -82,6 +90,11 @@ MOVED: dict[str, tuple[str, ...]] = {
     "infer_ref.cli_engine": ("infer_ref.cli.generate_engine",),
 }
 """Old module name -> the new module(s) holding its public names, looked up in this order."""
+
+MOVED_NAMES: dict[str, dict[str, str]] = {
+    "infer_ref.fast": {"FastDecoder": "infer_ref.engine.fast_decoder", "sliced_argmax": "infer_ref.engine.capture"},
+}
+"""Package -> {name that left it: the module now holding that name}."""
 
 _OLD_PACKAGES = {
     "infer_ref.testing", "infer_ref.testing.mutants", "infer_ref.testing.conformance", "infer_ref.golden", "infer_ref.kernels",
@@ -99,6 +112,17 @@ def _warn_once(old: str) -> None:
     if old not in _warned:
         _warned.add(old)
         warnings.warn(_message(old), DeprecationWarning, stacklevel=3)
+
+
+def moved_name(package: str, name: str) -> Any:
+    """``package.name`` from its new home (:data:`MOVED_NAMES`), warning once at the line that asked
+    for it (this frame, the package's ``__getattr__``, then the importer)."""
+    home = MOVED_NAMES[package][name]
+    old = f"{package}.{name}"
+    if old not in _warned:
+        _warned.add(old)
+        warnings.warn(f"{old} has moved to {home}.{name}; the old name works for one release", DeprecationWarning, stacklevel=3)
+    return getattr(importlib.import_module(home), name)
 
 
 class _StandIn(types.ModuleType):

@@ -1,6 +1,6 @@
 """What a generation request produces, and the one place that decides when it stops.
 
-Both decode loops (the eager one in ``generate.py`` and the captured one in ``infer_ref/fast/decoder.py``)
+Both decode loops (the runner's eager one and its captured greedy one, ``infer_ref/engine/readback.py``)
 feed their tokens to a :class:`TokenCollector`, so EOS, stop strings, the length limit and the
 text of the result follow one rule whichever path ran.
 """

@@ -164,7 +164,7 @@ def _decode_mode(args: argparse.Namespace, model: Any, needed: int) -> Any:
     device, _ = model_placement(model)
     if device.type != "cuda":
         raise UsageError(f"--compile needs a CUDA device (the compiled step is captured in a CUDA graph), got {device}")
-    from infer_ref.fast.decoder import FastDecoder
+    from infer_ref.engine import FastDecoder
 
     return FastDecoder(model, needed, device=device, compile=True)
 

@@ -3,7 +3,9 @@
 ``generate()`` is the one-request case of :class:`~infer_ref.engine.runner.ModelRunner` over a
 cache of any kind (or none: with ``use_kv_cache=False`` every step re-runs the full sequence,
 O(n^2); the two paths must give the same tokens, which is what the suite checks). ``decode="fast"``
-hands the request to the captured static-shape step instead.
+(or a :class:`~infer_ref.engine.fast_decoder.FastDecoder`) gives the runner a captured static-shape
+step (:mod:`infer_ref.engine.capture`): the prefill runs into its static cache, each decode forward
+replays the step, and a greedy request decodes on the device, read back in chunks.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from infer_ref.sampling import SamplingParams
 from infer_ref.validation import check_token_ids, check_tokenizer_decodes, check_tokenizer_fits
 
 if TYPE_CHECKING:
-    from infer_ref.fast.decoder import FastDecoder
+    from infer_ref.engine.fast_decoder import FastDecoder
 
 
 class InferModel(Protocol):
@@ -98,8 +100,8 @@ def generate(
     Stops at any EOS id of the model config (or the tokenizer's ``eos_token_ids``), at a stop
     string, or at the length limit. ``on_token`` is called with each token as it is chosen.
 
-    ``decode="fast"`` runs the decode steps through ``infer_ref.fast.decoder`` (static
-    cache, one captured step replayed per token; needs ``use_kv_cache``); pass a ``FastDecoder``
+    ``decode="fast"`` runs the decode steps through a captured step (``infer_ref.engine.capture``:
+    static cache, one step replayed per token; needs ``use_kv_cache``); pass a ``FastDecoder``
     instead to reuse its cache and captured step across requests.
 
     Runs where the model is, in its dtype: ``device`` may name the model's device (or be left
@@ -120,55 +122,60 @@ def generate(
         raise ValueError(f"cache must be one of {', '.join(CACHE_KINDS)}, got {cache!r}")
     if decode != "eager" and cache != "contiguous":
         raise ValueError(f"decode={decode!r} runs on its own static cache; cache={cache!r} applies to decode='eager'")
+    needed = len(tokens) + params.max_new_tokens
     if decode != "eager":
-        return _generate_fast(model, tokenizer, tokens, params, device, decode, use_kv_cache, on_token, eos_ids)
+        runner = _captured_runner(model, decode, use_kv_cache, needed)
+        assert runner.capture is not None
+        kv_cache: Any = runner.capture.cache
+    else:
+        runner, kv_cache = _eager_runner(model, config if use_kv_cache else None, cache, needed, block_size)
 
-    runner = ModelRunner(model)
-    kv_cache: Any = None
-    if use_kv_cache:
-        assert config is not None
-        kv_cache = build_cache(
-            cache, config, len(tokens) + params.max_new_tokens, dtype=runner.dtype, device=runner.device, block_size=block_size
-        )
-    if kv_cache is not None and runner.device.type == "cuda":
-        # On CUDA the static and paged caches decode through their length-aware kernels (the fused
-        # decode step, the paged decode kernel): the fast path's attention decides that.
-        from infer_ref.fast.modules import use_fast_modules
-
-        use_fast_modules(model)
     request = Request.new(0, tokens, params, tokenizer, eos_ids, on_token=on_token)
     done = runner.take_token(request, runner.prefill(request, tokens, kv_cache))
+    if not done and runner.decodes_on_device(request):
+        runner.decode_on_device(request)  # to its end: EOS, a stop string or the length limit
+        done = True
     while not done:
         [logits] = runner.decode([request], kv_cache, recompute=kv_cache is None)  # [1, V] -> [V]
         done = runner.take_token(request, logits)
     return request.collector.result(request.timing, kv_cache.memory_bytes if kv_cache is not None else None)
 
 
-def _generate_fast(
-    model: nn.Module,
-    tokenizer: TokenDecoder,
-    tokens: list[int],
-    params: SamplingParams,
-    device: torch.device,
-    decode: Any,
-    use_kv_cache: bool,
-    on_token: Callable[[int], None] | None,
-    eos_ids: set[int],
-) -> GenerationResult:
-    """``decode="fast"`` (or a ``FastDecoder``): the request through the captured static-shape step."""
-    from infer_ref.fast.decoder import FastDecoder, generate_fast
+def _eager_runner(
+    model: nn.Module, config: ModelConfig | None, cache: str, needed: int, block_size: int
+) -> tuple[ModelRunner, Any]:
+    """The runner and the ``cache`` kind's cache of ``needed`` positions (None without a ``config``:
+    no KV cache, every step recomputes the whole sequence)."""
+    runner = ModelRunner(model)
+    if config is None:
+        return runner, None
+    kv_cache = build_cache(cache, config, needed, dtype=runner.dtype, device=runner.device, block_size=block_size)
+    if runner.device.type == "cuda":
+        # On CUDA the static and paged caches decode through their length-aware kernels (the fused
+        # decode step, the paged decode kernel): the fast path's attention decides that.
+        from infer_ref.fast.modules import use_fast_modules
+
+        use_fast_modules(model)
+    return runner, kv_cache
+
+
+def _captured_runner(model: nn.Module, decode: Any, use_kv_cache: bool, needed: int) -> ModelRunner:
+    """``decode="fast"`` (or a ``FastDecoder``): the runner with a captured step of at least
+    ``needed`` positions for ``model``, reset for a new request."""
+    from infer_ref.engine.capture import CapturedStep
 
     if not use_kv_cache:
         raise ValueError("decode='fast' needs use_kv_cache=True (the fast path is a cached decode)")
-    if decode != "fast" and not isinstance(decode, FastDecoder):
+    if decode != "fast" and not isinstance(decode, CapturedStep):
         raise ValueError(f"decode must be 'eager', 'fast' or a FastDecoder, got {decode!r}")
-    return generate_fast(
-        model,
-        tokenizer,
-        tokens,
-        params,
-        device=device,
-        decoder=decode if isinstance(decode, FastDecoder) else None,
-        on_token=on_token,
-        eos_ids=eos_ids,
-    )
+    if not isinstance(decode, CapturedStep):
+        capture = CapturedStep(model, needed)
+    elif decode.model is not model or decode.max_seq_len < needed:
+        raise ValueError(
+            f"the FastDecoder passed holds {decode.max_seq_len} positions for another or the same model; "
+            f"this request needs {needed} for this model"
+        )
+    else:
+        capture = decode
+    capture.reset()
+    return ModelRunner(model, capture)

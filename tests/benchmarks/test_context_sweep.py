@@ -13,7 +13,7 @@ from benchmarks import context_sweep, decode_compare
 from benchmarks.bench_utils import kv_bytes_attended
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import TINY_CONFIGS
-from infer_ref.fast.decoder import FastDecoder
+from infer_ref.engine import FastDecoder
 
 
 def test_kv_bytes_attended_counts_each_layers_keys_a_sliding_layer_at_most_its_window() -> None:

@@ -21,8 +21,8 @@ import pytest
 import torch
 
 from benchmarks.bench_utils import DTYPES, FIXTURES, NullDecoder, load_bench_model, median, sync
+from infer_ref.engine import FastDecoder
 from infer_ref.engine.generate import generate
-from infer_ref.fast.decoder import FastDecoder
 from infer_ref.sampling import SamplingParams
 
 pytestmark = pytest.mark.benchmark

@@ -41,7 +41,11 @@ USER_PATHS = {
     "infer_ref.kernels:store_kvcache": "infer_ref.fast.kernels:store_kvcache",
     "infer_ref.kernels.norm:rms_norm": "infer_ref.norm:rms_norm",
     "infer_ref.kernels.rotary:apply_rope": "infer_ref.rotary:apply_rope",
-    "infer_ref.engine.fast_decode:FastDecoder": "infer_ref.fast.decoder:FastDecoder",
+    "infer_ref.engine.fast_decode:FastDecoder": "infer_ref.engine.fast_decoder:FastDecoder",
+    "infer_ref.fast.decoder:FastDecoder": "infer_ref.engine.fast_decoder:FastDecoder",
+    "infer_ref.fast.decoder:sliced_argmax": "infer_ref.engine.capture:sliced_argmax",
+    "infer_ref.fast.decoder:READBACK_EVERY": "infer_ref.engine.readback:READBACK_EVERY",
+    "infer_ref.fast:FastDecoder": "infer_ref.engine:FastDecoder",
     "infer_ref.cache.prefix:BlockManager": "infer_ref.engine.block_manager:BlockManager",
     "infer_ref.golden_cli:main": "infer_ref.cli.golden:main",
     "infer_ref.engine.sampling:SamplingParams": "infer_ref.sampling:SamplingParams",
@@ -147,3 +151,32 @@ def test_old_plugin_pyargs_and_impl_paths_run_the_conformance_tests(tmp_path: Pa
                      ("infer_ref.testing.conformance", "infer_ref.conformance.tests"),
                      ("infer_ref.testing.adapters", "infer_ref.conformance.adapters.reference")]:
         assert f"{old} has moved to {new}" in out, (old, out[-3000:])
+
+
+def test_a_name_that_left_the_fast_package_warns_once_at_the_importing_line() -> None:
+    """``from infer_ref.fast import FastDecoder`` (the package stays; the name moved to the runtime)."""
+    run = _python(
+        """
+        import warnings
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            from infer_ref.fast import FastDecoder
+            from infer_ref.fast import FastDecoder as again
+        from infer_ref.engine.fast_decoder import FastDecoder as new
+        assert FastDecoder is again is new
+        moved = "infer_ref.fast.FastDecoder has moved to infer_ref.engine.fast_decoder.FastDecoder"
+        mine = [w for w in caught if moved in str(w.message)]
+        assert len(mine) == 1 and mine[0].category is DeprecationWarning, [str(w.message) for w in caught]
+        assert (mine[0].filename, mine[0].lineno) == ("<string>", 5), (mine[0].filename, mine[0].lineno)
+        import infer_ref.fast
+        try:
+            infer_ref.fast.NoSuchName
+        except AttributeError as error:
+            assert "NoSuchName" in str(error)
+        else:
+            raise AssertionError("an unknown name resolved")
+        print("ok")
+        """
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.strip() == "ok"

@@ -14,9 +14,8 @@ import torch
 from torch import nn
 
 from infer_ref.chat import render_chat_template
-from infer_ref.engine import SamplingParams, generate
+from infer_ref.engine import FastDecoder, SamplingParams, generate
 from infer_ref.errors import NonFiniteError
-from infer_ref.fast.decoder import FastDecoder
 from infer_ref.loader import load_model
 from infer_ref.tokenizer import Tokenizer
 from infer_ref.validation import TokenIdError

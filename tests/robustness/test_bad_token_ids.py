@@ -148,7 +148,7 @@ def test_fast_decoder_input_is_checked_and_the_buffer_kept(
     llama: tuple[DecoderLM, ModelConfig], ids: Any, error: type[Exception], words: tuple[str, ...]
 ) -> None:
     """The captured step cannot check ids (on CUDA an out-of-range id is a device-side assert): set_input does."""
-    from infer_ref.fast.decoder import FastDecoder
+    from infer_ref.engine import FastDecoder
 
     model, _ = llama
     decoder = FastDecoder(model, 16, device="cpu")

@@ -15,7 +15,7 @@ import torch
 from infer_ref import load_model
 from infer_ref.cache.factory import CACHE_KINDS, build_cache
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, WeightInit, random_snapshot, tiny_config
-from infer_ref.fast.decoder import FastDecoder
+from infer_ref.engine import FastDecoder
 from infer_ref.fast.modules import use_fast_modules
 
 pytestmark = pytest.mark.gpu

@@ -12,11 +12,12 @@ import dataclasses
 import pytest
 import torch
 
-from infer_ref import KVCacheOverflowError, load_model
+from infer_ref import KVCacheOverflowError, UsageError, load_model
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, WeightInit, random_snapshot, tiny_config
+from infer_ref.engine import FastDecoder
+from infer_ref.engine.capture import sliced_argmax
 from infer_ref.engine.generate import generate
-from infer_ref.fast.decoder import FastDecoder, sliced_argmax
 from infer_ref.masks import attention_mask
 from infer_ref.sampling import SamplingParams
 
@@ -172,6 +173,34 @@ def test_fast_stops_at_eos_like_eager(tmp_path_factory) -> None:
 def test_fast_decoder_refuses_an_unknown_cache_layout(model) -> None:
     with pytest.raises(ValueError, match="cache must be one of static, paged, got 'contiguous'"):
         FastDecoder(model, 16, device="cpu", cache="contiguous")
+
+
+def test_fast_decoder_runs_where_the_model_is_and_refuses_another_device(tmp_path_factory) -> None:
+    """Device and dtype come from the model: unset or the model's own device builds the decoder
+    there; another device is refused before the model's modules are swapped or anything is built."""
+    from infer_ref.fast.modules import FAST_CLASSES
+
+    model = _load(tmp_path_factory, "llama", torch.float64)
+    with pytest.raises(UsageError, match=r"device='meta' but the model's parameters are on cpu"):
+        FastDecoder(model, 16, device="meta")
+    assert not any(type(m) in FAST_CLASSES.values() for m in model.modules()), "the refused decoder swapped modules"
+    for device in (None, "cpu"):
+        dec = FastDecoder(model, 16, device=device)
+        assert dec.device == torch.device("cpu") and dec.cache.dtype == torch.float64
+        assert dec.input_ids.device == dec.token_log.device == torch.device("cpu")
+
+
+def test_generate_refuses_a_fast_decoder_of_another_model_or_too_short(tmp_path_factory) -> None:
+    model = _load(tmp_path_factory, "llama", torch.float32)
+    params = SamplingParams(temperature=0, max_new_tokens=4)
+    short = FastDecoder(model, len(PROMPT) + 4, device="cpu")  # rounded up to SLOT_ALIGN = 64 positions
+    with pytest.raises(ValueError, match=r"holds 64 positions .* this request needs 65"):
+        generate(model, Decoder(), [1] * 61, params, device="cpu", decode=short)
+    other = _load(tmp_path_factory, "llama", torch.float32)
+    with pytest.raises(ValueError, match=r"holds 64 positions for another or the same model"):
+        generate(other, Decoder(), PROMPT, params, device="cpu", decode=short)
+    with pytest.raises(ValueError, match=r"decode must be 'eager', 'fast' or a FastDecoder, got 'captured'"):
+        generate(model, Decoder(), PROMPT, params, device="cpu", decode="captured")  # type: ignore[arg-type]
 
 
 def test_fast_needs_the_kv_cache(model) -> None:
