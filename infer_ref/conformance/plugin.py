@@ -243,6 +243,8 @@ def test_tier(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    from infer_ref.conformance.mutants import ALL_BUG_CLASSES  # the registry loads models: only when collecting
+
     adapter = _STATE["adapter"]
     assert isinstance(adapter, Adapter)
     caps = _STATE["capabilities"]
@@ -254,7 +256,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if not required:
             continue  # not a conformance test (the kit's own tests, infer_ref's unit tests)
         item.user_properties.append(("ir_capabilities", sorted(set(required))))
-        item.user_properties.append(("ir_bug_classes", ir_report.bug_classes_of(item)))
+        item.user_properties.append(("ir_bug_classes", ir_report.bug_classes_of(item, ALL_BUG_CLASSES)))
         oracle = item.get_closest_marker("ir_oracle")
         if oracle is not None:
             item.user_properties.append(("ir_oracle", str(oracle.args[0])))

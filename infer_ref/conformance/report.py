@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,14 +24,11 @@ import pytest
 OUTCOMES = ("passed", "failed", "xfailed", "not supported", "skipped")
 
 
-def bug_classes_of(item: pytest.Item) -> list[str]:
-    """The bug classes a test's docstring names as ``*class*`` (those of the kit's mutant registries)."""
-    from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES
-    from infer_ref.conformance.mutants import ALL_BUG_CLASSES
-
+def bug_classes_of(item: pytest.Item, known: Sequence[str]) -> list[str]:
+    """The bug classes among ``known`` that a test's docstring names as ``*class*``."""
     doc = getattr(getattr(item, "function", None), "__doc__", None) or ""
     named = {" ".join(m.split()) for m in re.findall(r"\*([^*]+)\*", doc)}
-    return [c for c in ALL_BUG_CLASSES + ENGINE_BUG_CLASSES if c in named]
+    return [c for c in known if c in named]
 
 
 @dataclass

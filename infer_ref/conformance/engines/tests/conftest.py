@@ -70,10 +70,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def _record(item: pytest.Item, needed: list[str]) -> None:
     """What the conformance report tallies: capabilities, bug classes, oracle, checkpoint."""
+    from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES
+    from infer_ref.conformance.mutants import ALL_BUG_CLASSES
     from infer_ref.conformance.report import bug_classes_of
 
     item.user_properties.append(("ir_capabilities", sorted(set(needed)) or ["(any engine)"]))
-    item.user_properties.append(("ir_bug_classes", bug_classes_of(item)))
+    item.user_properties.append(("ir_bug_classes", bug_classes_of(item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES)))
     oracle = item.get_closest_marker("ir_oracle")
     if oracle is not None:
         item.user_properties.append(("ir_oracle", str(oracle.args[0])))
