@@ -82,6 +82,11 @@ class CacheBase(ABC):
     def _snapshot_settings(self) -> dict[str, Any]:
         """What ``from_snapshot`` needs to rebuild a cache like this one (capacity, block size, ...)."""
 
+    def advance(self, n: int) -> None:
+        """Move ``seq_len`` forward by ``n`` once every layer wrote those positions (default: the
+        position's own checks; a layout that records its writes refuses unwritten positions too)."""
+        self.position.advance(n)
+
     def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
         """The :class:`~infer_ref.step.Step` of a forward writing ``t`` tokens per row (built once,
         before its first layer). Default: every row holds ``seq_len`` positions and ``update`` returns

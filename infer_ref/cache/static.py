@@ -1,7 +1,7 @@
 """Static-shape KV caches: fixed buffers and a device-side position, for captured decode steps.
 
 Every shape a forward sees is fixed: ``update`` writes at the device tensor ``pos`` and returns
-every slot the cache can hold, and the forward's step (:meth:`DevicePosition.step`) takes its
+every slot the cache can hold, and the forward's step (:meth:`~infer_ref.cache.position.DevicePosition.step`) takes its
 RoPE positions, attention masks and lengths from ``pos`` instead of from the host counter. One
 decode step therefore launches the same kernels with the same arguments at every position, which
 is what CUDA graphs and ``torch.compile`` need.
@@ -124,6 +124,7 @@ class StaticKVCache(KVCache):
         return t
 
     def advance(self, n: int) -> None:
+        # Not KVCache's: update never records writes here (the captured step writes every layer).
         self.position.advance(n)
 
     def advance_host(self, n: int) -> None:

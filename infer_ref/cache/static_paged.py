@@ -200,9 +200,6 @@ class StaticPagedKVCache(CacheBase):
         self.position.check_write_room(t)
         return t
 
-    def advance(self, n: int) -> None:
-        self.position.advance(n)
-
     def advance_host(self, n: int) -> None:
         self.position.advance_host(n)
 
