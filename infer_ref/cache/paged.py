@@ -269,10 +269,24 @@ class PagedKVCache(CacheBase):
         return gather_slots(k_pool, plan.read_slots), gather_slots(v_pool, plan.read_slots)
 
     def advance(self, n: int) -> None:
-        """Every row moves forward by ``n`` (once per forward, after every layer wrote)."""
+        """Every row moves forward by ``n`` (once per forward, after every layer wrote those ``n`` positions).
+
+        Refused, with nothing changed (no block taken), past the capacity or when a layer did not
+        write them: unwritten slots would read back whatever their block held before.
+        """
         check_count("advance(n)", n)
-        self._ensure_blocks(n)  # a no-op after update; blocks for an advance without writes otherwise
-        self.position.advance(n)  # the blocks cover the new lengths: never refused here
+        if self._owns_blocks:
+            self.position.check_room(n)
+        short = self._writes.short_of(n)
+        if short:
+            at = self.seq_len if self.position.uniform() else f"lengths {self.position.lengths}"
+            raise ValueError(
+                f"advance({n}) from {at} needs every layer to have written each row's next {n} position(s); "
+                f"layer(s) {short[:8]} wrote {self._writes.fewest(short)} (update every layer before advancing: "
+                "unwritten slots would read back a block's stale contents)"
+            )
+        self.position.advance(n)  # the writes took the blocks: never refused here
+        self._writes.commit(n)
         self._plan = None
 
     def crop(self, n: int) -> None:
@@ -286,6 +300,7 @@ class PagedKVCache(CacheBase):
             self.pool.release(reversed(table[keep:]))
             self._tables[row] = table[:keep]
         self.position.set(n)
+        self._writes.clear()
         self._plan = None
 
     def reset(self) -> None:
@@ -303,6 +318,7 @@ class PagedKVCache(CacheBase):
             self.pool.release(reversed(table))
         self._tables = [[] for _ in range(self._batch_size)]
         self.position.set(0)
+        self._writes.clear()
         self._plan = None
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
@@ -342,6 +358,7 @@ class PagedKVCache(CacheBase):
             v_pool,
             plan.write_slots,
         )
+        self._writes.record(layer_idx, t)
         return plan
 
     def _plan_for(self, t: int) -> _StepPlan:
@@ -433,6 +450,7 @@ class PagedKVCache(CacheBase):
             v_rows = values[layer].transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)
             store_rows(k_rows, v_rows, k_pool, v_pool, slots)
         self.position.set(n)
+        self._writes.clear()
         self._plan = None
 
     def _snapshot_settings(self) -> dict[str, Any]:
