@@ -1,10 +1,12 @@
 """What every infer_ref cache shares: its geometry, argument checks, byte counts and snapshots.
 
-A subclass says how positions are stored (one buffer, growing tensors, blocks of a pool) by
-setting ``geometry`` (one :class:`~infer_ref.cache.geometry.CacheGeometry`), implementing ``seq_len``, ``max_seq_len``, ``update``, ``advance``,
-``reset``, ``crop``, :meth:`get_kv` and the two snapshot hooks (:meth:`_load_positions` and
-``from_snapshot``). Everything written once here: the checks that refuse a bad call before
-anything changes, ``used_bytes``, ``snapshot`` and ``restore``.
+A subclass is a storage layout (one buffer, growing tensors, blocks of a pool) composed with a
+position: it sets ``geometry`` (one :class:`~infer_ref.cache.geometry.CacheGeometry`) and
+``position`` (a :class:`~infer_ref.cache.position.HostPosition` or one of its kinds: where the cache
+is, and the checks on moving it), and implements ``update``, ``advance``, ``reset``, ``crop``,
+:meth:`get_kv` and the two snapshot hooks (:meth:`_load_positions` and ``from_snapshot``).
+Everything written once here: ``seq_len`` and ``max_seq_len`` (read off the position), the checks
+that refuse a bad call before anything changes, ``used_bytes``, ``snapshot`` and ``restore``.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from torch import Tensor
 
 from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.cache.geometry import CacheGeometry
+from infer_ref.cache.position import HostPosition, check_count
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.step import Step, contiguous_step
 from infer_ref.validation import check_layer_index_type
@@ -31,6 +34,8 @@ class CacheBase(ABC):
     # Layers, rows, KV heads, head_dim, dtype and device of what this cache holds, as one value
     # (set by each constructor; fixed for the cache's life).
     geometry: CacheGeometry
+    # Where the cache is: positions held, capacity, the checks on moving them (set by each constructor).
+    position: HostPosition
 
     @property
     def num_layers(self) -> int:
@@ -57,12 +62,13 @@ class CacheBase(ABC):
         return self.geometry.device
 
     @property
-    @abstractmethod
-    def seq_len(self) -> int: ...
+    def seq_len(self) -> int:
+        """Positions filled so far (the longest row's where rows differ: a paged view's ``lengths``)."""
+        return self.position.seq_len
 
     @property
-    @abstractmethod
-    def max_seq_len(self) -> int: ...
+    def max_seq_len(self) -> int:
+        return self.position.capacity
 
     @abstractmethod
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
@@ -75,6 +81,11 @@ class CacheBase(ABC):
     @abstractmethod
     def _snapshot_settings(self) -> dict[str, Any]:
         """What ``from_snapshot`` needs to rebuild a cache like this one (capacity, block size, ...)."""
+
+    def advance(self, n: int) -> None:
+        """Move ``seq_len`` forward by ``n`` once every layer wrote those positions (default: the
+        position's own checks; a layout that records its writes refuses unwritten positions too)."""
+        self.position.advance(n)
 
     def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
         """The :class:`~infer_ref.step.Step` of a forward writing ``t`` tokens per row (built once,
@@ -144,6 +155,11 @@ class CacheBase(ABC):
         if isinstance(layer_idx, bool) or not 0 <= layer_idx < self.num_layers:
             raise IndexError(f"layer index {layer_idx!r} out of range: cache has layers 0..{self.num_layers - 1}")
 
+    def _check_write(self, layer_idx: int, k: Tensor, v: Tensor) -> int:
+        """A write's layer and entries (see :meth:`_check_entries`); returns ``T``."""
+        self._check_layer(layer_idx)
+        return self._check_entries(k, v)
+
     def _check_entries(self, k: Tensor, v: Tensor) -> int:
         """``k``/``v`` must be ``[B, Hkv, T>=1, D]`` in the cache's dtype and device; returns ``T``."""
         for name, t in (("k", k), ("v", v)):
@@ -167,14 +183,7 @@ class CacheBase(ABC):
             raise ValueError(f"k and v shapes differ: {tuple(k.shape)} vs {tuple(v.shape)}")
         return k.shape[2]
 
-    @staticmethod
-    def _check_count(name: str, n: int, *, allow_zero: bool = False) -> None:
-        low = 0 if allow_zero else 1
-        if isinstance(n, bool) or not isinstance(n, int) or n < low:
-            kind = "non-negative" if allow_zero else "positive"
-            raise ValueError(f"{name} needs a {kind} integer n, got {n!r}")
-
     def _check_crop(self, n: int) -> None:
-        self._check_count("crop(n)", n, allow_zero=True)
+        check_count("crop(n)", n, allow_zero=True)
         if n > self.seq_len:
             raise ValueError(f"crop(n) keeps the first n positions; n={n} exceeds seq_len {self.seq_len}")

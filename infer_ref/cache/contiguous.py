@@ -1,7 +1,7 @@
 """Contiguous pre-allocated KV cache with capacity helpers.
 
-Two tensors hold K and V for every layer; one counter (``seq_len``) says how many positions are
-filled. K is stored after QK-norm and RoPE, V raw, so cached entries are ready for attention.
+Two tensors hold K and V for every layer; one position (a
+:class:`~infer_ref.cache.position.HostPosition`, ``seq_len``) says how many positions are filled. K is stored after QK-norm and RoPE, V raw, so cached entries are ready for attention.
 Writes are slice copies at ``[seq_len, seq_len + T)``. Every misuse raises before anything is
 written: a failed call leaves the cache as it was.
 """
@@ -17,6 +17,7 @@ from typing_extensions import Self
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.errors import KVCacheOverflowError
 from infer_ref.cache.geometry import CacheGeometry
+from infer_ref.cache.position import HostPosition, LayerWrites, check_count
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.storage import check_dims, check_storage_pair, resolve_device
 
@@ -36,15 +37,13 @@ class KVCache(CacheBase):
 
     def __init__(self, k: Tensor, v: Tensor, seq_len: int = 0) -> None:
         check_storage_pair(k, v, "[num_layers, batch, num_kv_heads, max_seq_len, head_dim]")
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or not 0 <= seq_len <= k.shape[3]:
-            raise ValueError(f"seq_len must be an integer in [0, {k.shape[3]}], got {seq_len!r}")
+        self.position = HostPosition(k.shape[3], seq_len)
         self.k = k
         self.v = v
         self.geometry = CacheGeometry.of_buffer(k)
-        self._seq_len = seq_len
-        # Per layer, the end of what it has written (host ints, set by update): advance never
-        # commits positions a layer did not write, which would read back as zeros.
-        self._written = [seq_len] * k.shape[0]
+        # What each layer wrote past seq_len (set by update): advance never commits positions a
+        # layer did not write, which would read back as zeros.
+        self._writes = LayerWrites(k.shape[0])
 
     # -- construction --------------------------------------------------------------------------
 
@@ -108,14 +107,6 @@ class KVCache(CacheBase):
     # -- geometry ------------------------------------------------------------------------------
 
     @property
-    def seq_len(self) -> int:
-        return self._seq_len
-
-    @property
-    def max_seq_len(self) -> int:
-        return self.k.shape[3]
-
-    @property
     def memory_bytes(self) -> int:
         """Bytes held by both tensors: ``2 * L * B * Hkv * S * D * itemsize``."""
         return self.k.nbytes + self.v.nbytes
@@ -132,58 +123,58 @@ class KVCache(CacheBase):
         Returns:
             Views ``[batch, num_kv_heads, seq_len + new_len, head_dim]`` of this layer's K and V.
         """
-        self._check_layer(layer_idx)
-        new_len = self._check_entries(k, v)
-        start = self._seq_len
+        new_len = self._check_write(layer_idx, k, v)
+        start = self.seq_len
         end = start + new_len
-        if end > self.max_seq_len:
+        if not self.position.fits(new_len):
             raise KVCacheOverflowError(
                 f"KV cache overflow: writing {new_len} position(s) at {start} needs position {end - 1}, "
                 f"but max_seq_len is {self.max_seq_len} (remaining capacity {self.remaining_capacity})"
             )
         self._store(layer_idx, start, k, v)
-        self._written[layer_idx] = end
+        self._writes.record(layer_idx, new_len)
         return self.k[layer_idx, :, :, :end], self.v[layer_idx, :, :, :end]
 
     def advance(self, n: int) -> None:
         """Move ``seq_len`` forward by ``n`` (once per forward, after every layer wrote those ``n`` positions)."""
-        self._check_count("advance(n)", n)
-        if self._seq_len + n > self.max_seq_len:
+        check_count("advance(n)", n)
+        at = self.seq_len
+        if not self.position.fits(n):
             raise KVCacheOverflowError(
-                f"KV cache overflow: advancing by {n} from position {self._seq_len} would reach "
-                f"{self._seq_len + n}, but max_seq_len is {self.max_seq_len}"
+                f"KV cache overflow: advancing by {n} from position {at} would reach "
+                f"{at + n}, but max_seq_len is {self.max_seq_len}"
             )
-        short = [i for i, end in enumerate(self._written) if end < self._seq_len + n]
+        short = self._writes.short_of(n)
         if short:
             raise ValueError(
-                f"advance({n}) from {self._seq_len} needs every layer to have written positions {self._seq_len}.."
-                f"{self._seq_len + n - 1}; layer(s) {short[:8]} hold only {min(self._written[i] for i in short)} position(s) "
+                f"advance({n}) from {at} needs every layer to have written positions {at}.."
+                f"{at + n - 1}; layer(s) {short[:8]} hold only {at + self._writes.fewest(short)} position(s) "
                 "(update every layer before advancing: unwritten positions would read back as zeros)"
             )
-        self._seq_len += n
+        self.position.advance(n)
+        self._writes.commit(n)
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions (drop the rest, as speculative decoding does after a rejection)."""
         self._check_crop(n)
-        self._seq_len = n
-        self._written = [n] * self.num_layers
+        self._set_length(n)
 
     def reset(self) -> None:
         """Zero both tensors and restart at position 0, ready for a new request."""
         self.k.zero_()
         self.v.zero_()
-        self._seq_len = 0
-        self._written = [0] * self.num_layers
+        self._set_length(0)
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
         """Layer ``layer_idx``'s K and V for positions ``[0, seq_len)``: views ``[B, Hkv, seq_len, D]``."""
         self._check_layer(layer_idx)
-        return self.k[layer_idx, :, :, : self._seq_len], self.v[layer_idx, :, :, : self._seq_len]
+        n = self.seq_len
+        return self.k[layer_idx, :, :, :n], self.v[layer_idx, :, :, :n]
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(layers={self.num_layers}, batch={self.batch_size}, kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}, seq_len={self._seq_len}/{self.max_seq_len}, dtype={self.dtype}, "
+            f"head_dim={self.head_dim}, seq_len={self.seq_len}/{self.max_seq_len}, dtype={self.dtype}, "
             f"device={self.device})"
         )
 
@@ -210,8 +201,10 @@ class KVCache(CacheBase):
         self._set_length(n)
 
     def _set_length(self, n: int) -> None:
-        self._seq_len = n
-        self._written = [n] * self.num_layers
+        # Every length change but advance lands here (crop, reset, restore); a static cache's
+        # position moves its device counter too, and restore copies in place, so a captured graph stays valid.
+        self.position.set(n)
+        self._writes.clear()
 
     def _snapshot_settings(self) -> dict[str, Any]:
         return {"max_seq_len": self.max_seq_len}

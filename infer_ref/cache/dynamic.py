@@ -21,6 +21,7 @@ from typing_extensions import Self
 
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.geometry import CacheGeometry
+from infer_ref.cache.position import HostPosition, check_count
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.storage import check_dims, resolve_device
 
@@ -46,7 +47,7 @@ class DynamicKVCache(CacheBase):
     ) -> None:
         check_dims(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, batch_size=batch_size)
         self.geometry = CacheGeometry(num_layers, batch_size, num_kv_heads, head_dim, dtype, resolve_device(device))
-        self._seq_len = 0
+        self.position = HostPosition(UNBOUNDED)
         empty = self._empty()
         self._k: list[Tensor] = [empty] * num_layers  # [B, Hkv, S_i, D] each; replaced, never written in place
         self._v: list[Tensor] = [empty] * num_layers
@@ -86,14 +87,6 @@ class DynamicKVCache(CacheBase):
     # -- geometry ------------------------------------------------------------------------------
 
     @property
-    def seq_len(self) -> int:
-        return self._seq_len
-
-    @property
-    def max_seq_len(self) -> int:
-        return UNBOUNDED
-
-    @property
     def memory_bytes(self) -> int:
         """Bytes of the tensors held: ``2 * L * B * Hkv * seq_len * D * itemsize`` after a full forward (the positions held, not a capacity)."""
         return sum(k.nbytes + v.nbytes for k, v in zip(self._k, self._v, strict=True))
@@ -102,9 +95,8 @@ class DynamicKVCache(CacheBase):
 
     def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Append ``k``/``v`` ``[B, Hkv, T, D]`` at ``seq_len``; return the layer's K/V ``[B, Hkv, seq_len+T, D]``."""
-        self._check_layer(layer_idx)
-        self._check_entries(k, v)
-        held = self._seq_len
+        self._check_write(layer_idx, k, v)
+        held = self.seq_len
         # torch.cat copies: the new tensors own their memory, so the caller's k/v can change freely.
         self._k[layer_idx] = torch.cat((self._k[layer_idx][:, :, :held], k), dim=2)
         self._v[layer_idx] = torch.cat((self._v[layer_idx][:, :, :held], v), dim=2)
@@ -112,39 +104,40 @@ class DynamicKVCache(CacheBase):
 
     def advance(self, n: int) -> None:
         """Move ``seq_len`` forward by ``n``; every layer must hold the positions first."""
-        self._check_count("advance(n)", n)
-        short = [i for i, k in enumerate(self._k) if k.shape[2] < self._seq_len + n]
+        check_count("advance(n)", n)
+        at = self.seq_len
+        short = [i for i, k in enumerate(self._k) if k.shape[2] < at + n]
         if short:
             raise ValueError(
-                f"advance({n}) from {self._seq_len} needs every layer to hold {self._seq_len + n} positions; "
+                f"advance({n}) from {at} needs every layer to hold {at + n} positions; "
                 f"layer(s) {short[:8]} hold fewer (a dynamic cache has no unwritten slots to advance over)"
             )
-        self._seq_len += n
+        self.position.advance(n)
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions (speculative decoding drops rejected tokens this way)."""
         self._check_crop(n)
         self._k = [k[:, :, :n].clone() for k in self._k]  # clone: release the dropped tail's memory
         self._v = [v[:, :, :n].clone() for v in self._v]
-        self._seq_len = n
+        self.position.set(n)
 
     def reset(self) -> None:
         """Drop every position; memory goes back to zero."""
         empty = self._empty()
         self._k = [empty] * self.num_layers
         self._v = [empty] * self.num_layers
-        self._seq_len = 0
+        self.position.set(0)
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
         """Layer ``layer_idx``'s K and V ``[B, Hkv, seq_len, D]`` (``[B, Hkv, 0, D]`` when empty)."""
         self._check_layer(layer_idx)
-        n = self._seq_len
+        n = self.seq_len
         return self._k[layer_idx][:, :, :n], self._v[layer_idx][:, :, :n]
 
     def __repr__(self) -> str:
         return (
             f"DynamicKVCache(layers={self.num_layers}, batch={self.batch_size}, kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}, seq_len={self._seq_len}, dtype={self.dtype}, device={self.device})"
+            f"head_dim={self.head_dim}, seq_len={self.seq_len}, dtype={self.dtype}, device={self.device})"
         )
 
     # -- helpers -------------------------------------------------------------------------------
@@ -157,7 +150,7 @@ class DynamicKVCache(CacheBase):
     def _load_positions(self, keys: Tensor, values: Tensor) -> None:
         self._k = [layer.clone() for layer in keys]  # [B, Hkv, S, D] each, the cache's own memory
         self._v = [layer.clone() for layer in values]
-        self._seq_len = keys.shape[3]
+        self.position.set(keys.shape[3])
 
     def _snapshot_settings(self) -> dict[str, Any]:
         return {}

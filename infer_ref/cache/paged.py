@@ -34,9 +34,11 @@ from typing_extensions import Self
 
 from infer_ref.cache.base import CacheBase
 from infer_ref.cache.errors import KVCacheOverflowError
-from infer_ref.cache.pool import BlockPool, PoolGeometry
+from infer_ref.cache.pool import BlockPool
+from infer_ref.cache.position import LayerWrites, RowPositions, check_count
 from infer_ref.cache.slots import StoreFn, gather_slots, slots_through_tables, store_rows
 from infer_ref.cache.snapshot import KVSnapshot
+from infer_ref.cache.windows import check_layer_windows, model_layer_windows
 from infer_ref.masks import attention_mask, visible_keys
 from infer_ref.step import Step
 
@@ -56,7 +58,7 @@ class _StepPlan:
     lengths_after: Tensor  # [B] int32, lengths + t (the decode kernel's context lengths)
 
 
-class PagedKVCache(PoolGeometry, CacheBase):
+class PagedKVCache(CacheBase):
     """KV cache over blocks of a :class:`BlockPool` (see the module docstring).
 
     Args:
@@ -65,7 +67,13 @@ class PagedKVCache(PoolGeometry, CacheBase):
         max_seq_len: positions one row may hold (default: all of the pool's blocks, split among rows).
         layer_windows: sliding window of each layer (None: global), as the model uses it; kept in
             snapshots (a forward's step takes the windows from the model).
+
+    Attributes:
+        position: each row's length and the capacity (a :class:`~infer_ref.cache.position.RowPositions`).
+        block_size: positions per block (the pool's).
     """
+
+    position: RowPositions
 
     def __init__(
         self,
@@ -77,18 +85,21 @@ class PagedKVCache(PoolGeometry, CacheBase):
     ) -> None:
         if not isinstance(pool, BlockPool):
             raise TypeError(f"pool must be a BlockPool, got {type(pool).__name__}")
-        self._check_count("batch_size", batch_size)
+        check_count("batch_size", batch_size)
         default_capacity = (pool.num_blocks // batch_size) * pool.block_size
         if max_seq_len is not None:
-            self._check_count("max_seq_len", max_seq_len)
+            check_count("max_seq_len", max_seq_len)
         self.pool = pool
+        self.block_size = pool.block_size
         self.geometry = pool.cache_geometry(batch_size)
         self._batch_size = batch_size
-        self._max_seq_len = default_capacity if max_seq_len is None else max_seq_len
+        self.position = RowPositions(default_capacity if max_seq_len is None else max_seq_len, batch_size)
+        # What each layer wrote past the rows' lengths (set by write): advance never commits
+        # positions a layer did not write, which would read back as a block's stale contents.
+        self._writes = LayerWrites(pool.num_layers)
         self._tables: list[list[int]] = [[] for _ in range(batch_size)]
-        self._lengths = [0] * batch_size
         self._owns_blocks = True
-        self.layer_windows = self._check_windows(layer_windows, pool.num_layers)
+        self.layer_windows = check_layer_windows(layer_windows, pool.num_layers)
         self._plan: _StepPlan | None = None
         self._table_cache: tuple[Any, Tensor] | None = None
 
@@ -150,13 +161,13 @@ class PagedKVCache(PoolGeometry, CacheBase):
             for block_id in ids:
                 if pool.is_free(block_id):
                     raise ValueError(f"row {row}: block {block_id} is free in the pool; a view needs allocated blocks")
-            cache._check_count(f"lengths[{row}]", n, allow_zero=True)
+            check_count(f"lengths[{row}]", n, allow_zero=True)
             if n > len(ids) * pool.block_size:
                 raise ValueError(f"row {row}: {n} positions need {-(-n // pool.block_size)} blocks, table has {len(ids)}")
             cache._tables[row] = ids
-            cache._lengths[row] = n
         cache._owns_blocks = False
-        cache._max_seq_len = max(len(t) for t in cache._tables) * pool.block_size
+        cache.position.capacity = max(len(t) for t in cache._tables) * pool.block_size
+        cache.position.set_rows(lengths)
         return cache
 
     @classmethod
@@ -182,18 +193,9 @@ class PagedKVCache(PoolGeometry, CacheBase):
     # -- geometry ------------------------------------------------------------------------------
 
     @property
-    def seq_len(self) -> int:
-        """Positions held (the longest row's, for a view whose rows differ: see ``lengths``)."""
-        return max(self._lengths)
-
-    @property
     def lengths(self) -> list[int]:
         """Positions held by each row."""
-        return list(self._lengths)
-
-    @property
-    def max_seq_len(self) -> int:
-        return self._max_seq_len
+        return list(self.position.lengths)
 
     @property
     def remaining_capacity(self) -> int:
@@ -204,8 +206,8 @@ class PagedKVCache(PoolGeometry, CacheBase):
         if self._owns_blocks:
             extra = self.pool.num_free // self._batch_size
             reachable = min((n + extra) * bs for n in per_row_blocks)
-            return max(0, min(self._max_seq_len, reachable) - self.seq_len)
-        return max(0, min(n * bs - length for n, length in zip(per_row_blocks, self._lengths, strict=True)))
+            return max(0, min(self.max_seq_len, reachable) - self.seq_len)
+        return max(0, min(n * bs - length for n, length in zip(per_row_blocks, self.position.lengths, strict=True)))
 
     @property
     def block_tables(self) -> list[list[int]]:
@@ -224,21 +226,21 @@ class PagedKVCache(PoolGeometry, CacheBase):
     @property
     def used_bytes(self) -> int:
         """Bytes the filled positions take (rows summed; a partly filled last block counts its filled rows)."""
-        return sum(self._lengths) * (self.bytes_per_position // self._batch_size)
+        return sum(self.position.lengths) * (self.bytes_per_position // self._batch_size)
 
     # -- the step ------------------------------------------------------------------------------
 
     def positions(self, t: int) -> Tensor:
         """``[T]`` when every row holds the same length, else per row ``[B, T]``."""
-        start = torch.tensor(self._lengths, device=self.device)[:, None]  # [B, 1]
+        start = torch.tensor(self.position.lengths, device=self.device)[:, None]  # [B, 1]
         per_row = start + torch.arange(t, device=self.device)  # [B, T]
-        return per_row[0] if self._uniform() else per_row
+        return per_row[0] if self.position.uniform() else per_row
 
     def attention_mask(self, t: int, window: int | None) -> Tensor | None:
         """``[T, S]`` (or None) for equal rows; ``[B, T, S]`` over the longest row otherwise."""
-        if self._uniform():
-            return attention_mask(t, self._lengths[0], window, self.device)
-        return visible_keys(self.positions(t), max(self._lengths) + t, window)  # [B, T, S]
+        if self.position.uniform():
+            return attention_mask(t, self.position.lengths[0], window, self.device)
+        return visible_keys(self.positions(t), self.seq_len + t, window)  # [B, T, S]
 
     def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
         """The forward's step: per-row positions and masks, the tables and lengths after the write.
@@ -267,23 +269,38 @@ class PagedKVCache(PoolGeometry, CacheBase):
         return gather_slots(k_pool, plan.read_slots), gather_slots(v_pool, plan.read_slots)
 
     def advance(self, n: int) -> None:
-        """Every row moves forward by ``n`` (once per forward, after every layer wrote)."""
-        self._check_count("advance(n)", n)
-        self._ensure_blocks(n)  # a no-op after update; blocks for an advance without writes otherwise
-        self._lengths = [length + n for length in self._lengths]
+        """Every row moves forward by ``n`` (once per forward, after every layer wrote those ``n`` positions).
+
+        Refused, with nothing changed (no block taken), past the capacity or when a layer did not
+        write them: unwritten slots would read back whatever their block held before.
+        """
+        check_count("advance(n)", n)
+        if self._owns_blocks:
+            self.position.check_room(n)
+        short = self._writes.short_of(n)
+        if short:
+            at = self.seq_len if self.position.uniform() else f"lengths {self.position.lengths}"
+            raise ValueError(
+                f"advance({n}) from {at} needs every layer to have written each row's next {n} position(s); "
+                f"layer(s) {short[:8]} wrote {self._writes.fewest(short)} (update every layer before advancing: "
+                "unwritten slots would read back a block's stale contents)"
+            )
+        self.position.advance(n)  # the writes took the blocks: never refused here
+        self._writes.commit(n)
         self._plan = None
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions; blocks past ``ceil(n / bs)`` go back to the pool (last first)."""
         self._require_owner("crop")
-        if not self._uniform():
-            raise ValueError(f"crop needs rows of equal length, rows hold {self._lengths}")
+        if not self.position.uniform():
+            raise ValueError(f"crop needs rows of equal length, rows hold {self.position.lengths}")
         self._check_crop(n)
         keep = -(-n // self.block_size)
         for row, table in enumerate(self._tables):
             self.pool.release(reversed(table[keep:]))
             self._tables[row] = table[:keep]
-        self._lengths = [n] * self._batch_size
+        self.position.set(n)
+        self._writes.clear()
         self._plan = None
 
     def reset(self) -> None:
@@ -300,14 +317,15 @@ class PagedKVCache(PoolGeometry, CacheBase):
         for table in self._tables:
             self.pool.release(reversed(table))
         self._tables = [[] for _ in range(self._batch_size)]
-        self._lengths = [0] * self._batch_size
+        self.position.set(0)
+        self._writes.clear()
         self._plan = None
 
     def get_kv(self, layer_idx: int) -> tuple[Tensor, Tensor]:
         """Layer ``layer_idx``'s K and V ``[B, Hkv, seq_len, D]``, gathered (rows of equal length)."""
         self._check_layer(layer_idx)
-        if not self._uniform():
-            raise ValueError(f"get_kv needs rows of equal length, rows hold {self._lengths}")
+        if not self.position.uniform():
+            raise ValueError(f"get_kv needs rows of equal length, rows hold {self.position.lengths}")
         slots = self._slots(self.seq_len)
         k_pool, v_pool = self.pool.layer(layer_idx)
         return gather_slots(k_pool, slots), gather_slots(v_pool, slots)
@@ -320,8 +338,8 @@ class PagedKVCache(PoolGeometry, CacheBase):
     def __repr__(self) -> str:
         owner = "owning" if self._owns_blocks else "view"
         return (
-            f"PagedKVCache({owner}, batch={self._batch_size}, lengths={self._lengths}, blocks={self.num_blocks_held}, "
-            f"block_size={self.block_size}, max_seq_len={self._max_seq_len}, pool={self.pool!r})"
+            f"PagedKVCache({owner}, batch={self._batch_size}, lengths={self.position.lengths}, blocks={self.num_blocks_held}, "
+            f"block_size={self.block_size}, max_seq_len={self.max_seq_len}, pool={self.pool!r})"
         )
 
     # -- the write path ------------------------------------------------------------------------
@@ -329,8 +347,7 @@ class PagedKVCache(PoolGeometry, CacheBase):
     def write(self, layer_idx: int, k: Tensor, v: Tensor, *, store: StoreFn = store_rows) -> _StepPlan:
         """Store ``k``/``v`` ``[B, Hkv, T, D]`` at each row's next ``T`` positions through ``store``
         (default: an indexed copy; the fast path hands the Triton store), without reading anything back."""
-        self._check_layer(layer_idx)
-        t = self._check_entries(k, v)
+        t = self._check_write(layer_idx, k, v)
         plan = self._plan_for(t)  # allocates any missing blocks, or raises with nothing changed
         b, hkv, _, d = k.shape
         k_pool, v_pool = self.pool.layer(layer_idx)
@@ -341,6 +358,7 @@ class PagedKVCache(PoolGeometry, CacheBase):
             v_pool,
             plan.write_slots,
         )
+        self._writes.record(layer_idx, t)
         return plan
 
     def _plan_for(self, t: int) -> _StepPlan:
@@ -349,7 +367,7 @@ class PagedKVCache(PoolGeometry, CacheBase):
         Slots come from the block tables on the device (``table[p // bs] * bs + p % bs``), so a step
         costs a few small kernels, not Python work proportional to the context.
         """
-        lengths = tuple(self._lengths)
+        lengths = tuple(self.position.lengths)
         if self._plan is not None and self._plan.lengths == lengths and self._plan.t == t:
             return self._plan
         self._ensure_blocks(t)
@@ -382,18 +400,16 @@ class PagedKVCache(PoolGeometry, CacheBase):
     def _ensure_blocks(self, t: int) -> None:
         """Make every row's table cover ``length + t`` positions; refuse, changing nothing, if it cannot."""
         bs = self.block_size
-        if self._owns_blocks and self.seq_len + t > self._max_seq_len:
-            raise KVCacheOverflowError(
-                f"KV cache overflow: {t} position(s) at {self.seq_len} need position {self.seq_len + t - 1}, "
-                f"but max_seq_len is {self._max_seq_len}"
-            )
-        missing = [max(0, -(-(n + t) // bs) - len(tbl)) for n, tbl in zip(self._lengths, self._tables, strict=True)]
+        if self._owns_blocks:
+            self.position.check_room(t)
+        lengths = self.position.lengths
+        missing = [max(0, -(-(n + t) // bs) - len(tbl)) for n, tbl in zip(lengths, self._tables, strict=True)]
         if sum(missing) == 0:
             return
         if not self._owns_blocks:
             row = next(i for i, m in enumerate(missing) if m)
             raise KVCacheOverflowError(
-                f"row {row} holds {self._lengths[row]} positions in {len(self._tables[row])} block(s) of {bs}; "
+                f"row {row} holds {lengths[row]} positions in {len(self._tables[row])} block(s) of {bs}; "
                 f"{t} more need {missing[row]} more block(s), and this view cannot take blocks (extend its table)"
             )
         new = self.pool.acquire(sum(missing))  # PoolExhaustedError (an overflow) before any change
@@ -407,9 +423,6 @@ class PagedKVCache(PoolGeometry, CacheBase):
         return torch.tensor(
             [self.slot_mapping(range(length), row) for row in range(self._batch_size)], dtype=torch.long, device=self.device
         )  # [B, length]
-
-    def _uniform(self) -> bool:
-        return all(n == self._lengths[0] for n in self._lengths)
 
     def _require_owner(self, what: str) -> None:
         if not self._owns_blocks:
@@ -436,27 +449,14 @@ class PagedKVCache(PoolGeometry, CacheBase):
             k_rows = keys[layer].transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)  # [B*S, Hkv, D]
             v_rows = values[layer].transpose(1, 2).reshape(-1, self.num_kv_heads, self.head_dim)
             store_rows(k_rows, v_rows, k_pool, v_pool, slots)
-        self._lengths = [n] * self._batch_size
+        self.position.set(n)
+        self._writes.clear()
         self._plan = None
 
     def _snapshot_settings(self) -> dict[str, Any]:
         return {
             "block_size": self.block_size,
             "num_blocks": self.pool.num_blocks,
-            "max_seq_len": self._max_seq_len,
+            "max_seq_len": self.max_seq_len,
             "layer_windows": self.layer_windows,
         }
-
-    @staticmethod
-    def _check_windows(windows: Sequence[int | None] | None, num_layers: int) -> list[int | None] | None:
-        if windows is None:
-            return None
-        out = list(windows)
-        if len(out) != num_layers or any(w is not None and (isinstance(w, bool) or not isinstance(w, int) or w <= 0) for w in out):
-            raise ValueError(f"layer_windows must give each of the {num_layers} layers a positive window or None, got {out}")
-        return out
-
-
-def model_layer_windows(config: ModelConfig) -> list[int | None]:
-    """Each layer's sliding window (None for global layers), as the models apply them."""
-    return [config.sliding_window if t == "sliding_attention" else None for t in config.layer_types]

@@ -284,14 +284,3 @@ def _check_permutation(order: Sequence[int], n: int) -> list[int]:
     if sorted(out) != list(range(n)) or any(isinstance(b, bool) or not isinstance(b, int) for b in out):
         raise ValueError(f"free_order must be a permutation of 0..{n - 1}, got {out[:16]}{'...' if len(out) > 16 else ''}")
     return out
-
-
-class PoolGeometry:
-    """The block size a cache over blocks of ``self.pool`` reads from the pool (one definition for the
-    paged caches; their ``geometry`` is :meth:`BlockPool.cache_geometry`)."""
-
-    pool: BlockPool
-
-    @property
-    def block_size(self) -> int:
-        return self.pool.block_size

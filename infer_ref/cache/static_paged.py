@@ -4,8 +4,9 @@ Storage is a :class:`~infer_ref.cache.pool.BlockPool` (``[L, num_blocks, block_s
 read and written through a block table, as :class:`~infer_ref.cache.paged.PagedKVCache` does; what
 differs is when blocks are taken and where the length lives. Every block a row can ever use
 (``ceil(max_seq_len / block_size)``) is taken from the pool at construction and the block table is
-a device tensor ``[B, M]``; the write position is the device tensor ``pos`` (the behaviour shared
-with :class:`~infer_ref.cache.static.StaticKVCache`, see :class:`~infer_ref.cache.static.DevicePosition`).
+a device tensor ``[B, M]``; the write position is the device tensor ``pos`` (the position kind
+shared with :class:`~infer_ref.cache.static.StaticKVCache`, a
+:class:`~infer_ref.cache.position.DevicePosition`).
 A decode step then launches the same kernels with the same arguments at every position, so it can
 be captured in a CUDA graph; its step carries the block table and the lengths on the device, so
 the fast path's fused decode step reads the pool through the table without a gather.
@@ -17,6 +18,7 @@ Slots of position ``p`` in row ``b``: ``table[b, p // bs] * bs + p % bs``. With 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,16 +26,18 @@ from torch import Tensor
 from typing_extensions import Self
 
 from infer_ref.cache.base import CacheBase
-from infer_ref.cache.pool import BlockPool, PoolGeometry
+from infer_ref.cache.pool import BlockPool
+from infer_ref.cache.position import DevicePosition
 from infer_ref.cache.slots import StoreFn, gather_slots, slots_through_tables, store_rows
 from infer_ref.cache.snapshot import KVSnapshot
-from infer_ref.cache.static import DevicePosition, check_layer_windows
+from infer_ref.cache.windows import check_layer_windows, model_layer_windows
+from infer_ref.step import Step
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
 
 
-class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
+class StaticPagedKVCache(CacheBase):
     """Blocks of a pool taken up front for ``max_seq_len`` positions per row; the position on the device.
 
     Args:
@@ -45,8 +49,11 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
 
     Attributes:
         block_table: ``[B, M]`` int32 block ids on the pool's device (row ``b``, logical block ``c``).
-        pos: int64 ``[1]`` on the device, the position of the next write.
+        block_size: positions per block (the pool's).
+        pos: int64 ``[1]`` on the device, the position of the next write (``position.pos``).
     """
+
+    position: DevicePosition
 
     def __init__(
         self,
@@ -63,17 +70,17 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
         per_row = -(-max_seq_len // pool.block_size)
         ids = pool.acquire(batch_size * per_row)  # raises PoolExhaustedError, pool unchanged
         self.pool = pool
+        self.block_size = pool.block_size
         self.geometry = pool.cache_geometry(batch_size)
         self.layer_windows = windows
-        self._max_seq_len = max_seq_len
         self._block_ids = ids
         self.block_table = torch.tensor(ids, dtype=torch.int32, device=pool.device).view(batch_size, per_row)
-        self.pos = torch.zeros((1,), dtype=torch.long, device=pool.device)
-        self._seq_len = 0
-        self._frozen = False
-        self._slots = torch.arange(per_row * pool.block_size, device=pool.device)  # [S] logical key positions
+        self.position = DevicePosition(
+            max_seq_len, per_row * pool.block_size, batch_size, pool.device, block_tables=self.block_table
+        )
+        self.pos = self.position.pos  # the same tensor, never rebound
         # Pool slots of every logical position of every row, [B, S]: what update gathers (built once).
-        self._all_slots = slots_through_tables(self.block_table, self._slots.expand(batch_size, -1), pool.block_size)
+        self._all_slots = slots_through_tables(self.block_table, self.position.slots.expand(batch_size, -1), pool.block_size)
 
     @classmethod
     def from_model_config(
@@ -88,8 +95,6 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
         free_order: Sequence[int] | None = None,
     ) -> Self:
         """A pool of exactly the blocks the rows need, sized for ``config``, with the model's windows."""
-        from infer_ref.cache.paged import model_layer_windows
-
         if isinstance(block_size, bool) or not isinstance(block_size, int) or block_size <= 0:
             raise ValueError(f"block_size must be a positive integer, got {block_size!r}")
         if isinstance(max_seq_len, bool) or not isinstance(max_seq_len, int) or max_seq_len <= 0:
@@ -116,23 +121,11 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
     # -- geometry ------------------------------------------------------------------------------
 
     @property
-    def seq_len(self) -> int:
-        return self._seq_len
-
-    @property
-    def max_seq_len(self) -> int:
-        return self._max_seq_len
-
-    @property
     def memory_bytes(self) -> int:
         """Bytes of the blocks this cache holds (every layer, K and V)."""
         return len(self._block_ids) * self.pool.bytes_per_block
 
     # -- use -----------------------------------------------------------------------------------
-
-    @property
-    def _block_tables(self) -> Tensor:
-        return self.block_table  # [B, M]
 
     def update(self, layer_idx: int, k: Tensor, v: Tensor, *, store: StoreFn = store_rows) -> tuple[Tensor, Tensor]:
         """Store ``k``/``v`` ``[B, Hkv, T, D]`` at positions ``pos .. pos+T-1`` of every row (through
@@ -151,20 +144,20 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
         """Layer ``layer_idx``'s K and V for positions ``[0, seq_len)``, gathered: ``[B, Hkv, seq_len, D]``."""
         self._check_layer(layer_idx)
         k_pool, v_pool = self.pool.layer(layer_idx)
-        slots = self._all_slots[:, : self._seq_len]
+        slots = self._all_slots[:, : self.seq_len]
         return gather_slots(k_pool, slots), gather_slots(v_pool, slots)
 
     def crop(self, n: int) -> None:
         """Keep the first ``n`` positions (blocks stay with the cache: its shapes never change)."""
         self._check_crop(n)
-        self.set_position(n)
+        self.position.set(n)
 
     def reset(self) -> None:
         """Zero this cache's blocks and restart at position 0 (tensor addresses are kept)."""
         ids = torch.tensor(self._block_ids, device=self.device)
         self.pool.k[:, ids] = 0
         self.pool.v[:, ids] = 0
-        self.set_position(0)
+        self.position.set(0)
 
     def release(self) -> None:
         """Give every block back to the pool (the cache can no longer be used)."""
@@ -174,7 +167,7 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(layers={self.num_layers}, batch={self.batch_size}, kv_heads={self.num_kv_heads}, "
-            f"head_dim={self.head_dim}, block_size={self.block_size}, seq_len={self._seq_len}/{self.max_seq_len}, "
+            f"head_dim={self.head_dim}, block_size={self.block_size}, seq_len={self.seq_len}/{self.max_seq_len}, "
             f"dtype={self.dtype}, device={self.device})"
         )
 
@@ -191,7 +184,33 @@ class StaticPagedKVCache(DevicePosition, PoolGeometry, CacheBase):
                 keys[layer].transpose(1, 2).reshape(b * n, hkv, d), values[layer].transpose(1, 2).reshape(b * n, hkv, d),
                 k_pool, v_pool, slots,
             )  # fmt: skip
-        self.set_position(n)
+        self.position.set(n)
 
     def _snapshot_settings(self) -> dict[str, Any]:
         return {"max_seq_len": self.max_seq_len, "block_size": self.block_size, "layer_windows": self.layer_windows}
+
+    # -- the device position (each member is the position's: see DevicePosition) ----------------
+
+    def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
+        return self.position.step(t, windows)
+
+    def check_write(self, layer_idx: int, k: Tensor, v: Tensor) -> int:
+        """Refuse a write that does not fit before anything changes; returns T (see :meth:`StaticKVCache.check_write`)."""
+        t = self._check_write(layer_idx, k, v)
+        self.position.check_write_room(t)
+        return t
+
+    def advance_host(self, n: int) -> None:
+        self.position.advance_host(n)
+
+    def host_frozen(self) -> AbstractContextManager[None]:
+        return self.position.host_frozen()
+
+    def set_position(self, n: int) -> None:
+        self.position.set(n)
+
+    def positions(self, t: int) -> Tensor:
+        return self.position.positions(t)
+
+    def attention_mask(self, t: int, window: int | None) -> Tensor:
+        return self.position.attention_mask(t, window)

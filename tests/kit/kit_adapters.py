@@ -28,7 +28,7 @@ class CorruptsThenRaises(KVCache):
         if k.dim() == 4 and k.shape[2] > fits:
             self.k[layer_idx, :, :, self.seq_len :] = k[:, :, :fits]
             self.v[layer_idx, :, :, self.seq_len :] = v[:, :, :fits]
-            self._seq_len = self.max_seq_len
+            self.position.seq_len = self.max_seq_len
             raise ValueError(f"writing {k.shape[2]} exceeds capacity {self.max_seq_len}")
         return super().update(layer_idx, k, v)
 

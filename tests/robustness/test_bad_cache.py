@@ -3,7 +3,7 @@ advance, a layer index of the wrong type. Each is refused naming the value, and 
 device position, contents) is as it was.
 
 Which caches check the writes behind an advance: the host-counted ones whose ``advance`` is a
-separate call (``KVCache``; ``DynamicKVCache`` always did). The static caches keep the position on
+separate call (``KVCache``, ``PagedKVCache``; ``DynamicKVCache`` always did). The static caches keep the position on
 the device and their ``advance`` is captured inside a CUDA graph, so they are not checked there
 (no host work per step); their host counter ``advance_host`` still refuses a non-positive count.
 """
@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from infer_ref.cache import DynamicKVCache, KVCache, StaticKVCache
+from infer_ref.cache import BlockPool, DynamicKVCache, KVCache, PagedKVCache, StaticKVCache
 from infer_ref.cache.factory import CACHE_KINDS, build_cache
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import tiny_config
@@ -38,7 +38,16 @@ def _dynamic() -> DynamicKVCache:
     return DynamicKVCache(LAYERS, HEADS, DIM, dtype=torch.float32, device="cpu")
 
 
-HOST_COUNTED = [pytest.param(_contiguous, id="contiguous"), pytest.param(_dynamic, id="dynamic")]
+def _paged() -> PagedKVCache:
+    pool = BlockPool.allocate(LAYERS, HEADS, DIM, 4, 2, dtype=torch.float32, device="cpu")  # 4 blocks of 2
+    return PagedKVCache(pool, max_seq_len=8)
+
+
+HOST_COUNTED = [
+    pytest.param(_contiguous, id="contiguous"),
+    pytest.param(_dynamic, id="dynamic"),
+    pytest.param(_paged, id="paged"),
+]
 
 
 def _state(cache: Any) -> tuple[int, list[torch.Tensor]]:

@@ -126,6 +126,35 @@ def test_a_view_writes_into_given_blocks_with_per_row_lengths() -> None:
     assert pool.num_used == 4  # the view took no block
 
 
+def test_advance_over_positions_a_layer_did_not_write_is_refused_and_changes_nothing() -> None:
+    pool = _pool(8)
+    cache = PagedKVCache(pool)
+    _forward(cache, 2, 0)
+    k = _entry(1, 3, 7)
+    cache.update(0, k, -k)  # layer 1 never writes positions 2..4
+    tables, used = cache.block_tables, pool.num_used
+    with pytest.raises(ValueError, match=r"advance\(3\) from 2 needs every layer .* layer\(s\) \[1\] wrote 0"):
+        cache.advance(3)
+    assert cache.lengths == [2] and cache.block_tables == tables and pool.num_used == used
+    cache.update(1, k, -k)
+    cache.advance(2)  # part of what every layer wrote
+    with pytest.raises(ValueError, match=r"layer\(s\) \[0, 1\] wrote 1"):
+        cache.advance(2)
+    cache.advance(1)
+    assert cache.lengths == [5] and torch.equal(cache.get_kv(1)[0][..., 2:, :], k)
+
+
+def test_advance_without_any_write_takes_no_block() -> None:
+    pool = _pool(8)
+    cache = PagedKVCache(pool)
+    with pytest.raises(ValueError, match=r"advance\(1\) from 0 needs every layer"):
+        cache.advance(1)
+    view = PagedKVCache.over_blocks(pool, [pool.acquire(1), pool.acquire(1)], [1, 2])
+    with pytest.raises(ValueError, match=r"from lengths \[1, 2\] .* layer\(s\) \[0, 1\] wrote 0"):
+        view.advance(1)
+    assert cache.seq_len == 0 and cache.num_blocks_held == 0 and view.lengths == [1, 2] and pool.num_used == 2
+
+
 def test_a_view_never_takes_or_frees_blocks() -> None:
     pool = _pool(8)
     table = pool.acquire(1)

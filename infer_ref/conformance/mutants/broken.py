@@ -73,7 +73,7 @@ class ClampingCache(KVCache):
     def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         self._check_layer(layer_idx)
         self._check_entries(k, v)
-        start = self._seq_len
+        start = self.seq_len
         end = min(start + k.shape[2], self.max_seq_len)
         self.k[layer_idx, :, :, start:end] = k[:, :, : end - start]
         self.v[layer_idx, :, :, start:end] = v[:, :, : end - start]
@@ -82,7 +82,7 @@ class ClampingCache(KVCache):
     def advance(self, n: int) -> None:
         if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
             raise ValueError(f"advance(n) needs a positive integer n, got {n!r}")
-        self._seq_len = min(self._seq_len + n, self.max_seq_len)
+        self.position.seq_len = min(self.seq_len + n, self.max_seq_len)
 
 
 def aliased_cache(spec: CacheSpec) -> KVCache:
