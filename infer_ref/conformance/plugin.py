@@ -243,7 +243,8 @@ def test_tier(item: pytest.Item) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    from infer_ref.conformance.mutants import ALL_BUG_CLASSES  # the registry loads models: only when collecting
+    # The registry loads models: imported when collecting only.
+    from infer_ref.conformance.mutants import ALL_BUG_CLASSES
 
     adapter = _STATE["adapter"]
     assert isinstance(adapter, Adapter)
