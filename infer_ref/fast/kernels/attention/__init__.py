@@ -70,7 +70,11 @@ entry point takes, and its host checks), ``reference.py`` (the definitions and t
 points), ``op.py`` (the dispatch and the custom ops).
 """
 
-from infer_ref.fast.kernels.attention.checks import AttentionCall, check_decode_args, check_decode_attention_args
+from infer_ref.fast.kernels.attention.checks import (
+    AttentionCall,
+    check_decode_args,
+    check_decode_attention_args,
+)
 from infer_ref.fast.kernels.attention.launch import (
     LaunchKnobs,
     decode_attention_triton,

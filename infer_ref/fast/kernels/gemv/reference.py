@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from infer_ref.activations import ACTIVATIONS
+from infer_ref.fast.kernels.arguments import takes_arguments_of
 from infer_ref.fast.kernels.common import overlap, same_view
 from infer_ref.norm import NormSpec
 
@@ -65,6 +66,68 @@ def gated_mlp_reference(x: Tensor, weight: Tensor, act: str, *, in_norm: NormSpe
 def gated_product(x: Tensor, weight: Tensor, act: str) -> Tensor:
     g, u = F.linear(x, weight).split(weight.shape[0] // 2, dim=-1)  # [..., I] each
     return ACTIVATIONS[act](g) * u
+
+
+# -- one call's arguments ----------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class GemvCall:
+    """One product's arguments, as :func:`~infer_ref.fast.kernels.gemv.linear` or (``gated``)
+    :func:`~infer_ref.fast.kernels.gemv.gated_mlp` (``act`` an :data:`ACTIVATIONS` name) takes them."""
+
+    x: Tensor  # [..., K]
+    weight: Tensor  # [N, K]; gated: [2I, K]
+    bias: Tensor | None = None  # [N]
+    out: Tensor | None = None  # [..., N] (gated: [..., I]) or None: a new tensor
+    in_norm: NormSpec | None = None
+    residual: Tensor | None = None  # [..., N]
+    out_norm: NormSpec | None = None
+    gated: bool = False
+    act: str = "silu"  # the gated product's activation (unused by a linear call)
+    weight_is_constant: bool = False
+    residual_is_settled: bool = False
+
+    @classmethod
+    def for_linear(
+        cls,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor | None = None,
+        *,
+        out: Tensor | None = None,
+        in_norm: NormSpec | None = None,
+        residual: Tensor | None = None,
+        out_norm: NormSpec | None = None,
+        weight_is_constant: bool = False,
+        residual_is_settled: bool = False,
+    ) -> GemvCall:
+        """A linear call, from the arguments every linear entry point takes
+        (:func:`~infer_ref.fast.kernels.gemv.linear` documents them)."""
+        return cls(
+            x, weight, bias, out, in_norm, residual, out_norm, weight_is_constant=weight_is_constant,
+            residual_is_settled=residual_is_settled,
+        )  # fmt: skip
+
+    @classmethod
+    def for_gated_mlp(
+        cls, x: Tensor, weight: Tensor, act: str, *, out: Tensor | None = None, in_norm: NormSpec | None = None,
+        weight_is_constant: bool = False,
+    ) -> GemvCall:  # fmt: skip
+        """A gated-MLP call, from the arguments every gated entry point takes."""
+        return cls(x, weight, out=out, in_norm=in_norm, gated=True, act=act, weight_is_constant=weight_is_constant)
+
+    @property
+    def what(self) -> str:
+        """The entry point's name, as the errors say it."""
+        return "gated_mlp" if self.gated else "linear"
+
+    def check(self) -> None:
+        """The checks of the entry point this call is for (:func:`check_gated_args` or :func:`check_linear_args`)."""
+        if self.gated:
+            _check_gated(self)
+        else:
+            _check_linear(self)
 
 
 # -- host checks (the references, the kernels' entry points and the dispatch all run them) ----------
@@ -162,22 +225,15 @@ def _check_flag(value: object, name: str, what: str) -> None:
         raise TypeError(f"{what}: {name} must be a bool, got {value!r}")
 
 
-def check_linear_args(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None,
-    out: Tensor | None = None,
-    *,
-    in_norm: NormSpec | None = None,
-    residual: Tensor | None = None,
-    out_norm: NormSpec | None = None,
-    weight_is_constant: bool = False,
-    residual_is_settled: bool = False,
-) -> None:
+def _check_linear(call: GemvCall) -> None:
     """Shapes, dtypes and devices of a linear call (host metadata only: no device synchronisation).
 
     Everything is checked before anything runs, so a refused call leaves ``out`` untouched.
     """
+    x, weight, bias, out, in_norm, residual, out_norm = (
+        call.x, call.weight, call.bias, call.out, call.in_norm, call.residual, call.out_norm
+    )  # fmt: skip
+    weight_is_constant, residual_is_settled = call.weight_is_constant, call.residual_is_settled
     _check_common(x, weight, "linear")
     n, k = weight.shape
     if bias is not None:
@@ -205,16 +261,10 @@ def check_linear_args(
     _check_out(out, x, n, reads, "linear")
 
 
-def check_gated_args(
-    x: Tensor,
-    weight: Tensor,
-    act: str,
-    out: Tensor | None = None,
-    *,
-    in_norm: NormSpec | None = None,
-    weight_is_constant: bool = False,
-) -> None:
+def _check_gated(call: GemvCall) -> None:
     """Shapes, dtypes, devices and the activation name of a gated-MLP call (host metadata only)."""
+    x, weight, act, out, in_norm = call.x, call.weight, call.act, call.out, call.in_norm
+    weight_is_constant = call.weight_is_constant
     if not isinstance(act, str) or act not in ACTIVATIONS:
         raise ValueError(f"gated_mlp: unknown activation {act!r}: expected one of {sorted(ACTIVATIONS)}")
     _check_common(x, weight, "gated_mlp")
@@ -228,40 +278,18 @@ def check_gated_args(
     _check_out(out, x, weight.shape[0] // 2, reads, "gated_mlp")
 
 
-@dataclasses.dataclass(frozen=True)
-class GemvCall:
-    """One product's arguments, as :func:`~infer_ref.fast.kernels.gemv.linear` or (``gated``)
-    :func:`~infer_ref.fast.kernels.gemv.gated_mlp` (``act`` an :data:`ACTIVATIONS` name) takes them."""
 
-    x: Tensor  # [..., K]
-    weight: Tensor  # [N, K]; gated: [2I, K]
-    bias: Tensor | None = None  # [N]
-    out: Tensor | None = None  # [..., N] (gated: [..., I]) or None: a new tensor
-    in_norm: NormSpec | None = None
-    residual: Tensor | None = None  # [..., N]
-    out_norm: NormSpec | None = None
-    gated: bool = False
-    act: str = "silu"  # the gated product's activation (unused by a linear call)
-    weight_is_constant: bool = False
-    residual_is_settled: bool = False
 
-    @property
-    def what(self) -> str:
-        """The entry point's name, as the errors say it."""
-        return "gated_mlp" if self.gated else "linear"
+@takes_arguments_of(GemvCall.for_linear)
+def check_linear_args(call: GemvCall) -> None:
+    """:meth:`GemvCall.check` of a linear call, taking :func:`~infer_ref.fast.kernels.gemv.linear`'s arguments."""
+    call.check()
 
-    def check(self) -> None:
-        """The checks of the entry point this call is for (:func:`check_gated_args` or :func:`check_linear_args`)."""
-        if self.gated:
-            check_gated_args(
-                self.x, self.weight, self.act, self.out, in_norm=self.in_norm, weight_is_constant=self.weight_is_constant
-            )
-        else:
-            check_linear_args(
-                self.x, self.weight, self.bias, self.out, in_norm=self.in_norm, residual=self.residual,
-                out_norm=self.out_norm, weight_is_constant=self.weight_is_constant,
-                residual_is_settled=self.residual_is_settled,
-            )  # fmt: skip
+
+@takes_arguments_of(GemvCall.for_gated_mlp)
+def check_gated_args(call: GemvCall) -> None:
+    """:meth:`GemvCall.check` of a gated-MLP call, taking :func:`~infer_ref.fast.kernels.gemv.gated_mlp`'s arguments."""
+    call.check()
 
 
 __all__ = [
