@@ -171,22 +171,26 @@ def _check_norm(spec: NormSpec | None, name: str, dim: str, size: int, x: Tensor
         raise ValueError(f"{what}: {name}.weight is on {w.device}, x is on {x.device}")
 
 
+def _check_row_output(t: object, name: str, width: str, x: Tensor, n_out: int, what: str) -> None:
+    """``t`` (``out`` or ``residual``: shaped like the product's result) is a ``[..., n_out]`` tensor
+    (``width`` names the last dim) in x's dtype and on its device."""
+    if not isinstance(t, Tensor):
+        raise TypeError(f"{what}: {name} must be a tensor or None, got {type(t).__name__}")
+    want = (*x.shape[:-1], n_out)
+    if tuple(t.shape) != want:
+        raise ValueError(f"{what}: {name} must be {want} (x's leading dims, then {width}), got {tuple(t.shape)}")
+    if t.dtype != x.dtype:
+        raise TypeError(f"{what}: {name} has dtype {t.dtype}, x has {x.dtype}")
+    if t.device != x.device:
+        raise ValueError(f"{what}: {name} is on {t.device}, x is on {x.device}")
+
+
 def _check_out(out: Tensor | None, x: Tensor, n_out: int, reads: dict[str, Tensor | None], what: str) -> None:
     """``out`` ``[..., n_out]``, x's dtype and device, contiguous, sharing no memory with what the
     kernels read (``reads``, by name; a residual that is ``out`` itself is checked elsewhere)."""
     if out is None:
         return
-    want = (*x.shape[:-1], n_out)
-    if not isinstance(out, Tensor):
-        raise TypeError(f"{what}: out must be a tensor or None, got {type(out).__name__}")
-    if tuple(out.shape) != want:
-        raise ValueError(
-            f"{what}: out must be {want} (x's leading dims, then the output width), got {tuple(out.shape)}"
-        )
-    if out.dtype != x.dtype:
-        raise TypeError(f"{what}: out has dtype {out.dtype}, x has {x.dtype}")
-    if out.device != x.device:
-        raise ValueError(f"{what}: out is on {out.device}, x is on {x.device}")
+    _check_row_output(out, "out", "the output width", x, n_out, what)
     if not out.is_contiguous():
         raise ValueError(
             f"{what}: out must be contiguous, got strides {out.stride()} for shape {tuple(out.shape)}"
@@ -202,17 +206,7 @@ def _check_residual(residual: Tensor | None, x: Tensor, n_out: int, out: Tensor 
     overlap ``out`` in any other way (a program would read what another one wrote)."""
     if residual is None:
         return
-    if not isinstance(residual, Tensor):
-        raise TypeError(f"{what}: residual must be a tensor or None, got {type(residual).__name__}")
-    want = (*x.shape[:-1], n_out)
-    if tuple(residual.shape) != want:
-        raise ValueError(
-            f"{what}: residual must be {want} (x's leading dims, then N), got {tuple(residual.shape)}"
-        )
-    if residual.dtype != x.dtype:
-        raise TypeError(f"{what}: residual has dtype {residual.dtype}, x has {x.dtype}")
-    if residual.device != x.device:
-        raise ValueError(f"{what}: residual is on {residual.device}, x is on {x.device}")
+    _check_row_output(residual, "residual", "N", x, n_out, what)
     if out is not None and overlap(out, residual) and not same_view(out, residual):
         raise ValueError(
             f"{what}: residual overlaps out without being the same view (out may be the residual "
