@@ -34,14 +34,9 @@ from infer_ref.norm import NormSpec
 
 
 def linear_reference(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    *,
-    in_norm: NormSpec | None = None,
-    residual: Tensor | None = None,
-    out_norm: NormSpec | None = None,
-) -> Tensor:
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, *, in_norm: NormSpec | None = None,
+    residual: Tensor | None = None, out_norm: NormSpec | None = None,
+) -> Tensor:  # fmt: skip
     """The definition: ``residual + out_norm(F.linear(in_norm(x), weight, bias))``, each stage optional.
 
     ``x [..., K]``, ``weight [N, K]``, ``bias [N]``, ``in_norm`` over K, ``out_norm`` over N,
@@ -146,12 +141,15 @@ def _check_common(x: Tensor, weight: Tensor, what: str) -> None:
         )
     if not x.dtype.is_floating_point:
         raise TypeError(f"{what}: x must be a floating-point tensor, got {x.dtype}")
-    if weight.dtype != x.dtype:
-        raise TypeError(
-            f"{what}: weight has dtype {weight.dtype}, x has {x.dtype}: the product never converts"
-        )
-    if weight.device != x.device:
-        raise ValueError(f"{what}: weight is on {weight.device}, x is on {x.device}")
+    _check_like_x(weight, "weight", x, what, ": the product never converts")
+
+
+def _check_like_x(t: Tensor, name: str, x: Tensor, what: str, why: str = "") -> None:
+    """``t`` is in x's dtype (``why`` ends the error) and on x's device."""
+    if t.dtype != x.dtype:
+        raise TypeError(f"{what}: {name} has dtype {t.dtype}, x has {x.dtype}{why}")
+    if t.device != x.device:
+        raise ValueError(f"{what}: {name} is on {t.device}, x is on {x.device}")
 
 
 def _check_norm(spec: NormSpec | None, name: str, dim: str, size: int, x: Tensor, what: str) -> None:
@@ -163,12 +161,7 @@ def _check_norm(spec: NormSpec | None, name: str, dim: str, size: int, x: Tensor
     w = spec.weight
     if tuple(w.shape) != (size,):
         raise ValueError(f"{what}: {name}.weight must be [{dim}={size}], got {tuple(w.shape)}")
-    if w.dtype != x.dtype:
-        raise TypeError(
-            f"{what}: {name}.weight has dtype {w.dtype}, x has {x.dtype}: the norm runs in x's dtype"
-        )
-    if w.device != x.device:
-        raise ValueError(f"{what}: {name}.weight is on {w.device}, x is on {x.device}")
+    _check_like_x(w, f"{name}.weight", x, what, ": the norm runs in x's dtype")
 
 
 def _check_row_output(t: object, name: str, width: str, x: Tensor, n_out: int, what: str) -> None:
@@ -179,10 +172,7 @@ def _check_row_output(t: object, name: str, width: str, x: Tensor, n_out: int, w
     want = (*x.shape[:-1], n_out)
     if tuple(t.shape) != want:
         raise ValueError(f"{what}: {name} must be {want} (x's leading dims, then {width}), got {tuple(t.shape)}")
-    if t.dtype != x.dtype:
-        raise TypeError(f"{what}: {name} has dtype {t.dtype}, x has {x.dtype}")
-    if t.device != x.device:
-        raise ValueError(f"{what}: {name} is on {t.device}, x is on {x.device}")
+    _check_like_x(t, name, x, what)
 
 
 def _check_out(out: Tensor | None, x: Tensor, n_out: int, reads: dict[str, Tensor | None], what: str) -> None:
@@ -235,10 +225,7 @@ def _check_linear(call: GemvCall) -> None:
             raise TypeError(f"linear: bias must be a tensor or None, got {type(bias).__name__}")
         if tuple(bias.shape) != (n,):
             raise ValueError(f"linear: bias must be [N={n}], got {tuple(bias.shape)}")
-        if bias.dtype != x.dtype:
-            raise TypeError(f"linear: bias has dtype {bias.dtype}, x has {x.dtype}")
-        if bias.device != x.device:
-            raise ValueError(f"linear: bias is on {bias.device}, x is on {x.device}")
+        _check_like_x(bias, "bias", x, "linear")
     _check_norm(in_norm, "in_norm", "K", k, x, "linear")
     _check_norm(out_norm, "out_norm", "N", n, x, "linear")
     _check_residual(residual, x, n, out, "linear")
