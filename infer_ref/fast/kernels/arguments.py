@@ -30,18 +30,30 @@ def takes_arguments_of(build: Callable[..., C]) -> Callable[[Callable[..., R]], 
 
     def decorate(fn: Callable[..., R]) -> Callable[..., R]:
         extras = list(inspect.signature(fn).parameters.values())[1:]  # after the call itself
+        signature = _combined(own.values(), extras, fn)
 
         @functools.wraps(fn)
         def entry(*args: Any, **kwargs: Any) -> R:
-            if not extras:
-                return fn(build(*args, **kwargs))
-            for_build = {name: kwargs.pop(name) for name in names & kwargs.keys()}
-            return fn(build(*args[:width], **for_build), *args[width:], **kwargs)
+            for_build = kwargs if not extras else {name: kwargs.pop(name) for name in names & kwargs.keys()}
+            try:
+                call = build(*args[:width], **for_build) if extras else build(*args, **for_build)
+            except TypeError:  # arguments that do not fit: refused naming the entry point
+                _refuse_unbindable(signature, fn.__name__, args, {**kwargs, **for_build} if extras else kwargs)
+                raise
+            return fn(call, *args[width:], **kwargs) if extras else fn(call)
 
-        entry.__signature__ = _combined(own.values(), extras, fn)  # type: ignore[attr-defined]
+        entry.__signature__ = signature  # type: ignore[attr-defined]
         return entry
 
     return decorate
+
+
+def _refuse_unbindable(signature: inspect.Signature, name: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """A call its arguments do not fit is refused naming the entry point, as Python would name it."""
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise TypeError(f"{name}(): {exc}") from None
 
 
 def _combined(own: Any, extras: list[inspect.Parameter], fn: Callable[..., Any]) -> inspect.Signature:
