@@ -69,9 +69,10 @@ MOVED: dict[str, tuple[str, ...]] = {
     "infer_ref.golden.report": (f"{_GOLDEN}.results",),
     "infer_ref.golden.bugs": (f"{_GOLDEN}.planted",),
     "infer_ref.golden.synthetic": (f"{_KIT}.checkpoints.golden_models",),
+    "infer_ref.golden.verification": (f"{_GOLDEN}.verification", f"{_GOLDEN}.implementations"),
     **{
         f"infer_ref.golden.{name}": (f"{_GOLDEN}.{name}",)
-        for name in ("format", "sessions", "sources", "tolerances", "verification", "writing")
+        for name in ("format", "sessions", "sources", "tolerances", "writing")
     },
     "infer_ref.kernels": ("infer_ref.fast.kernels",),
     "infer_ref.kernels.store": ("infer_ref.fast.kernels.store",),

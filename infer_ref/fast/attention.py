@@ -39,16 +39,10 @@ SLOT_CACHES = (StaticKVCache, StaticPagedKVCache, PagedKVCache)
 class FastAttention(Attention):
     """:class:`Attention` with the decode kernels (module docstring); the reference code otherwise."""
 
-    def attend(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        transform: HeadTransform,
-        step: Step,
-        kv_cache: KVCacheProtocol | None,
+    def attend(  # the signature of Attention.attend, which this overrides
+        self, q: Tensor, k: Tensor, v: Tensor, transform: HeadTransform, step: Step, kv_cache: KVCacheProtocol | None,
         layer_idx: int,
-    ) -> Tensor:
+    ) -> Tensor:  # fmt: skip
         if step.t == 1 and step.static_shape and isinstance(kv_cache, (StaticKVCache, StaticPagedKVCache)):
             return self._fused_decode_step(q, k, v, transform, step, kv_cache, layer_idx)
         if not isinstance(kv_cache, SLOT_CACHES):
@@ -60,15 +54,9 @@ class FastAttention(Attention):
         return grouped_query_attention(q, keys, values, step.mask(layer_idx), self.scale)
 
     def _fused_decode_step(
-        self,
-        q: Tensor,
-        k: Tensor,
-        v: Tensor,
-        transform: HeadTransform,
-        step: Step,
-        cache: StaticKVCache | StaticPagedKVCache,
-        layer_idx: int,
-    ) -> Tensor:
+        self, q: Tensor, k: Tensor, v: Tensor, transform: HeadTransform, step: Step,
+        cache: StaticKVCache | StaticPagedKVCache, layer_idx: int,
+    ) -> Tensor:  # fmt: skip
         """q ``[B, H, 1, D]``, k/v ``[B, Hkv, 1, D]`` before the transform -> ``[B, H, 1, D]``."""
         cache.check_write(layer_idx, k, v)  # refused before anything is written
         assert step.lengths is not None  # a static layout's step always carries them

@@ -138,6 +138,7 @@ def _contiguous_pools(k_all: Tensor, v_all: Tensor, layer: int) -> tuple[Tensor,
 # of the RoPE rows for Gemma's 26 layers, in nine small kernels a step. Flexible, it is computed
 # once and every layer's op reads that buffer.
 STEP_OP_TAGS = (torch.Tag.flexible_layout,)
+# The ops' parameters are written a row a role: the token, its transform, the cache, the step.
 
 TransformArgs = tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None, float, bool]
 
@@ -166,22 +167,10 @@ def _norms(
 
 @torch.library.custom_op("infer_ref::contiguous_decode_step", mutates_args=("k_all", "v_all"), tags=STEP_OP_TAGS)
 def _contiguous_step_op(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cos: Tensor | None,
-    sin: Tensor | None,
-    q_norm_weight: Tensor | None,
-    k_norm_weight: Tensor | None,
-    norm_eps: float,
-    norm_unit_offset: bool,
-    k_all: Tensor,
-    v_all: Tensor,
-    layer: int,
-    lengths: Tensor,
-    scale: float,
-    window: int,
-) -> Tensor:
+    q: Tensor, k: Tensor, v: Tensor, cos: Tensor | None, sin: Tensor | None,
+    q_norm_weight: Tensor | None, k_norm_weight: Tensor | None, norm_eps: float, norm_unit_offset: bool,
+    k_all: Tensor, v_all: Tensor, layer: int, lengths: Tensor, scale: float, window: int,
+) -> Tensor:  # fmt: skip
     k_pool, v_pool, tables = _contiguous_pools(k_all, v_all, layer)
     q_norm, k_norm = _norms(q_norm_weight, k_norm_weight, norm_eps, norm_unit_offset)
     return decode_attention_triton(
@@ -197,23 +186,10 @@ def _contiguous_step_fake(q: Tensor, *args: object) -> Tensor:
 
 @torch.library.custom_op("infer_ref::paged_decode_step", mutates_args=("k_pools", "v_pools"), tags=STEP_OP_TAGS)
 def _paged_step_op(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cos: Tensor | None,
-    sin: Tensor | None,
-    q_norm_weight: Tensor | None,
-    k_norm_weight: Tensor | None,
-    norm_eps: float,
-    norm_unit_offset: bool,
-    k_pools: Tensor,
-    v_pools: Tensor,
-    layer: int,
-    block_tables: Tensor,
-    lengths: Tensor,
-    scale: float,
-    window: int,
-) -> Tensor:
+    q: Tensor, k: Tensor, v: Tensor, cos: Tensor | None, sin: Tensor | None,
+    q_norm_weight: Tensor | None, k_norm_weight: Tensor | None, norm_eps: float, norm_unit_offset: bool,
+    k_pools: Tensor, v_pools: Tensor, layer: int, block_tables: Tensor, lengths: Tensor, scale: float, window: int,
+) -> Tensor:  # fmt: skip
     q_norm, k_norm = _norms(q_norm_weight, k_norm_weight, norm_eps, norm_unit_offset)
     return decode_attention_triton(
         q, k, v, cos, sin, k_pools[layer], v_pools[layer], block_tables, lengths, scale, window or None,

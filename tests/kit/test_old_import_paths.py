@@ -38,6 +38,7 @@ USER_PATHS = {
     "infer_ref.golden.errors:GoldenMismatch": "infer_ref.conformance.oracles.golden.results:GoldenMismatch",
     "infer_ref.golden.report:VerifyReport": "infer_ref.conformance.oracles.golden.results:VerifyReport",
     "infer_ref.golden.synthetic:synthetic_state_dict": "infer_ref.conformance.checkpoints.golden_models:synthetic_state_dict",
+    "infer_ref.golden.verification:sessions_for": "infer_ref.conformance.oracles.golden.implementations:sessions_for",
     "infer_ref.kernels:store_kvcache": "infer_ref.fast.kernels:store_kvcache",
     "infer_ref.kernels.norm:rms_norm": "infer_ref.norm:rms_norm",
     "infer_ref.kernels.rotary:apply_rope": "infer_ref.rotary:apply_rope",

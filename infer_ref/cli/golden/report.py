@@ -8,17 +8,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from infer_ref.cli.golden import shared
 from infer_ref.cli.golden.report_markdown import markdown
-from infer_ref.cli.golden.shared import (
-    EXIT_FORMAT,
-    EXIT_METADATA,
-    EXIT_MISMATCH,
-    Progress,
-    check_device_option,
-    device_problem,
-    free_cuda,
-    golden_margins,
-)
 from infer_ref.cli.golden.verify import result_json, run_verify
 from infer_ref.cli.options import check_output_paths
 from infer_ref.errors import EXIT_OK, EXIT_USAGE, DataError
@@ -28,7 +19,7 @@ from infer_ref.fileio import atomic_write_text
 def cmd_report(args: argparse.Namespace) -> int:
     """Verify each file with each implementation and write a markdown report."""
     check_output_paths(args.out, args.json)
-    check_device_option(args.device)
+    shared.check_device_option(args.device)
     reuse, reused_planted = _read_reuse(args.reuse)
     rows: list[dict[str, Any]] = []
     files_meta: list[dict[str, Any]] = []
@@ -76,9 +67,9 @@ def _report_file(
     try:
         doc = golden.load_golden(path)
     except golden.GoldenFormatError as exc:
-        rows.append({"file": path, "impl": "-", "code": EXIT_FORMAT, "message": str(exc)})
-        return EXIT_FORMAT
-    problem = device_problem(doc, path, args.device)
+        rows.append({"file": path, "impl": "-", "code": shared.EXIT_FORMAT, "message": str(exc)})
+        return shared.EXIT_FORMAT
+    problem = shared.device_problem(doc, path, args.device)
     if problem is not None:
         print(f"error: {problem}", flush=True)  # as verify prints each file's verdict
         rows.append({"file": path, "impl": "all", "code": EXIT_USAGE, "message": f"error: {problem}"})
@@ -89,15 +80,15 @@ def _report_file(
     try:
         golden.check_metadata(doc, source, dtype=doc["run"]["dtype"], device=dev, path=path)
     except golden.GoldenMetadataMismatch as exc:
-        rows.append({"file": path, "impl": "all", "code": EXIT_METADATA, "message": str(exc)})
-        return EXIT_METADATA
+        rows.append({"file": path, "impl": "all", "code": shared.EXIT_METADATA, "message": str(exc)})
+        return shared.EXIT_METADATA
     worst = EXIT_OK
     hf_model = None
     for impl in args.impl:
         reused = reuse.get((Path(path).name, impl))
         if reused is not None:
             report = golden.VerifyReport.from_dict(reused["report"])
-            code = EXIT_OK if report.ok else EXIT_MISMATCH
+            code = EXIT_OK if report.ok else shared.EXIT_MISMATCH
             worst = max(worst, code)
             message = report.summary() if report.ok else golden.format_failure(report)
             rows.append({"file": path, "impl": impl, "code": code, "report": report, "seconds": reused.get("seconds", 0.0), "message": message})
@@ -113,10 +104,10 @@ def _report_file(
                 if impl == "transformers"
                 else golden.transformers_uncached_sessions(hf_model)
             )
-        bar = Progress(golden.total_steps(doc), f"report {Path(path).name} [{impl}]", not args.quiet)
+        bar = shared.Progress(golden.total_steps(doc), f"report {Path(path).name} [{impl}]", not args.quiet)
         report = golden.verify(doc, sessions, impl=impl, device=dev, path=path, progress=bar)
         bar.close()
-        code = EXIT_OK if report.ok else EXIT_MISMATCH
+        code = EXIT_OK if report.ok else shared.EXIT_MISMATCH
         if impl != "transformers-uncached":  # the uncached run measures noise; it is not a gate
             worst = max(worst, code)
         message = report.summary() if report.ok else golden.format_failure(report)
@@ -124,7 +115,7 @@ def _report_file(
         rows.append({"file": path, "impl": impl, "code": code, "report": report, "seconds": time.perf_counter() - t0, "message": message})
     del hf_model
     source._state = None
-    free_cuda()
+    shared.free_cuda()
     return worst
 
 
@@ -137,7 +128,7 @@ def _file_meta(path: str, doc: dict[str, Any]) -> dict[str, Any]:
         "model": doc["model"]["name"],
         "source": doc["model"]["source"],
         "cases": ", ".join(f"{c['name']} ({len(c['prompt_ids'])}+{len(c['steps'])})" for c in doc["cases"]),
-        "margins": golden.margin_percentiles(golden_margins(doc)),
+        "margins": golden.margin_percentiles(shared.golden_margins(doc)),
         "generated_on": f"{doc['run']['device_name']}, torch {doc['run']['torch']}, transformers {doc['run']['transformers']}",
     }
 
@@ -154,7 +145,7 @@ def _planted_bug_check(args: argparse.Namespace, reused_planted: dict[str, Any] 
         code, message, _ = run_verify(target, "infer_ref", args.device, None, args.plant_bug, args.quiet)
         planted = {"bug": args.plant_bug, "file": target, "code": code, "message": message}
         print(f"planted bug {args.plant_bug!r} on {target}: exit {code}", flush=True)
-    return planted, EXIT_OK if planted["code"] == EXIT_MISMATCH else EXIT_MISMATCH
+    return planted, EXIT_OK if planted["code"] == shared.EXIT_MISMATCH else shared.EXIT_MISMATCH
 
 
 def json_lines(path: Path) -> list[dict[str, Any]]:

@@ -29,6 +29,16 @@ from infer_ref.loader import build_on_meta, checkpoint_shapes
 FAMILIES = ("llama", "qwen3", "gemma3_text")
 
 # Small configs in HF's own config.json format (new style: rope_parameters, layer_types).
+# The keys every Gemma 3 config.json here shares, in their place (before its eos_token_id).
+_GEMMA3_TAIL: dict[str, Any] = {
+    "hidden_activation": "gelu_pytorch_tanh",
+    "final_logit_softcapping": None,
+    "attn_logit_softcapping": None,
+    "tie_word_embeddings": True,
+    "pad_token_id": 0,
+    "bos_token_id": 2,
+}
+
 TINY_CONFIGS: dict[str, dict[str, Any]] = {
     "llama": {
         "model_type": "llama",
@@ -91,12 +101,7 @@ TINY_CONFIGS: dict[str, dict[str, Any]] = {
             "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
             "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
         },
-        "hidden_activation": "gelu_pytorch_tanh",
-        "final_logit_softcapping": None,
-        "attn_logit_softcapping": None,
-        "tie_word_embeddings": True,
-        "pad_token_id": 0,
-        "bos_token_id": 2,
+        **_GEMMA3_TAIL,
         "eos_token_id": [1, 3],
     },
 }
@@ -164,12 +169,7 @@ REAL_SHAPE_CONFIGS: dict[str, dict[str, Any]] = {
         "rope_scaling": None,
         "sliding_window": 512,
         "sliding_window_pattern": 6,
-        "hidden_activation": "gelu_pytorch_tanh",
-        "final_logit_softcapping": None,
-        "attn_logit_softcapping": None,
-        "tie_word_embeddings": True,
-        "pad_token_id": 0,
-        "bos_token_id": 2,
+        **_GEMMA3_TAIL,
         "eos_token_id": [1, 106],
     },
 }

@@ -182,15 +182,9 @@ def _normed_input(x: Tensor, in_norm: NormSpec | None) -> tuple[Tensor, Tensor |
 
 
 def linear_oracle(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    *,
-    in_norm: NormSpec | None = None,
-    residual: Tensor | None = None,
-    out_norm: NormSpec | None = None,
-    sums_exact: bool = False,
-) -> tuple[Tensor, Tensor]:
+    x: Tensor, weight: Tensor, bias: Tensor | None = None, *, in_norm: NormSpec | None = None,
+    residual: Tensor | None = None, out_norm: NormSpec | None = None, sums_exact: bool = False,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """``(want, bound)``: ``residual + out_norm(round(in_norm(x) @ W^T + b))`` in float64, rounded where
     the kernel rounds, and the largest allowed ``|got - want|`` (module docstring), ``[..., N]``."""
     h, h_err = _normed_input(x, in_norm)

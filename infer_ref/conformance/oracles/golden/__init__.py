@@ -40,7 +40,8 @@ truncated or merged is refused.
 The package is split by concern: ``format`` (schema, integrity, reading and writing),
 ``tolerances``, ``errors``, ``sources`` (checkpoint or synthetic weights, loaded into either
 implementation; the weight generator is :mod:`infer_ref.conformance.checkpoints.golden_models`),
-``sessions``, ``writing``, ``verification``, ``results`` (the report and :class:`GoldenMismatch`)
+``sessions``, ``implementations`` (each implementation's sessions on a file's model), ``writing``,
+``verification``, ``results`` (the report and :class:`GoldenMismatch`)
 and ``planted`` (known bugs, planted as the kit's mutants). Every public name is importable from
 ``infer_ref.conformance.oracles.golden``.
 """
@@ -71,6 +72,7 @@ from infer_ref.conformance.oracles.golden.format import (
     seal,
     validate,
 )
+from infer_ref.conformance.oracles.golden.implementations import IMPLEMENTATIONS, adapter_model, sessions_for
 from infer_ref.conformance.oracles.golden.planted import PLANTED_BUGS, planted_bug
 from infer_ref.conformance.oracles.golden.results import (
     CaseResult,
@@ -95,10 +97,7 @@ from infer_ref.conformance.oracles.golden.sources import (
 )
 from infer_ref.conformance.oracles.golden.tolerances import TOLERANCES, Tolerance, tolerance_for
 from infer_ref.conformance.oracles.golden.verification import (
-    IMPLEMENTATIONS,
-    adapter_model,
     check_metadata,
-    sessions_for,
     total_steps,
     verify,
     verify_case,

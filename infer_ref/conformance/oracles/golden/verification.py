@@ -12,33 +12,17 @@ import torch
 
 from infer_ref.conformance.oracles.golden.errors import GoldenMetadataMismatch
 from infer_ref.conformance.oracles.golden.format import DTYPES, load_golden
-from infer_ref.conformance.oracles.golden.planted import planted_impl
+from infer_ref.conformance.oracles.golden.implementations import sessions_for
 from infer_ref.conformance.oracles.golden.results import CaseResult, StepFailure, VerifyReport
-from infer_ref.conformance.oracles.golden.sessions import (
-    SessionFactory,
-    adapter_sessions,
-    infer_ref_sessions,
-    transformers_sessions,
-    transformers_uncached_sessions,
-)
-from infer_ref.conformance.oracles.golden.sources import (
-    ModelSource,
-    load_infer_ref_model,
-    load_transformers_model,
-    repo_relative,
-)
+from infer_ref.conformance.oracles.golden.sessions import SessionFactory
+from infer_ref.conformance.oracles.golden.sources import ModelSource, repo_relative
 from infer_ref.conformance.oracles.golden.tolerances import Tolerance, tolerance_for
 from infer_ref.conformance.oracles.golden.writing import device_name, run_versions, top_logprobs
 from infer_ref.validation import nonfinite_summary
 
 
 def check_metadata(
-    doc: Mapping[str, Any],
-    source: ModelSource,
-    *,
-    dtype: str,
-    device: str,
-    path: str = "<golden>",
+    doc: Mapping[str, Any], source: ModelSource, *, dtype: str, device: str, path: str = "<golden>"
 ) -> list[str]:
     """Raise :class:`GoldenMetadataMismatch` if the golden file does not describe this run.
 
@@ -178,50 +162,6 @@ def verify(
         if progress:
             progress(len(case["steps"]))
     return VerifyReport(path=path, impl=impl, dtype=dtype, device=torch.device(device).type, tolerance=tol, cases=cases)
-
-
-IMPLEMENTATIONS = ("infer_ref", "transformers", "transformers-uncached")
-"""Built-in implementations; any conformance adapter is also accepted as ``module:OBJECT``."""
-
-
-def adapter_model(adapter: Any, source: ModelSource, dtype: torch.dtype, device: str) -> Any:
-    """``adapter.load_model`` on the golden file's model: its checkpoint folder, or the synthetic
-    weights written once as an HF snapshot (``config.json`` + safetensors) in a temporary folder."""
-    assert adapter.load_model is not None
-    if source.source == "checkpoint":
-        assert source.path is not None
-        return adapter.load_model(source.path, dtype, device)
-    import tempfile
-
-    from infer_ref.conformance.checkpoints.snapshots import write_snapshot
-
-    state = {name: t.to("cpu") for name, t in source.state(dtype, device).items()}  # generated on the device: fast
-    with tempfile.TemporaryDirectory(prefix="infer_ref_golden_") as tmp:
-        folder = write_snapshot(Path(tmp) / source.name, source.hf_config, state)
-        del state
-        return adapter.load_model(folder, dtype, device)
-
-
-def sessions_for(impl: str, source: ModelSource, dtype: str, device: str) -> SessionFactory:
-    """Load ``source`` with implementation ``impl`` (a built-in name or ``module:ADAPTER``) and
-    return its session factory (inside :func:`planted_bug`, ``infer_ref`` is the planted mutant)."""
-    torch_dtype = DTYPES[dtype]
-    impl = planted_impl(impl)
-    if ":" in impl:
-        from infer_ref.conformance.interface.adapter import load_adapter
-
-        adapter = load_adapter(impl)
-        missing = [f for f in ("load_model", "make_model_cache", "forward") if getattr(adapter, f) is None]
-        if missing:
-            raise ValueError(f"--impl {impl}: adapter {adapter.name!r} has no {', '.join(missing)}; golden files need all three")
-        return adapter_sessions(adapter, adapter_model(adapter, source, torch_dtype, device), device=device)
-    if impl == "infer_ref":
-        return infer_ref_sessions(load_infer_ref_model(source, torch_dtype, device), device=device)
-    if impl == "transformers":
-        return transformers_sessions(load_transformers_model(source, torch_dtype, device))
-    if impl == "transformers-uncached":
-        return transformers_uncached_sessions(load_transformers_model(source, torch_dtype, device))
-    raise ValueError(f"unknown implementation {impl!r}; known: {', '.join(IMPLEMENTATIONS)}")
 
 
 def verify_file(

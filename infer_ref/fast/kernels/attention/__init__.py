@@ -63,16 +63,19 @@ serves :func:`paged_decode_attention`: there is one decode attention kernel in t
 one custom op per operation (``op.py``). :func:`contiguous_layer_as_paged` (``layout.py``) lets it
 read a contiguous cache layer in place.
 
-The package, one concern a module: ``checks.py`` (the host checks), ``reference.py`` (the
-definitions and the paged reads), ``layout.py``, ``tuning.py`` (the tiling by device and head dim,
-the split count), ``kernel.py`` (the Triton kernel), ``launch.py`` (:class:`AttentionCall`,
-:class:`LaunchKnobs`, the launch and the kernel's entry points), ``op.py`` (the dispatch and the
-custom ops).
+The package, one concern a module: ``checks.py`` (:class:`AttentionCall`, the arguments every
+entry point takes, and its host checks), ``reference.py`` (the definitions and the paged reads),
+``layout.py``, ``tuning.py`` (the tiling by device and head dim, the split count), ``kernel.py``
+(the Triton kernel), ``launch.py`` (:class:`LaunchKnobs`, the launch and the kernel's entry
+points), ``op.py`` (the dispatch and the custom ops).
 """
 
-from infer_ref.fast.kernels.attention.checks import check_decode_args, check_decode_attention_args
-from infer_ref.fast.kernels.attention.launch import (
+from infer_ref.fast.kernels.attention.checks import (
     AttentionCall,
+    check_decode_args,
+    check_decode_attention_args,
+)
+from infer_ref.fast.kernels.attention.launch import (
     LaunchKnobs,
     decode_attention_triton,
     paged_decode_attention_triton,

@@ -1,28 +1,72 @@
-"""The host checks of the decode attention calls: shapes, dtypes, devices, scalars and aliasing,
-from metadata alone (no device synchronisation), each error naming the argument, what it was and
-what was expected. The references check values too (``reference.py``); the kernels cannot without
-a sync.
+"""The decode attention call: its arguments, declared once (:class:`AttentionCall`, which every
+entry point of the family takes: ``reference.py``, ``op.py``, ``launch.py``), and its host checks:
+shapes, dtypes, devices, scalars and aliasing, from metadata alone (no device synchronisation),
+each error naming the argument, what it was and what was expected. The references check values too
+(``reference.py``); the kernels cannot without a sync.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any, cast
+
 import torch
 from torch import Tensor
 
+from infer_ref.fast.kernels.arguments import takes_arguments_of
 from infer_ref.fast.kernels.common import overlap
 from infer_ref.norm import NormSpec
 
 
-def check_decode_args(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    scale: float,
-    window: int | None,
-) -> None:
-    """Shapes, dtypes, devices and scalars (host metadata only: no device synchronisation)."""
+@dataclasses.dataclass(frozen=True)
+class AttentionCall:
+    """One call's problem: the arguments of :func:`decode_attention_reference` and every entry
+    point of the family (:func:`~infer_ref.fast.kernels.attention.reference.decode_attention_reference`
+    documents each). ``k``/``v`` None: no new token (the paged attention of a prefix already
+    stored, q already rotated, :meth:`paged`), and then no norms or RoPE either: the kernel's prep
+    stages are off by constexprs."""
+
+    q: Tensor  # [B, H, D]
+    k: Tensor | None  # [B, Hkv, D], the new token's key before k_norm and RoPE
+    v: Tensor | None  # [B, Hkv, D], stored as is
+    cos: Tensor | None  # [B or 1, D]: the new token's RoPE rows; both None: no RoPE
+    sin: Tensor | None
+    k_cache: Tensor  # [num_blocks, block_size, Hkv, D]
+    v_cache: Tensor
+    block_tables: Tensor  # [B, M]
+    seq_lens: Tensor  # [B]
+    scale: float
+    window: int | None = None
+    q_norm: NormSpec | None = None
+    k_norm: NormSpec | None = None
+
+    @classmethod
+    def paged(
+        cls, q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor, scale: float,
+        window: int | None = None,
+    ) -> AttentionCall:  # fmt: skip
+        """Attention over a stored prefix (the arguments of the paged entry points): no new token,
+        no prep stages."""
+        return cls(q, None, None, None, None, k_cache, v_cache, block_tables, seq_lens, scale, window)
+
+    def arguments(self) -> dict[str, Any]:
+        """The arguments by name, as the entry points take them (the tensors themselves, not copies)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)}
+
+    def check_paged(self) -> None:
+        """Shapes, dtypes, devices and scalars of the paged read (host metadata only)."""
+        _check_paged(self)
+
+    def check(self) -> None:
+        """Shapes, dtypes, devices, scalars and aliasing of a decode step (host metadata only: no
+        device synchronisation). Each error names the argument, what it was and what was expected;
+        nothing is written before the checks pass."""
+        _check_step(self)
+
+
+def _check_paged(call: AttentionCall) -> None:
+    q, k_cache, v_cache, block_tables, seq_lens = call.q, call.k_cache, call.v_cache, call.block_tables, call.seq_lens
+    scale, window = call.scale, call.window
     if q.dim() != 3:
         raise ValueError(f"q must be [batch, num_heads, head_dim], got {tuple(q.shape)}")
     if k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
@@ -55,33 +99,17 @@ def check_decode_args(
         raise ValueError(f"window must be a positive int or None, got {window!r}")
 
 
-def check_decode_attention_args(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cos: Tensor | None,
-    sin: Tensor | None,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    scale: float,
-    window: int | None = None,
-    q_norm: NormSpec | None = None,
-    k_norm: NormSpec | None = None,
-) -> None:
-    """Shapes, dtypes, devices, scalars and aliasing (host metadata only: no device synchronisation).
-
-    Each error names the argument, what it was and what was expected; nothing is written before
-    the checks pass.
-    """
+def _check_step(call: AttentionCall) -> None:
+    q, k, v, cos, sin, q_norm, k_norm = call.q, call.k, call.v, call.cos, call.sin, call.q_norm, call.k_norm
+    k_cache, v_cache, block_tables, seq_lens = call.k_cache, call.v_cache, call.block_tables, call.seq_lens
     tensors = {"q": q, "k": k, "v": v, "k_cache": k_cache, "v_cache": v_cache, "block_tables": block_tables, "seq_lens": seq_lens}
     for name, t in tensors.items():
         if not isinstance(t, Tensor):
             raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
     if not q.dtype.is_floating_point:
         raise TypeError(f"q must be floating-point (the activation dtype), got {q.dtype}")
-    check_decode_args(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
+    call.check_paged()
+    k, v = cast(Tensor, k), cast(Tensor, v)  # tensors: checked above
     b, _, d = q.shape
     hkv = k_cache.shape[2]
     if k.dim() != 3 or k.shape != v.shape:
@@ -128,4 +156,16 @@ def check_decode_attention_args(
         raise ValueError("k_cache and v_cache share memory: a V write would overwrite K (or the reverse)")
 
 
-__all__ = ["check_decode_args", "check_decode_attention_args"]
+@takes_arguments_of(AttentionCall.paged)
+def check_decode_args(call: AttentionCall) -> None:
+    """:meth:`AttentionCall.check_paged`, called with the paged entry points' arguments."""
+    call.check_paged()
+
+
+@takes_arguments_of(AttentionCall)
+def check_decode_attention_args(call: AttentionCall) -> None:
+    """:meth:`AttentionCall.check`, called with the decode step's arguments."""
+    call.check()
+
+
+__all__ = ["AttentionCall", "check_decode_args", "check_decode_attention_args"]

@@ -1,4 +1,4 @@
-"""Launching the decode attention kernel: the problem (:class:`AttentionCall`), the launch knobs
+"""Launching the decode attention kernel for a checked :class:`AttentionCall`: the launch knobs
 (:class:`LaunchKnobs`), the arrival counters, the compile-time arguments, and the kernel's two
 entry points (:func:`decode_attention_triton`, the fused step; :func:`paged_decode_attention_triton`,
 the prep stages off).
@@ -15,7 +15,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from infer_ref.fast.kernels.attention.checks import check_decode_args, check_decode_attention_args
+from infer_ref.fast.kernels.arguments import takes_arguments_of
+from infer_ref.fast.kernels.attention.checks import AttentionCall
 from infer_ref.fast.kernels.attention.kernel import NORM_GEMMA, NORM_LLAMA, NORM_NONE
 from infer_ref.fast.kernels.attention.tuning import combine_chunk, decode_num_splits, default_tile
 from infer_ref.fast.kernels.common import HAVE_TRITON, KERNEL_DTYPES, device_profile, pdl_options
@@ -25,35 +26,6 @@ if HAVE_TRITON:
     import triton
 
     from infer_ref.fast.kernels.attention.kernel import _decode_attention_kernel
-
-
-@dataclasses.dataclass(frozen=True)
-class AttentionCall:
-    """One launch's problem, as :func:`decode_attention_triton` takes it (checked by its entry
-    point). ``k``/``v`` None: no new token (the paged attention of a prefix already stored, q
-    already rotated), and then no norms or RoPE either: the prep stages are off by constexprs."""
-
-    q: Tensor  # [B, H, D]
-    k: Tensor | None  # [B, Hkv, D], the new token's key before k_norm and RoPE
-    v: Tensor | None  # [B, Hkv, D], stored as is
-    cos: Tensor | None  # [B or 1, D]: the new token's RoPE rows; both None: no RoPE
-    sin: Tensor | None
-    k_cache: Tensor  # [num_blocks, block_size, Hkv, D]
-    v_cache: Tensor
-    block_tables: Tensor  # [B, M]
-    seq_lens: Tensor  # [B]
-    scale: float
-    window: int | None = None
-    q_norm: NormSpec | None = None
-    k_norm: NormSpec | None = None
-
-    @classmethod
-    def paged(
-        cls, q: Tensor, k_cache: Tensor, v_cache: Tensor, block_tables: Tensor, seq_lens: Tensor, scale: float,
-        window: int | None,
-    ) -> AttentionCall:  # fmt: skip
-        """Attention over a stored prefix: no new token, no prep stages."""
-        return cls(q, None, None, None, None, k_cache, v_cache, block_tables, seq_lens, scale, window)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -302,20 +274,9 @@ def launch(
     return out
 
 
+@takes_arguments_of(AttentionCall)
 def decode_attention_triton(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cos: Tensor | None,
-    sin: Tensor | None,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    scale: float,
-    window: int | None = None,
-    q_norm: NormSpec | None = None,
-    k_norm: NormSpec | None = None,
+    call: AttentionCall,
     num_splits: int | None = None,
     *,
     block_n: int | None = None,
@@ -349,26 +310,16 @@ def decode_attention_triton(
     the table entries valid block ids and the rows' new slots distinct; the kernel cannot check
     values without a sync (the reference does).
     """
-    check_decode_attention_args(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
-    call = AttentionCall(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
+    call.check()
     knobs = LaunchKnobs(num_splits, block_n, num_warps, num_stages, first_n, heads_per_program, preload)
     return launch(call, knobs, out)
 
 
+@takes_arguments_of(AttentionCall.paged)
 def paged_decode_attention_triton(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    scale: float,
-    window: int | None = None,
-    num_splits: int | None = None,
-    *,
-    block_n: int | None = None,
-    num_warps: int | None = None,
+    call: AttentionCall, num_splits: int | None = None, *, block_n: int | None = None, num_warps: int | None = None,
     num_stages: int = 2,
-) -> Tensor:
+) -> Tensor:  # fmt: skip
     """The Triton kernel (CUDA tensors): the fused decode attention kernel with its prep stages off.
     ``num_splits`` overrides the split heuristic (tests use it); ``block_n`` (keys per tile),
     ``num_warps`` and ``num_stages`` are launch knobs for tuning.
@@ -378,9 +329,8 @@ def paged_decode_attention_triton(
     ``seq_lens`` must be in ``[1, M * block_size]`` and table entries valid block ids; the kernel
     cannot check values without a sync (the reference does).
     """
-    check_decode_args(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
-    knobs = LaunchKnobs(num_splits, block_n, num_warps, num_stages)
-    return launch(AttentionCall.paged(q, k_cache, v_cache, block_tables, seq_lens, scale, window), knobs)
+    call.check_paged()
+    return launch(call, LaunchKnobs(num_splits, block_n, num_warps, num_stages))
 
 
 __all__ = [

@@ -11,7 +11,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from infer_ref.fast.kernels.attention.checks import check_decode_args, check_decode_attention_args
+from infer_ref.fast.kernels.arguments import takes_arguments_of
+from infer_ref.fast.kernels.attention.checks import AttentionCall
 from infer_ref.fast.kernels.attention.launch import decode_attention_triton, paged_decode_attention_triton
 from infer_ref.fast.kernels.attention.reference import (
     decode_attention_reference,
@@ -21,21 +22,8 @@ from infer_ref.fast.kernels.common import HAVE_TRITON, KERNEL_DTYPES
 from infer_ref.norm import NormSpec
 
 
-def decode_attention(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cos: Tensor | None,
-    sin: Tensor | None,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    scale: float,
-    window: int | None = None,
-    q_norm: NormSpec | None = None,
-    k_norm: NormSpec | None = None,
-) -> Tensor:
+@takes_arguments_of(AttentionCall)
+def decode_attention(call: AttentionCall) -> Tensor:
     """:func:`decode_attention_reference`'s contract (the dispatching entry point): ``[B, H, D]``.
 
     On CUDA with Triton (bf16/fp16/fp32): the fused kernel, called through the custom op
@@ -43,36 +31,31 @@ def decode_attention(
     ``torch.compile`` keeps it as one opaque node writing the cache in place. Elsewhere: the
     reference.
     """
-    check_decode_attention_args(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
+    call.check()
+    c, q = call, call.q
     if HAVE_TRITON and q.is_cuda and q.dtype in KERNEL_DTYPES:
         return torch.ops.infer_ref.decode_attention(
-            q, k, v, cos, sin, *_norm_args(q_norm), *_norm_args(k_norm),
-            k_cache, v_cache, block_tables, seq_lens, float(scale), 0 if window is None else window,
+            q, c.k, c.v, c.cos, c.sin, *_norm_args(c.q_norm), *_norm_args(c.k_norm),
+            c.k_cache, c.v_cache, c.block_tables, c.seq_lens, float(c.scale), 0 if c.window is None else c.window,
         )  # fmt: skip
-    return decode_attention_reference(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
+    return decode_attention_reference(**call.arguments())
 
 
-def paged_decode_attention(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    scale: float,
-    window: int | None = None,
-) -> Tensor:
+@takes_arguments_of(AttentionCall.paged)
+def paged_decode_attention(call: AttentionCall) -> Tensor:
     """:func:`paged_decode_attention_reference`'s contract (the dispatching entry point).
 
     On CUDA with Triton (bf16/fp16/fp32): the split-K kernel (capturable; lengths stay on the
     device), called through the custom op ``infer_ref::paged_decode_attention`` so ``torch.compile``
     keeps it as one opaque node instead of tracing the launch. Elsewhere: the reference.
     """
-    check_decode_args(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
+    call.check_paged()
+    c, q = call, call.q
     if HAVE_TRITON and q.is_cuda and q.dtype in KERNEL_DTYPES:
         return torch.ops.infer_ref.paged_decode_attention(
-            q, k_cache, v_cache, block_tables, seq_lens, float(scale), 0 if window is None else window
+            q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, float(c.scale), 0 if c.window is None else c.window
         )
-    return paged_decode_attention_reference(q, k_cache, v_cache, block_tables, seq_lens, scale, window)
+    return paged_decode_attention_reference(q, c.k_cache, c.v_cache, c.block_tables, c.seq_lens, c.scale, c.window)
 
 
 # -- the custom op (torch.compile sees one node that writes the cache; CUDA graphs capture the launch) --

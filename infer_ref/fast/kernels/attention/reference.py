@@ -19,14 +19,16 @@ at position ``seq_lens[b] - 1`` of row ``b``, slot ``table[b, p // bs] * bs + p 
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from infer_ref.cache.slots import gather_slots, slots_through_tables
-from infer_ref.fast.kernels.attention.checks import check_decode_attention_args
+from infer_ref.fast.kernels.arguments import takes_arguments_of
+from infer_ref.fast.kernels.attention.checks import AttentionCall
 from infer_ref.fast.kernels.store.reference import store_kvcache_reference
-from infer_ref.norm import NormSpec
 from infer_ref.rotary import apply_rope
 
 
@@ -46,15 +48,8 @@ def gather_paged_kv(cache: Tensor, block_tables: Tensor, length: int) -> Tensor:
     return gather_slots(cache, slots_through_tables(block_tables, positions, block_size))
 
 
-def paged_decode_attention_reference(
-    q: Tensor,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    scale: float,
-    window: int | None = None,
-) -> Tensor:
+@takes_arguments_of(AttentionCall.paged)
+def paged_decode_attention_reference(call: AttentionCall) -> Tensor:
     """One query row per sequence over its paged prefix, in float32 (float64 for float64 inputs): ``[B, H, D]``.
 
     Args:
@@ -67,6 +62,8 @@ def paged_decode_attention_reference(
 
     Query head ``h`` reads KV head ``h // (H / Hkv)``.
     """
+    q, k_cache, v_cache, block_tables, seq_lens = call.q, call.k_cache, call.v_cache, call.block_tables, call.seq_lens
+    scale, window = call.scale, call.window
     b, h, d = q.shape
     hkv = k_cache.shape[2]
     out = torch.empty_like(q)
@@ -103,21 +100,8 @@ def _check_values(k_cache: Tensor, block_tables: Tensor, seq_lens: Tensor) -> No
             raise IndexError(f"block_tables[{row}] holds {used[wrong].tolist()[:8]} among its first {used.numel()} entries: block ids must be in [0, {num_blocks})")
 
 
-def decode_attention_reference(
-    q: Tensor,
-    k: Tensor,
-    v: Tensor,
-    cos: Tensor | None,
-    sin: Tensor | None,
-    k_cache: Tensor,
-    v_cache: Tensor,
-    block_tables: Tensor,
-    seq_lens: Tensor,
-    scale: float,
-    window: int | None = None,
-    q_norm: NormSpec | None = None,
-    k_norm: NormSpec | None = None,
-) -> Tensor:
+@takes_arguments_of(AttentionCall)
+def decode_attention_reference(call: AttentionCall) -> Tensor:
     """One decode step of one layer, by the torch definitions: ``[B, H, D]`` in q's dtype.
 
     Args:
@@ -137,7 +121,10 @@ def decode_attention_reference(
 
     Query head ``h`` reads KV head ``h // (H / Hkv)``. Values are checked (this synchronises).
     """
-    check_decode_attention_args(q, k, v, cos, sin, k_cache, v_cache, block_tables, seq_lens, scale, window, q_norm, k_norm)
+    call.check()
+    q, k, v = call.q, cast(Tensor, call.k), cast(Tensor, call.v)  # tensors: checked
+    cos, sin, q_norm, k_norm = call.cos, call.sin, call.q_norm, call.k_norm
+    k_cache, v_cache, block_tables, seq_lens = call.k_cache, call.v_cache, call.block_tables, call.seq_lens
     _check_values(k_cache, block_tables, seq_lens)
     q4, k4 = q[:, :, None], k[:, :, None]  # [B, H, 1, D], [B, Hkv, 1, D]: one token
     if q_norm is not None:
@@ -150,7 +137,7 @@ def decode_attention_reference(
         q4, k4 = apply_rope(q4, c, s), apply_rope(k4, c, s)
     slots = slots_through_tables(block_tables, (seq_lens.long() - 1)[:, None], k_cache.shape[1]).reshape(-1)  # [B]
     store_kvcache_reference(k4[:, :, 0], v, k_cache, v_cache, slots)
-    return paged_decode_attention_reference(q4[:, :, 0], k_cache, v_cache, block_tables, seq_lens, scale, window)
+    return paged_decode_attention_reference(q4[:, :, 0], k_cache, v_cache, block_tables, seq_lens, call.scale, call.window)
 
 
 __all__ = [

@@ -15,11 +15,11 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from infer_ref.fast.kernels.arguments import takes_arguments_of
 from infer_ref.fast.kernels.common import HAVE_TRITON, KERNEL_DTYPES, device_profile, pdl_options
 from infer_ref.fast.kernels.gemv.kernel import ACT_CODES
 from infer_ref.fast.kernels.gemv.reference import GemvCall
 from infer_ref.fast.kernels.gemv.tuning import PATHS, GemvConfig, gemv_config, prefetched_tiles, split_plan
-from infer_ref.norm import NormSpec
 
 if HAVE_TRITON:
     import triton
@@ -131,42 +131,18 @@ def launch(call: GemvCall, config: GemvConfig | None = None) -> Tensor:
     return out
 
 
-def linear_triton(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    *,
-    out: Tensor | None = None,
-    in_norm: NormSpec | None = None,
-    residual: Tensor | None = None,
-    out_norm: NormSpec | None = None,
-    weight_is_constant: bool = False,
-    residual_is_settled: bool = False,
-    config: GemvConfig | None = None,
-) -> Tensor:
+@takes_arguments_of(GemvCall.for_linear)
+def linear_triton(call: GemvCall, *, config: GemvConfig | None = None) -> Tensor:
     """The kernel for :func:`linear_reference` (``x [..., K]`` with 1..MAX_ROWS rows; CUDA, or CPU
     tensors under ``TRITON_INTERPRET=1``). ``config`` overrides :func:`gemv_config` (tests, sweeps);
     the other arguments are :func:`~infer_ref.fast.kernels.gemv.linear`'s."""
-    call = GemvCall(
-        x, weight, bias, out, in_norm=in_norm, residual=residual, out_norm=out_norm,
-        weight_is_constant=weight_is_constant, residual_is_settled=residual_is_settled,
-    )  # fmt: skip
     call.check()
     return launch(call, config)
 
 
-def gated_mlp_triton(
-    x: Tensor,
-    weight: Tensor,
-    act: str,
-    *,
-    out: Tensor | None = None,
-    in_norm: NormSpec | None = None,
-    weight_is_constant: bool = False,
-    config: GemvConfig | None = None,
-) -> Tensor:
+@takes_arguments_of(GemvCall.for_gated_mlp)
+def gated_mlp_triton(call: GemvCall, *, config: GemvConfig | None = None) -> Tensor:
     """The kernel for :func:`gated_mlp_reference`; as :func:`linear_triton`."""
-    call = GemvCall(x, weight, out=out, in_norm=in_norm, gated=True, act=act, weight_is_constant=weight_is_constant)
     call.check()
     return launch(call, config)
 

@@ -14,6 +14,7 @@ import math
 import torch
 from torch import Tensor
 
+from infer_ref.fast.kernels.arguments import takes_arguments_of
 from infer_ref.fast.kernels.common import HAVE_TRITON, KERNEL_DTYPES
 from infer_ref.fast.kernels.gemv.launch import MAX_ROWS, gated_mlp_triton, linear_triton
 from infer_ref.fast.kernels.gemv.reference import GemvCall, gated_product, linear_reference
@@ -35,18 +36,8 @@ def _kernel_eligible(x: Tensor, weight: Tensor) -> bool:
     )
 
 
-def linear(
-    x: Tensor,
-    weight: Tensor,
-    bias: Tensor | None = None,
-    *,
-    out: Tensor | None = None,
-    in_norm: NormSpec | None = None,
-    residual: Tensor | None = None,
-    out_norm: NormSpec | None = None,
-    weight_is_constant: bool = False,
-    residual_is_settled: bool = False,
-) -> Tensor:
+@takes_arguments_of(GemvCall.for_linear)
+def linear(call: GemvCall) -> Tensor:
     """:func:`linear_reference`'s contract, dispatching to the kernel where it applies (module docstring).
 
     ``x [..., K]``, ``weight [N, K]``, ``bias [N]`` -> ``[..., N]``. ``in_norm``: an RMSNorm over K
@@ -60,50 +51,39 @@ def linear(
     launched just before this call (true of a block's residual stream in a decode step), so the
     kernel may read it before its predecessor finishes too; needs a residual.
     """
-    call = GemvCall(
-        x, weight, bias, out, in_norm=in_norm, residual=residual, out_norm=out_norm,
-        weight_is_constant=weight_is_constant, residual_is_settled=residual_is_settled,
-    )  # fmt: skip
     call.check()
+    x, weight, bias, out, in_norm, residual, out_norm = (
+        call.x, call.weight, call.bias, call.out, call.in_norm, call.residual, call.out_norm
+    )  # fmt: skip
     # CUBLAS_SHAPES is about a plain product whose input norm runs elsewhere (tuning.py).
     plain_cublas = in_norm is None and tuple(weight.shape) in CUBLAS_SHAPES
     if _kernel_eligible(x, weight) and not plain_cublas:
         if out is None:  # through the custom op: one opaque node under torch.compile
             return torch.ops.infer_ref.gemv_linear(
-                x, weight, bias, *_flat_norm(in_norm), residual, *_flat_norm(out_norm), weight_is_constant,
-                residual_is_settled,
+                x, weight, bias, *_flat_norm(in_norm), residual, *_flat_norm(out_norm), call.weight_is_constant,
+                call.residual_is_settled,
             )  # fmt: skip
         return linear_triton(
             x, weight, bias, out=out, in_norm=in_norm, residual=residual, out_norm=out_norm,
-            weight_is_constant=weight_is_constant, residual_is_settled=residual_is_settled,
+            weight_is_constant=call.weight_is_constant, residual_is_settled=call.residual_is_settled,
         )  # fmt: skip
     y = linear_reference(x, weight, bias, in_norm=in_norm, residual=residual, out_norm=out_norm)
     return y if out is None else out.copy_(y)
 
 
-def gated_mlp(
-    x: Tensor,
-    weight: Tensor,
-    act: str,
-    *,
-    out: Tensor | None = None,
-    in_norm: NormSpec | None = None,
-    weight_is_constant: bool = False,
-) -> Tensor:
+@takes_arguments_of(GemvCall.for_gated_mlp)
+def gated_mlp(call: GemvCall) -> Tensor:
     """:func:`gated_mlp_reference`'s contract, dispatching to the kernel where it applies.
 
     ``x [..., K]``, ``weight [2I, K]`` -> ``[..., I]``; ``in_norm``, ``out`` and
     ``weight_is_constant`` as in :func:`linear`.
     """
-    GemvCall(x, weight, out=out, in_norm=in_norm, gated=True, act=act, weight_is_constant=weight_is_constant).check()
+    call.check()
+    x, weight, act, out, in_norm = call.x, call.weight, call.act, call.out, call.in_norm
     if _kernel_eligible(x, weight):
         if out is None:
-            return torch.ops.infer_ref.gemv_gated_mlp(
-                x, weight, act, *_flat_norm(in_norm), weight_is_constant
-            )
-        return gated_mlp_triton(
-            x, weight, act, out=out, in_norm=in_norm, weight_is_constant=weight_is_constant
-        )
+            return torch.ops.infer_ref.gemv_gated_mlp(x, weight, act, *_flat_norm(in_norm), call.weight_is_constant)
+        return gated_mlp_triton(x, weight, act, out=out, in_norm=in_norm, weight_is_constant=call.weight_is_constant)
     y = gated_product(x if in_norm is None else in_norm(x), weight, act)  # the reference, already checked
     return y if out is None else out.copy_(y)
 
