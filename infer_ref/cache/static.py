@@ -26,7 +26,6 @@ position's members (``pos``, ``advance_host``, ``host_frozen``, ``set_position``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
 import torch
@@ -34,16 +33,16 @@ from torch import Tensor
 from typing_extensions import Self
 
 from infer_ref.cache.contiguous import KVCache
+from infer_ref.cache.device_positioned import DevicePositioned
 from infer_ref.cache.position import DevicePosition
 from infer_ref.cache.slots import StoreFn, store_rows
 from infer_ref.cache.windows import check_layer_windows, model_layer_windows
-from infer_ref.step import Step
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
 
 
-class StaticKVCache(KVCache):
+class StaticKVCache(DevicePositioned, KVCache):
     """Pre-allocated contiguous KV cache with the write position on the device.
 
     Storage, geometry, validation and errors are :class:`KVCache`'s; what differs is the position
@@ -109,35 +108,8 @@ class StaticKVCache(KVCache):
     # ``crop``, ``reset`` and ``restore`` are :class:`KVCache`'s: they set the position, and a device
     # position moves ``pos`` with the host counter (buffers and ``pos`` keep their addresses).
 
-    # -- the device position (each member is the position's: see DevicePosition) ----------------
-
-    def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
-        return self.position.step(t, windows)
-
-    def check_write(self, layer_idx: int, k: Tensor, v: Tensor) -> int:
-        """Refuse a write of ``k``/``v`` ``[B, Hkv, T, D]`` into layer ``layer_idx`` that does not fit
-        (layer, shapes, dtype, device; capacity unless host-frozen), before anything changes; returns T.
-        ``update`` checks through it, and so does a caller that writes the layer's storage itself
-        (the fast path's fused decode step)."""
-        t = self._check_write(layer_idx, k, v)
-        self.position.check_write_room(t)
-        return t
+    # -- the device position: DevicePositioned's members, plus advance --------------------------
 
     def advance(self, n: int) -> None:
         # Not KVCache's: update never records writes here (the captured step writes every layer).
         self.position.advance(n)
-
-    def advance_host(self, n: int) -> None:
-        self.position.advance_host(n)
-
-    def host_frozen(self) -> AbstractContextManager[None]:
-        return self.position.host_frozen()
-
-    def set_position(self, n: int) -> None:
-        self.position.set(n)
-
-    def positions(self, t: int) -> Tensor:
-        return self.position.positions(t)
-
-    def attention_mask(self, t: int, window: int | None) -> Tensor:
-        return self.position.attention_mask(t, window)

@@ -18,26 +18,24 @@ Slots of position ``p`` in row ``b``: ``table[b, p // bs] * bs + p % bs``. With 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
 from typing_extensions import Self
 
-from infer_ref.cache.base import CacheBase
+from infer_ref.cache.device_positioned import DevicePositioned
 from infer_ref.cache.pool import BlockPool
 from infer_ref.cache.position import DevicePosition
 from infer_ref.cache.slots import StoreFn, gather_slots, slots_through_tables, store_rows
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.cache.windows import check_layer_windows, model_layer_windows
-from infer_ref.step import Step
 
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
 
 
-class StaticPagedKVCache(CacheBase):
+class StaticPagedKVCache(DevicePositioned):
     """Blocks of a pool taken up front for ``max_seq_len`` positions per row; the position on the device.
 
     Args:
@@ -188,29 +186,3 @@ class StaticPagedKVCache(CacheBase):
 
     def _snapshot_settings(self) -> dict[str, Any]:
         return {"max_seq_len": self.max_seq_len, "block_size": self.block_size, "layer_windows": self.layer_windows}
-
-    # -- the device position (each member is the position's: see DevicePosition) ----------------
-
-    def plan_step(self, t: int, windows: Sequence[int | None]) -> Step:
-        return self.position.step(t, windows)
-
-    def check_write(self, layer_idx: int, k: Tensor, v: Tensor) -> int:
-        """Refuse a write that does not fit before anything changes; returns T (see :meth:`StaticKVCache.check_write`)."""
-        t = self._check_write(layer_idx, k, v)
-        self.position.check_write_room(t)
-        return t
-
-    def advance_host(self, n: int) -> None:
-        self.position.advance_host(n)
-
-    def host_frozen(self) -> AbstractContextManager[None]:
-        return self.position.host_frozen()
-
-    def set_position(self, n: int) -> None:
-        self.position.set(n)
-
-    def positions(self, t: int) -> Tensor:
-        return self.position.positions(t)
-
-    def attention_mask(self, t: int, window: int | None) -> Tensor:
-        return self.position.attention_mask(t, window)
