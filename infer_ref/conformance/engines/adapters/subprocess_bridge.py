@@ -13,29 +13,24 @@ when it dies, the error names the log and shows its last lines.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import json
 import os
 import select
-import shutil
-import signal
 import subprocess
-import tempfile
 import time
-import weakref
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any, NoReturn
 
+from infer_ref.conformance.engines.adapters.managed_process import GroupedProcess
 from infer_ref.conformance.engines.adapters.wire import output_from_dict, request_to_dict
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import EXIT_MISSING, InferRefError
 
 WORKERS_DIR = Path(__file__).resolve().parent.parent / "workers"
-LOG_TAIL_LINES = 20
 
 
 class EngineWorkerError(InferRefError, RuntimeError):
@@ -60,55 +55,46 @@ class EngineNotInstalled(EngineWorkerError):
     exit_code = EXIT_MISSING
 
 
-_LIVE_WORKERS: weakref.WeakSet[WorkerProcess] = weakref.WeakSet()
-
-
-@atexit.register
-def _kill_live_workers() -> None:
-    for worker in list(_LIVE_WORKERS):
-        worker.kill()
-
-
 class WorkerProcess:
     """One worker script under ``python``: send an operation, get its result or a clear error."""
 
     def __init__(self, python: str | os.PathLike[str], script: Path, *, label: str,
                  env: dict[str, str] | None = None) -> None:  # fmt: skip
         self.label = label
-        self._log_dir = Path(tempfile.mkdtemp(prefix="infer-ref-engine-"))
-        self.log_path = self._log_dir / "worker.log"
         read_fd, write_fd = os.pipe()
         try:
-            with open(self.log_path, "wb") as log:
-                self._proc = subprocess.Popen(
-                    [os.fspath(python), os.fspath(script), "--reply-fd", str(write_fd)],
-                    stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT, pass_fds=(write_fd,),
-                    start_new_session=True, env=env,
-                )  # fmt: skip
+            self._process = GroupedProcess(
+                [os.fspath(python), os.fspath(script), "--reply-fd", str(write_fd)],
+                env=env, pass_fds=(write_fd,), stdin=subprocess.PIPE,
+            )  # fmt: skip
         except OSError as err:
             os.close(read_fd)
-            shutil.rmtree(self._log_dir, ignore_errors=True)
             raise EngineWorkerError(f"{label}: cannot run {python}: {err.strerror or err}") from None
         finally:
             os.close(write_fd)  # the worker holds the only write end: its exit closes the channel
         self._replies = read_fd
         self._buffer = b""
         self._dead = False
-        _LIVE_WORKERS.add(self)
 
     @property
     def pid(self) -> int:
-        return self._proc.pid
+        return self._process.pid
+
+    @property
+    def log_path(self) -> Path:
+        return self._process.log_path
 
     def call(self, op: str, args: dict[str, Any] | None = None, *, timeout: float) -> Any:
         """Send ``op`` and return its result; any failure kills the worker and raises one error."""
         if self._dead:
             raise EngineWorkerError(f"{self.label}: the engine was stopped or has failed; start a new one")
+        stdin = self._process.popen.stdin
         try:
-            assert self._proc.stdin is not None
-            self._proc.stdin.write((json.dumps({"op": op, "args": args or {}}) + "\n").encode())
-            self._proc.stdin.flush()
-        except (BrokenPipeError, OSError):
+            assert stdin is not None
+            stdin.write((json.dumps({"op": op, "args": args or {}}) + "\n").encode())
+            stdin.flush()
+        except OSError:  # BrokenPipeError: it is gone
+            self._process.wait_exit(2.0)
             self._fail(WorkerDied, f"exited before {op!r} could be sent")
         reply = self._read_reply(op, timeout)
         return self._unwrap(op, reply)
@@ -120,31 +106,16 @@ class WorkerProcess:
         with contextlib.suppress(EngineWorkerError):
             self.call("stop", timeout=timeout)
         self.kill()
-        shutil.rmtree(self._log_dir, ignore_errors=True)  # a clean stop needs no log
+        self._process.remove_log()
 
     def kill(self) -> None:
-        """Kill the worker's whole process group and reap it (the log is kept)."""
+        """Kill the worker's whole process group (the log is kept)."""
         if self._dead:
             return
         self._dead = True
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self._proc.pid, signal.SIGKILL)  # the group outlives its leader: kill it first
-        with contextlib.suppress(OSError):
-            self._proc.wait(timeout=30)
-        if self._proc.stdin is not None:
-            with contextlib.suppress(OSError):
-                self._proc.stdin.close()
+        self._process.kill()
         with contextlib.suppress(OSError):
             os.close(self._replies)
-        _LIVE_WORKERS.discard(self)
-
-    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except OSError:
-            return "(no log)"
-        tail = text.splitlines()[-lines:]
-        return "\n".join("    " + line[:300] for line in tail) if tail else "    (empty)"
 
     # -- reading replies -------------------------------------------------------------------------
 
@@ -158,11 +129,10 @@ class WorkerProcess:
             if ready:
                 chunk = os.read(self._replies, 1 << 20)
                 if not chunk:  # the channel closes when the worker exits: let it finish exiting
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        self._proc.wait(timeout=2.0)
+                    self._process.wait_exit(2.0)
                     self._fail(WorkerDied, f"died during {op!r}")
                 self._buffer += chunk
-            elif self._exited():
+            elif self._process.exited():
                 self._fail(WorkerDied, f"died during {op!r}")
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
@@ -181,17 +151,9 @@ class WorkerProcess:
             raise Unsupported(f"{self.label}: {message}")
         if kind == "missing":
             self.kill()
-            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self._process.remove_log()
             raise EngineNotInstalled(f"{self.label}: {message}")
         raise EngineWorkerError(f"{self.label}: {op} failed: {message} (log: {self.log_path})")
-
-    def _exited(self) -> bool:
-        """Whether the worker has exited, without reaping it (its pid keeps naming its group)."""
-        try:
-            info = os.waitid(os.P_PID, self._proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return info is not None
 
     def protocol_error(self, what: str) -> NoReturn:
         """The worker answered outside the protocol: kill it and say what it answered."""
@@ -199,9 +161,9 @@ class WorkerProcess:
 
     def _fail(self, error: type[EngineWorkerError], what: str) -> NoReturn:
         self.kill()
-        status = self._proc.returncode
+        status = self._process.returncode
         code = f" (exit status {status})" if status is not None and error is WorkerDied else ""
-        raise error(f"{self.label}: the worker {what}{code}; its log {self.log_path} ends:\n{self.log_tail()}")
+        raise error(f"{self.label}: the worker {what}{code}; its log {self.log_path} ends:\n{self._process.log_tail()}")
 
 
 class BridgedEngine:
