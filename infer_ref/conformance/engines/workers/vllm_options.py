@@ -12,6 +12,7 @@ from worker_loop import Refused
 
 CPU_BLOCK_MULTIPLE = 32  # the CPU attention backend's block sizes: MultipleOf(32)
 CPU_DEFAULT_BLOCK_SIZE = 128  # what vLLM's CPU platform picks when no block size is given
+NULL_BLOCKS = 1  # blocks vLLM's pool reserves and never fills
 
 
 def llm_kwargs(model_dir: str, options: dict[str, Any], *, is_cpu: bool, enforce_eager: bool) -> dict[str, Any]:
@@ -47,7 +48,11 @@ def llm_kwargs(model_dir: str, options: dict[str, Any], *, is_cpu: bool, enforce
 
 
 def _kv_blocks(tokens: int, block_size: int | None, *, is_cpu: bool) -> int:
-    """vLLM bounds its KV cache in blocks (``num_gpu_blocks_override``, honoured on CPU too)."""
+    """vLLM bounds its KV cache in blocks (``num_gpu_blocks_override``, honoured on CPU too).
+
+    One more block than the budget holds: vLLM keeps its first block as a placeholder (the "null
+    block" of its block pool) that never holds a position, so N blocks hold (N - 1) * block_size.
+    """
     if block_size is None:
         if not is_cpu:
             raise Refused("a KV budget (kv_cache_tokens) needs an explicit block_size on this vLLM platform")
@@ -55,4 +60,4 @@ def _kv_blocks(tokens: int, block_size: int | None, *, is_cpu: bool) -> int:
     if tokens % block_size:
         raise Refused(f"vLLM holds whole KV blocks: kv_cache_tokens={tokens} is not a multiple of "
                       f"the block size {block_size}")  # fmt: skip
-    return tokens // block_size
+    return tokens // block_size + NULL_BLOCKS
