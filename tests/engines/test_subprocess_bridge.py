@@ -23,6 +23,7 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
 from infer_ref.conformance.engines.adapters.vllm import start_vllm
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
+from infer_ref.errors import DataError
 
 FAKE_WORKER = Path(__file__).with_name("fake_worker.py")
 REPO = Path(__file__).resolve().parents[2]
@@ -137,7 +138,8 @@ def test_vllm_missing_from_the_interpreter_names_the_fix(tmp_path: Path) -> None
     if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0:
         pytest.skip("this interpreter has vllm installed")
     with pytest.raises(EngineNotInstalled) as caught:
-        start_vllm(MODEL_DIR, EngineOptions(), python=sys.executable, start_timeout=120)
+        start_vllm(REPO / "fixtures" / "checkpoints" / "llama-tiny", EngineOptions(), python=sys.executable,
+                   start_timeout=120)
     message = str(caught.value)
     assert message.startswith(f"vLLM is not installed in {sys.executable}: ")
     assert "No module named 'vllm'" in message and "set INFER_REF_VLLM_PYTHON" in message
@@ -160,3 +162,8 @@ def test_workers_left_running_are_killed_at_interpreter_exit(tmp_path: Path) -> 
     assert done.returncode == 0, done.stderr
     pids = [int(pid) for pid in done.stdout.split()]
     assert len(pids) == 2 and all(gone_within(pid) for pid in pids)
+
+
+def test_a_folder_without_config_is_refused_before_any_start(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match=f"{tmp_path} is not a Hugging Face checkpoint folder \\(no config.json\\)"):
+        start_vllm(tmp_path, EngineOptions(), python="/nonexistent/python")

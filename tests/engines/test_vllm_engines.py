@@ -3,16 +3,18 @@ oracle computed here, the two paths against each other, and a KV budget that rea
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 import torch
 
-from infer_ref.conformance.engines.adapters.subprocess_bridge import BridgedEngine
+from infer_ref.conformance.engines.adapters.subprocess_bridge import BridgedEngine, EngineWorkerError
 from infer_ref.conformance.engines.adapters.vllm import start_vllm
 from infer_ref.conformance.engines.adapters.vllm_server import start_vllm_server
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions, EngineOutput, EngineRequest
+from infer_ref.conformance.interface.contract import Unsupported
 
 pytestmark = pytest.mark.vllm
 
@@ -148,3 +150,19 @@ def test_a_small_kv_budget_preempts_and_answers_stay_right(vllm_interpreter: str
     for request, output in zip(requests, answers, strict=True):
         assert len(output.token_ids) == 50
         assert max(oracle_gaps(oracle, request, output)) <= ORACLE_TOLERANCE
+
+
+@pytest.mark.parametrize("start", [start_vllm, start_vllm_server], ids=["offline", "server"])
+def test_a_block_size_the_cpu_backend_cannot_use_is_unsupported(vllm_interpreter: str, start: object) -> None:
+    options = EngineOptions(block_size=16)
+    with pytest.raises(Unsupported, match="vllm.*: vLLM's CPU backend needs a KV block size that is a multiple of 32, got 16"):
+        start(MODEL_DIR, options, python=vllm_interpreter)  # type: ignore[operator]
+
+
+def test_a_folder_vllm_cannot_load_is_one_line(vllm_interpreter: str, tmp_path: Path) -> None:
+    config = json.loads((MODEL_DIR / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchForCausalLM"]}))
+    with pytest.raises(EngineWorkerError) as caught:
+        start_vllm(tmp_path, OPTIONS, python=vllm_interpreter)
+    message = str(caught.value)
+    assert message.startswith("vllm: start failed: ") and "\n" not in message and "(log: " in message

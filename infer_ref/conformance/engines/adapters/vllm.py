@@ -18,6 +18,7 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.errors import DataError
 
 PYTHON_ENV = "INFER_REF_VLLM_PYTHON"
 WORKER = WORKERS_DIR / "vllm_worker.py"
@@ -37,6 +38,7 @@ def start_vllm(
     ``enforce_eager`` (the default) skips torch.compile: the same model runner and kernels run
     op by op, and a start takes seconds instead of a minute of compilation on two cores.
     """
+    check_model_dir(model_dir)
     interpreter = vllm_python(python)
     try:
         return BridgedEngine.start(
@@ -46,6 +48,13 @@ def start_vllm(
         )  # fmt: skip
     except EngineNotInstalled as err:
         raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
+
+
+def check_model_dir(model_dir: Path) -> None:
+    """Refuse, before a start of a minute, a folder that is no Hugging Face checkpoint."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise DataError(f"{model_dir} is not a Hugging Face checkpoint folder (no config.json): pass the folder "
+                        "that holds config.json and the weights")  # fmt: skip
 
 
 def not_installed_message(interpreter: str, reason: str) -> str:

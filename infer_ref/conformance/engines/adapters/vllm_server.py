@@ -27,7 +27,12 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     EngineNotInstalled,
     EngineWorkerError,
 )
-from infer_ref.conformance.engines.adapters.vllm import not_installed_message, vllm_python, worker_env
+from infer_ref.conformance.engines.adapters.vllm import (
+    check_model_dir,
+    not_installed_message,
+    vllm_python,
+    worker_env,
+)
 from infer_ref.conformance.engines.protocol import EngineOptions
 from infer_ref.conformance.interface.contract import Unsupported
 
@@ -53,6 +58,7 @@ def launch_vllm_server(
     enforce_eager: bool = True, start_timeout: float = 600.0,
 ) -> VllmServer:  # fmt: skip
     """Start vLLM's server on ``model_dir`` and wait until it answers (or say in one line why not)."""
+    check_model_dir(model_dir)
     interpreter = vllm_python(python)
     port = free_port()
     argv = [interpreter, os.fspath(SERVE_SCRIPT), os.fspath(Path(model_dir).resolve()),
