@@ -35,7 +35,11 @@ REQUESTS = [
     EngineRequest(prompt=prompt(BLOCK + 9, 3), max_tokens=12, logprobs=5, prompt_logprobs=5),  # crosses a block
     EngineRequest(prompt=prompt(5, 40), max_tokens=8, logprobs=3),
     EngineRequest(prompt=prompt(BLOCK, 11), max_tokens=BLOCK + 2, logprobs=2, prompt_logprobs=1, ignore_eos=True),
+    # greedy from this prompt the fixture writes "77 = 2, 2": the stop string cuts it at " ="
+    EngineRequest(prompt=(433, 5, 6, 7, 8), max_tokens=8, logprobs=1, stop=(" =",)),
+    EngineRequest(prompt=prompt(9, 2), max_tokens=10, temperature=1.0, seed=7, top_k=20, top_p=0.9, logprobs=2),
 ]
+STOPPED, SAMPLED = 3, 4
 
 
 @pytest.fixture(scope="module")
@@ -102,6 +106,13 @@ def check_against_oracle(model: torch.nn.Module, answers: list[EngineOutput]) ->
 def test_offline_logprobs_match_the_float64_oracle(oracle: torch.nn.Module, offline_answers: list[EngineOutput]) -> None:
     check_against_oracle(oracle, offline_answers)
     assert len(offline_answers[2].token_ids) == BLOCK + 2, "ignore_eos with max_tokens generates exactly max_tokens"
+
+
+def test_stop_strings_and_seeds_reach_vllm(offline: BridgedEngine, offline_answers: list[EngineOutput]) -> None:
+    stopped = offline_answers[STOPPED]
+    assert (stopped.text, stopped.finish_reason) == ("77", "stop")
+    again = offline.generate([REQUESTS[SAMPLED], REQUESTS[SAMPLED]])
+    assert again[0].token_ids == again[1].token_ids == offline_answers[SAMPLED].token_ids
 
 
 def test_server_logprobs_match_the_float64_oracle(oracle: torch.nn.Module, server_answers: list[EngineOutput]) -> None:
