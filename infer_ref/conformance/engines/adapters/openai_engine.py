@@ -76,6 +76,9 @@ class OpenAIEngine:
                 body["prompt_logprobs"] = request.prompt_logprobs
             elif self.dialect.prompt_logprobs == "echo":  # one k for both: ask the larger, cut each to its own
                 body.update(echo=True, logprobs=body_logprobs(request, self.dialect))
+                # vLLM counts text_offset over the "token_id:N" strings when it answers ids, so the
+                # prompt's text could not be cut off: echo answers token texts (the tokenizer maps them)
+                body.pop("return_tokens_as_token_ids", None)
             else:
                 raise Unsupported(f"{self.name} returns no prompt logprobs (neither prompt_logprobs nor echo)")
         return body
