@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -21,6 +22,7 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     WorkerTimeout,
 )
 from infer_ref.conformance.engines.adapters.vllm import start_vllm
+from infer_ref.conformance.engines.adapters.vllm_server import launch_vllm_server
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import DataError
@@ -167,3 +169,12 @@ def test_workers_left_running_are_killed_at_interpreter_exit(tmp_path: Path) -> 
 def test_a_folder_without_config_is_refused_before_any_start(tmp_path: Path) -> None:
     with pytest.raises(DataError, match=f"{tmp_path} is not a Hugging Face checkpoint folder \\(no config.json\\)"):
         start_vllm(tmp_path, EngineOptions(), python="/nonexistent/python")
+
+
+def test_vllm_server_missing_from_the_interpreter_names_the_fix() -> None:
+    if subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0:
+        pytest.skip("this interpreter has vllm installed")
+    with pytest.raises(EngineNotInstalled, match=f"^vLLM is not installed in {re.escape(sys.executable)}: .*"
+                       "No module named 'vllm'.*set INFER_REF_VLLM_PYTHON"):  # fmt: skip
+        launch_vllm_server(REPO / "fixtures" / "checkpoints" / "llama-tiny", EngineOptions(), python=sys.executable,
+                           start_timeout=120)  # fmt: skip
