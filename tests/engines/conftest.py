@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 
 import pytest
 
@@ -31,3 +32,9 @@ def vllm_interpreter() -> str:
     if not python or not _has_vllm(python):
         pytest.skip(NO_VLLM)
     return python
+
+
+@pytest.fixture(autouse=True)
+def _engine_logs_in_tmp_path(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed engine keeps its log for the user to read; in tests it goes to pytest's temporary folder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("engine-logs")))

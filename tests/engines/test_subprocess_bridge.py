@@ -160,7 +160,7 @@ def test_workers_left_running_are_killed_at_interpreter_exit(tmp_path: Path) -> 
         print(engine.worker.pid, engine.start_result["child"], flush=True)
     """))  # exits without stop()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+                          env={**os.environ, "PYTHONPATH": str(REPO), "TMPDIR": str(tmp_path)})  # fmt: skip
     assert done.returncode == 0, done.stderr
     pids = [int(pid) for pid in done.stdout.split()]
     assert len(pids) == 2 and all(gone_within(pid) for pid in pids)
