@@ -1,0 +1,148 @@
+"""An OpenAI-compatible server as an EngineHandle: requests to ``/v1/completions`` bodies, answers back.
+
+One HTTP request per engine request, sent together so that the server batches them. How the
+answer reads depends on the :class:`Dialect` that ``connect`` found: vLLM's extras (tokens as
+``token_id:N``, its own ``prompt_logprobs`` with ranks, ``top_k``, ``ignore_eos``) or the legacy
+``echo`` (prompt positions first in the logprobs, the prompt's text first in the text).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from infer_ref.conformance.engines.adapters.openai_client import EndpointError, HttpClient
+from infer_ref.conformance.engines.adapters.openai_tokens import TokenTable, order_top
+from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest, TokenLogprobs
+from infer_ref.conformance.interface.contract import Unsupported
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What the probe found the server to understand."""
+
+    vllm_extras: bool  # tokens as ids, prompt_logprobs, top_k, ignore_eos honoured
+    prompt_logprobs: str | None  # "vllm", "echo" or None (not offered)
+    cached_tokens: bool  # usage.prompt_tokens_details.cached_tokens is reported
+
+
+class OpenAIEngine:
+    """An EngineHandle over ``/v1/completions``; :meth:`stop` forgets the server (it is not ours)."""
+
+    def __init__(self, client: HttpClient, model: str, tokens: TokenTable, dialect: Dialect,
+                 capabilities: frozenset[str], name: str) -> None:  # fmt: skip
+        self.client = client
+        self.model = model
+        self.tokens = tokens
+        self.dialect = dialect
+        self.capabilities = capabilities
+        self.name = name
+        self.on_stop: Callable[[], None] | None = None  # set by whoever started the server
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
+        bodies = [self.request_body(r) for r in requests]
+        with ThreadPoolExecutor(max_workers=max(1, len(bodies))) as pool:  # together: the server batches
+            answers = list(pool.map(lambda body: self.client.post("/completions", body), bodies))
+        return [self.parse_answer(a, r) for a, r in zip(answers, requests, strict=True)]
+
+    def reset_prefix_cache(self) -> None:
+        self.client.post("/reset_prefix_cache", None, root=True)
+
+    def stop(self) -> None:
+        """Forget the server; one the kit launched is stopped by ``on_stop``."""
+        if self.on_stop is not None:
+            on_stop, self.on_stop = self.on_stop, None
+            on_stop()
+
+    def request_body(self, request: EngineRequest) -> dict[str, Any]:
+        k = request.logprobs
+        body: dict[str, Any] = {
+            "model": self.model, "prompt": list(request.prompt), "max_tokens": request.max_tokens,
+            "temperature": request.temperature, "top_p": request.top_p, "logprobs": k,
+        }  # fmt: skip
+        if request.stop:
+            body["stop"] = list(request.stop)
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if self.dialect.vllm_extras:
+            body.update(return_tokens_as_token_ids=True, top_k=request.top_k, ignore_eos=request.ignore_eos)
+        elif request.top_k or request.ignore_eos:
+            raise Unsupported(f"{self.name} takes neither top_k nor ignore_eos (OpenAI's completions API has neither)")
+        if request.prompt_logprobs is not None:
+            if self.dialect.prompt_logprobs == "vllm":
+                body["prompt_logprobs"] = request.prompt_logprobs
+            elif self.dialect.prompt_logprobs == "echo":  # one k for both: ask the larger, cut each to its own
+                body.update(echo=True, logprobs=body_logprobs(request, self.dialect))
+                # vLLM counts text_offset over the "token_id:N" strings when it answers ids, so the
+                # prompt's text could not be cut off: echo answers token texts (the tokenizer maps them)
+                body.pop("return_tokens_as_token_ids", None)
+            else:
+                raise Unsupported(f"{self.name} returns no prompt logprobs (neither prompt_logprobs nor echo)")
+        return body
+
+    def parse_answer(self, answer: dict[str, Any], request: EngineRequest) -> EngineOutput:
+        try:
+            return self._parse(answer, request)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            raise EndpointError(f"{self.client.endpoint} answered /completions in an unexpected shape "
+                                f"({type(err).__name__}: {err}): {json.dumps(answer)[:200]}") from None  # fmt: skip
+
+    def _parse(self, answer: dict[str, Any], request: EngineRequest) -> EngineOutput:
+        choice = answer["choices"][0]
+        legacy = choice.get("logprobs")
+        if not legacy or legacy.get("top_logprobs") is None:
+            raise EndpointError(f"{self.client.endpoint} returned no logprobs: start it with logprobs allowed "
+                                "(vLLM: --max-logprobs 20)")  # fmt: skip
+        n_prompt = len(request.prompt)
+        echoed = self.dialect.prompt_logprobs == "echo" and request.prompt_logprobs is not None
+        skip = n_prompt if echoed else 0
+        asked = body_logprobs(request, self.dialect)
+        steps = [self._position(token, top, asked, request.logprobs)
+                 for token, top in zip(legacy["tokens"][skip:], legacy["top_logprobs"][skip:], strict=True)]  # fmt: skip
+        text = choice["text"]
+        if echoed:  # the text starts with the prompt's; the first generated token's offset cuts it
+            offsets = legacy["text_offset"]
+            text = text[offsets[n_prompt]:] if len(offsets) > n_prompt else ""
+        prompt = None
+        if request.prompt_logprobs is not None:
+            prompt = (self._prompt_positions_vllm(choice["prompt_logprobs"], request) if not echoed else
+                      (None, *(self._position(t, top, asked, request.prompt_logprobs)
+                               for t, top in zip(legacy["tokens"][1:n_prompt], legacy["top_logprobs"][1:n_prompt],
+                                                 strict=True))))  # fmt: skip
+        finish = choice["finish_reason"]
+        if finish not in ("stop", "length"):
+            raise ValueError(f"finish_reason {finish!r}")
+        return EngineOutput(
+            token_ids=tuple(step.token for step in steps), text=text, logprobs=tuple(steps), finish_reason=finish,
+            prompt_logprobs=prompt, cached_tokens=self._cached_tokens(answer),
+        )  # fmt: skip
+
+    def _position(self, token: str, top: dict[str, float], asked: int, k: int) -> TokenLogprobs:
+        chosen = self.tokens.to_id(token)
+        entries = [(self.tokens.to_id(t), float(lp)) for t, lp in top.items()]
+        chosen_logprob = dict(entries)[chosen]
+        return TokenLogprobs(chosen, chosen_logprob, order_top(chosen, entries, asked, k))
+
+    def _prompt_positions_vllm(self, positions: list[Any], request: EngineRequest) -> tuple[TokenLogprobs | None, ...]:
+        """vLLM's own format: ``None``, then per position ``{id: {logprob, rank, decoded_token}}``."""
+        k = request.prompt_logprobs or 0
+        out: list[TokenLogprobs | None] = [None]
+        for given, entry in zip(request.prompt[1:], positions[1:], strict=True):
+            ranked = sorted((v["rank"], int(t), float(v["logprob"])) for t, v in entry.items() if v["rank"] <= k)
+            out.append(TokenLogprobs(given, float(entry[str(given)]["logprob"]), tuple((t, lp) for _, t, lp in ranked)))
+        return tuple(out)
+
+    def _cached_tokens(self, answer: dict[str, Any]) -> int | None:
+        details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
+        cached = details.get("cached_tokens")
+        return int(cached) if self.dialect.cached_tokens and cached is not None else None
+
+
+def body_logprobs(request: EngineRequest, dialect: Dialect) -> int:
+    """The ``logprobs`` asked of the server: with ``echo`` one count serves prompt and generation."""
+    if dialect.prompt_logprobs == "echo" and request.prompt_logprobs is not None:
+        return max(request.logprobs, request.prompt_logprobs)
+    return request.logprobs

