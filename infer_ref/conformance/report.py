@@ -124,7 +124,8 @@ def outcome_of(report: pytest.TestReport) -> str | None:
 def repro_of(report: pytest.TestReport, impl: str) -> str:
     text = str(report.longrepr) if report.longrepr is not None else ""
     found = re.findall(r"^\s*repro: (.+)$", text, flags=re.MULTILINE)
-    return found[-1] if found else f"pytest '{report.nodeid}' -p no:xdist --ir-impl={impl}"
+    selects = impl if impl.startswith("--ir-") else f"--ir-impl={impl}"  # the engine tier names its engine itself
+    return found[-1] if found else f"pytest '{report.nodeid}' -p no:xdist {selects}"
 
 
 class Collector:

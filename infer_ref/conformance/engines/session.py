@@ -39,7 +39,7 @@ CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
 KV_BUDGET_BLOCKS = 10  # fits the longest request (97 + 16 tokens: 4 blocks), not a batch of them
 PLAIN_KV_TOKENS = 64 * BLOCK_SIZE
-MAX_MODEL_LEN = 512
+MAX_MODEL_LEN = 256  # the longest request is 97 + 16 tokens; a KV budget must hold one whole (vLLM checks)
 
 
 class EngineStartError(UsageError):
@@ -102,6 +102,7 @@ class EngineTier:
     engine: str | None
     endpoint: str | None
     dtype: str
+    endpoint_model_dir: Path | None = None  # the folder the endpoint serves
     factory: Callable[[Path, EngineOptions], EngineHandle] | None = None
     started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict)
     failed: dict[tuple[str, str], str] = field(default_factory=dict)
@@ -117,7 +118,15 @@ class EngineTier:
 
     @property
     def capabilities(self) -> frozenset[str]:
-        return declared_capabilities(self.factory) if self.factory is not None else frozenset(CAPABILITIES)
+        """What the engine declares: its factory's (before any start), or a server's (it is running)."""
+        if self.factory is not None:
+            return declared_capabilities(self.factory)
+        if self.endpoint_model_dir is None:
+            return frozenset(CAPABILITIES)
+        try:
+            return frozenset(self.handle(self.endpoint_model_dir, "plain").capabilities)
+        except EngineStartError:
+            return frozenset(CAPABILITIES)  # every test then fails with the connect error, in one line
 
     def handle(self, model_dir: Path, kind: str) -> EngineHandle:
         """The started engine of ``kind`` on ``model_dir`` (started on first use)."""

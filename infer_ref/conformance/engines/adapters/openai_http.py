@@ -157,7 +157,7 @@ def _capabilities(client: HttpClient, dialect: Dialect, options: EngineOptions |
     if dialect.prompt_logprobs:
         found.add("prompt_logprobs")
     if dialect.vllm_extras:
-        found.add("top_k_top_p")
+        found.update(("top_k_top_p", "ignore_eos"))
     if dialect.cached_tokens:
         found.add("cached_tokens")
     try:

@@ -67,3 +67,10 @@ def worker_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     env.setdefault("OMP_NUM_THREADS", "1")  # tiny models; a shared machine
     return env
+
+
+# Everything the tier can ask of vLLM offline (the worker reports the same after a start).
+start_vllm.capabilities = frozenset(  # type: ignore[attr-defined]
+    {"prompt_logprobs", "seed", "stop_strings", "cached_tokens", "reset_prefix_cache", "chunked_prefill",
+     "kv_budget", "batch", "top_k_top_p", "ignore_eos", "prefix_caching"}
+)  # fmt: skip

@@ -16,10 +16,15 @@ _TIER: dict[str, EngineTier] = {}
 
 def _tier(config: pytest.Config) -> EngineTier:
     if "tier" not in _TIER:
+        endpoint = config.getoption("--ir-endpoint")
+        dirs = config.getoption("--ir-model-dir") or []
+        if endpoint and len(dirs) != 1:
+            raise pytest.UsageError("--ir-endpoint needs exactly one --ir-model-dir: the folder the server serves")
         _TIER["tier"] = EngineTier(
             engine=config.getoption("--ir-engine"),
-            endpoint=config.getoption("--ir-endpoint"),
+            endpoint=endpoint,
             dtype=config.getoption("--ir-engine-dtype"),
+            endpoint_model_dir=Path(dirs[0]) if endpoint else None,
         )
     return _TIER["tier"]
 
@@ -30,7 +35,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if collector is not None:  # the report names the engine, not the in-process adapter
         engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
         report = collector.report
-        report.impl = f"--endpoint {endpoint}" if endpoint else f"--engine {engine or 'infer_ref'}"
+        report.impl = f"--ir-endpoint={endpoint}" if endpoint else f"--ir-engine={engine or 'infer_ref'}"
         report.adapter, report.version = "engine tier:", engine or endpoint or "infer_ref"
         report.device, report.dtype = "the engine's", str(config.getoption("--ir-engine-dtype"))
         report.capabilities = {}
