@@ -34,6 +34,7 @@ ENGINES = {
     "infer_ref": "infer_ref.conformance.engines.adapters.infer_ref_engine:start_infer_ref",
     "transformers": "infer_ref.conformance.engines.adapters.transformers_generate:start_transformers",
     "vllm": "infer_ref.conformance.engines.adapters.vllm:start_vllm",
+    "vllm-server": "infer_ref.conformance.engines.adapters.vllm_server:start_vllm_server",
 }
 CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
@@ -133,8 +134,12 @@ class EngineTier:
         if self.endpoint is not None:
             kind = "plain"  # one server: both roles
         key = (str(model_dir), kind)
+        if any(started != str(model_dir) for started, _ in self.started):
+            self.stop_all()  # tests run checkpoint by checkpoint: at most two engines are ever up
         if key in self.failed:
             raise EngineStartError(self.failed[key])
+        if key in self.started and not getattr(self.started[key], "alive", True):
+            del self.started[key]  # it failed in an earlier test: the next one gets a fresh engine
         if key not in self.started:
             try:
                 self.started[key] = self._start(model_dir, kind)

@@ -81,6 +81,11 @@ class WorkerProcess:
         return self._process.pid
 
     @property
+    def alive(self) -> bool:
+        """False once the worker was stopped, killed or found dead."""
+        return not self._dead
+
+    @property
     def log_path(self) -> Path:
         return self._process.log_path
 
@@ -153,6 +158,11 @@ class WorkerProcess:
             self.kill()
             self._process.remove_log()
             raise EngineNotInstalled(f"{self.label}: {message}")
+        if op == "generate":
+            # An engine whose step raised is in no known state (vLLM's then spins on its next call,
+            # never answering): it is killed, and a caller that wants more starts a new one.
+            self.kill()
+            raise EngineWorkerError(f"{self.label}: {op} failed, the engine was stopped: {message} (log: {self.log_path})")
         raise EngineWorkerError(f"{self.label}: {op} failed: {message} (log: {self.log_path})")
 
     def protocol_error(self, what: str) -> NoReturn:
@@ -184,7 +194,7 @@ class BridgedEngine:
     @classmethod
     def start(
         cls, python: str | os.PathLike[str], script: Path, model_dir: Path, options: EngineOptions, *,
-        label: str, start_timeout: float = 600.0, request_timeout: float = 900.0,
+        label: str, start_timeout: float = 600.0, request_timeout: float = 300.0,
         env: dict[str, str] | None = None, extra: dict[str, Any] | None = None,
     ) -> BridgedEngine:  # fmt: skip
         """Start ``script`` under ``python`` and ask it to load ``model_dir`` with ``options``."""
@@ -202,6 +212,11 @@ class BridgedEngine:
     @property
     def worker(self) -> WorkerProcess:
         return self._worker
+
+    @property
+    def alive(self) -> bool:
+        """False once the engine was stopped or has failed (the tier then starts a new one)."""
+        return self._worker.alive
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
         result = self._worker.call(

@@ -31,7 +31,7 @@ def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
 
 def start_vllm(
     model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    enforce_eager: bool = True, start_timeout: float = 600.0, request_timeout: float = 900.0,
+    enforce_eager: bool = True, start_timeout: float = 600.0, request_timeout: float = 300.0,
 ) -> BridgedEngine:  # fmt: skip
     """Start ``vllm.LLM`` on ``model_dir`` with ``options`` in a worker process.
 

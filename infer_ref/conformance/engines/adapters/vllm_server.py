@@ -30,6 +30,7 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
 from infer_ref.conformance.engines.adapters.vllm import (
     check_model_dir,
     not_installed_message,
+    start_vllm,
     vllm_python,
     worker_env,
 )
@@ -128,3 +129,7 @@ def _raise_exit_reason(process: GroupedProcess, interpreter: str) -> None:
             raise EngineNotInstalled(not_installed_message(interpreter, line.removeprefix("missing: ")))
     raise EngineWorkerError(f"vllm server exited (status {process.returncode}) before answering; its log "
                             f"{process.log_path} ends:\n{process.log_tail()}")  # fmt: skip
+
+
+# What the tier can ask of a server it launches itself (it knows the options it started it with).
+start_vllm_server.capabilities = start_vllm.capabilities  # type: ignore[attr-defined]

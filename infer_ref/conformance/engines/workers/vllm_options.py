@@ -37,7 +37,8 @@ def llm_kwargs(model_dir: str, options: dict[str, Any], *, is_cpu: bool, enforce
         kwargs["block_size"] = block_size
     budget = options.get("kv_cache_tokens")
     if budget is not None:
-        kwargs["num_gpu_blocks_override"] = _kv_blocks(budget, block_size, is_cpu=is_cpu)
+        groups = kv_cache_groups(_layer_types(model_dir))
+        kwargs["num_gpu_blocks_override"] = _kv_blocks(budget * groups, block_size, is_cpu=is_cpu)
     if options.get("max_num_batched_tokens") is not None:
         kwargs["max_num_batched_tokens"] = options["max_num_batched_tokens"]
         kwargs["enable_chunked_prefill"] = True
@@ -45,6 +46,30 @@ def llm_kwargs(model_dir: str, options: dict[str, Any], *, is_cpu: bool, enforce
         if options.get(name) is not None:
             kwargs[name] = options[name]
     return kwargs
+
+
+def _layer_types(model_dir: str) -> list[str]:
+    """Each layer's attention type as transformers reads config.json (both styles): vLLM's own reading."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(model_dir)
+    config = getattr(config, "text_config", config)
+    return list(getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers)
+
+
+def kv_cache_groups(layer_types: list[str]) -> int:
+    """How many KV cache groups vLLM's hybrid allocator makes for these layers.
+
+    Every group takes its own blocks from the one pool for every request, so a budget of T
+    positions for each request's layers takes T * groups positions of blocks. vLLM groups layers
+    of one attention type into groups of equal size, the size being the smallest type's layer count
+    (the largest's when it is under 1.5 times the smallest): Gemma 3's S S F S is 4 groups of 1.
+    """
+    counts = [layer_types.count(t) for t in dict.fromkeys(layer_types)]
+    if len(counts) == 1:
+        return 1
+    size = max(counts) if max(counts) < 1.5 * min(counts) else min(counts)
+    return sum(-(-c // size) for c in counts)
 
 
 def _kv_blocks(tokens: int, block_size: int | None, *, is_cpu: bool) -> int:

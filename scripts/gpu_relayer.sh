@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The re-layering's GPU checks in one script: the GPU tier on this tree (every test marked gpu),
+# the fast CLI path (captured and compiled), and the compiled decode step of the tree before the
+# re-layering (a669f17) against this one (scripts/gpu_ab.sh, three families at 128 and 4096).
+#
+#   git archive a669f17 infer_ref benchmarks | (mkdir -p .ab/old && tar -x -C .ab/old)
+#   OUT=/some/dir scripts/gpu_relayer.sh                  # from the repository root
+#   OUT=/some/dir STAGES="tier" scripts/gpu_relayer.sh    # a part (any of: tier cli ab)
+#
+# Writes into $OUT: log.txt, tier_{gemv,attention,rest}.{log,xml}, ab/ (gpu_ab.sh's logs and ab.txt). Exits non-zero
+# when a test fails.
+set -u
+OUT=${OUT:?set OUT to the results folder}
+mkdir -p "$OUT"
+export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+LOG="$OUT/log.txt"
+: >"$LOG"
+say() { echo "[gpu_relayer $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
+STAGES=${STAGES:-tier cli ab}
+want() { [[ " $STAGES " == *" $1 "* ]]; }
+RC=0
+
+say "environment"
+{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
+  $PY -c 'import torch, sys, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpu", torch.cuda.get_device_name(0))'
+} 2>&1 | tee -a "$LOG"
+
+if want tier; then
+    # Three parts (the GEMV kernels, the attention kernels, the rest), each over WORKERS processes
+    # sharing the GPU; each part's whole output in tier_<part>.log, its summary in log.txt.
+    K=tests/kernels
+    for part in "gemv:$K/test_gemv_gpu.py" "attention:$K/test_decode_attention_gpu.py" \
+                "rest:tests infer_ref/conformance/tests --deselect $K/test_gemv_gpu.py --deselect $K/test_decode_attention_gpu.py"; do
+        name=${part%%:*}
+        say "tier $name: pytest -m gpu -n ${WORKERS:-4} ${part#*:}"
+        # shellcheck disable=SC2086  # the part's paths and options are a list
+        $PY -m pytest -m gpu -q -p no:cacheprovider -n "${WORKERS:-4}" --junitxml="$OUT/tier_$name.xml" ${part#*:} \
+            >"$OUT/tier_$name.log" 2>&1 || RC=1
+        grep -E "passed|failed|error" "$OUT/tier_$name.log" | tail -3 | tee -a "$LOG"
+    done
+fi
+if want cli; then
+    say "cli: infer-ref generate --fast, then --fast --compile (llama-tiny)"
+    for flags in "--fast" "--fast --compile"; do
+        # shellcheck disable=SC2086  # flags is a list
+        $PY -m infer_ref.cli generate "Count to ten." --device cuda $flags --max-new-tokens 16 2>&1 | tail -3 | tee -a "$LOG"
+        [[ ${PIPESTATUS[0]} -eq 0 ]] || RC=1
+    done
+fi
+if want ab; then
+    say "ab: a669f17 (.ab/old) against this tree"
+    OUT="$OUT/ab" TREES="old=.ab/old new=." CONTEXT="128 4096" BUDGET_S=${BUDGET_S:-480} bash scripts/gpu_ab.sh 2>&1 | tee -a "$LOG"
+fi
+say "done, exit $RC"
+exit $RC
