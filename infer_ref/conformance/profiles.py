@@ -12,7 +12,9 @@ Select with ``--hypothesis-profile=NAME`` or ``INFER_REF_HYPOTHESIS_PROFILE=NAME
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
+import torch
 from hypothesis import HealthCheck, Phase, settings
 
 PROFILE_ENV_VAR = "INFER_REF_HYPOTHESIS_PROFILE"
@@ -42,3 +44,16 @@ def load_default_profile() -> str:
     name = default_profile_name()
     settings.load_profile(name)
     return name
+
+
+def one_torch_thread() -> Iterator[None]:
+    """A fixture body: torch on one intra-op thread while it runs, restored after.
+
+    The kit's models are tiny (hidden 32-64): with several threads each matmul spends more time in
+    thread hand-off than in arithmetic, and ``pytest -n auto`` already runs one process per core.
+    """
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from infer_ref.config import ModelConfig
+from infer_ref.conformance.profiles import one_torch_thread
 from infer_ref.loader import load_model
 from infer_ref.models import DecoderLM
 from infer_ref.tokenizer import Tokenizer
@@ -27,10 +28,7 @@ LLAMA = FIXTURES / "llama-tiny"
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    yield from one_torch_thread()
 
 
 @pytest.fixture(scope="session")

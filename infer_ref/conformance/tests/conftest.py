@@ -9,12 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-import torch
+
+from infer_ref.conformance.profiles import one_torch_thread
 
 
 @pytest.fixture(autouse=True, scope="module")
 def _one_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    yield from one_torch_thread()

@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import torch
 
 from infer_ref.conformance.engines.session import EngineStartError, EngineTier, default_model_dirs
+from infer_ref.conformance.profiles import one_torch_thread
 
 _TIER: dict[str, EngineTier] = {}
 
@@ -99,10 +99,7 @@ def tier(request: pytest.FixtureRequest) -> Iterator[EngineTier]:
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread() -> Iterator[None]:
     """The kit's checkpoints are tiny: one intra-op thread (the oracle and in-process engines)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    yield from one_torch_thread()
 
 
 @pytest.fixture
