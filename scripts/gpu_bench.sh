@@ -10,14 +10,10 @@
 # about 15 min on an H100 (torch.compile of the three fast steps is most of it); STAGES (any of
 # fast_check compare gate plot) and MODELS split it. Writes at most 8 files into $OUT: log.txt
 # results.md compare.json fast_check.json gate.json bench_llama.json latency_vs_position.png.
-set -u
-OUT=${OUT:?set OUT to the results folder}
-mkdir -p "$OUT"
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-LOG="$OUT/log.txt"
-: >"$LOG"
-say() { echo "[gpu_bench $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
+NAME=gpu_bench
+DEFAULT_STAGES="fast_check compare gate plot"
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
 stage() {  # stage NAME SECONDS CMD...
     local name=$1 limit=$2; shift 2
     say "stage $name (limit ${limit}s): $*"
@@ -42,8 +38,6 @@ else
     COMPILE=(--compile)
     MODELS=${MODELS:-llama-3.2-1b qwen3-1.7b gemma-3-1b-it}
 fi
-STAGES=${STAGES:-fast_check compare gate plot}
-want() { [[ " $STAGES " == *" $1 "* ]]; }
 read -r -a MODEL_ARGS <<<"$MODELS"
 
 say "environment"

@@ -12,18 +12,10 @@
 # $OUT: log.txt, tests.xml (JUnit), decode_attention.json (the benchmark). Exits non-zero when a test
 # fails or a planted bug goes uncaught by the GPU tests (the interpret stage only reports: some
 # bugs, such as int32 addressing, need a GPU-sized pool to show).
-set -u
-OUT=${OUT:?set OUT to the results folder}
-mkdir -p "$OUT"
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-LOG="$OUT/log.txt"
-: >"$LOG"
-say() { echo "[gpu_decode_attention $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
-
-STAGES=${STAGES:-tests bench mutants}
-want() { [[ " $STAGES " == *" $1 "* ]]; }
-RC=0
+NAME=gpu_decode_attention
+DEFAULT_STAGES="tests bench mutants"
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
 GPU_TESTS=tests/kernels/test_decode_attention_gpu.py
 INTERPRET_TESTS=tests/kernels/test_decode_attention_interpret.py
 

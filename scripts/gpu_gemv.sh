@@ -13,23 +13,12 @@
 # gemv.json (the sweep), gemv_chain.json (the chain). Exits non-zero when a test fails or a planted
 # bug goes uncaught (for interpret-mutants: never for an uncaught one, which the interpreter's
 # float16/float32 tests may legitimately miss; the log says which).
-set -u
-OUT=${OUT:?set OUT to the results folder}
-mkdir -p "$OUT"
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-LOG="$OUT/log.txt"
-: >"$LOG"
-say() { echo "[gpu_gemv $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
+NAME=gpu_gemv
+DEFAULT_STAGES="tests bench chain mutants"
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
 
-STAGES=${STAGES:-tests bench chain mutants}
-want() { [[ " $STAGES " == *" $1 "* ]]; }
-RC=0
-
-say "environment"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-  $PY -c 'import torch, sys; import triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpu", torch.cuda.get_device_name(0))'
-  git rev-parse --short HEAD 2>/dev/null || true; } 2>&1 | tee -a "$LOG"
+gpu_environment
 
 if want tests; then
     say "tests: pytest -m gpu tests/kernels/test_gemv_gpu.py"

@@ -8,23 +8,12 @@
 #
 # Needs torch (CUDA), Triton, pytest; no network. Writes into $OUT: log.txt, tests.xml (JUnit),
 # bench_kernels.json. Exits non-zero when a test fails or a planted bug goes uncaught.
-set -u
-OUT=${OUT:?set OUT to the results folder}
-mkdir -p "$OUT"
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-LOG="$OUT/log.txt"
-: >"$LOG"
-say() { echo "[gpu_kernels $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
+NAME=gpu_kernels
+DEFAULT_STAGES="tests bench mutants"
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
 
-STAGES=${STAGES:-tests bench mutants}
-want() { [[ " $STAGES " == *" $1 "* ]]; }
-RC=0
-
-say "environment"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-  $PY -c 'import torch, sys; import triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpu", torch.cuda.get_device_name(0))'
-  git rev-parse --short HEAD 2>/dev/null || true; } 2>&1 | tee -a "$LOG"
+gpu_environment
 
 if want tests; then
     say "tests: pytest -m gpu tests/unit/test_kernels_gpu.py"

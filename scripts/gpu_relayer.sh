@@ -9,22 +9,12 @@
 #
 # Writes into $OUT: log.txt, tier_{gemv,attention,rest}.{log,xml}, ab/ (gpu_ab.sh's logs and ab.txt). Exits non-zero
 # when a test fails.
-set -u
-OUT=${OUT:?set OUT to the results folder}
-mkdir -p "$OUT"
-export PYTHONPATH=.${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-PY=${PYTHON:-python3}
-LOG="$OUT/log.txt"
-: >"$LOG"
-say() { echo "[gpu_relayer $(date +%H:%M:%S)] $*" | tee -a "$LOG"; }
-STAGES=${STAGES:-tier cli ab}
-want() { [[ " $STAGES " == *" $1 "* ]]; }
-RC=0
+NAME=gpu_relayer
+DEFAULT_STAGES="tier cli ab"
+# shellcheck source=scripts/gpu_common.sh
+source "$(dirname "$0")/gpu_common.sh"
 
-say "environment"
-{ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv 2>/dev/null || true
-  $PY -c 'import torch, sys, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__, "gpu", torch.cuda.get_device_name(0))'
-} 2>&1 | tee -a "$LOG"
+gpu_environment
 
 if want tier; then
     # Three parts (the GEMV kernels, the attention kernels, the rest), each over WORKERS processes
