@@ -16,7 +16,7 @@ a capability missing from :attr:`EngineHandle.capabilities` skips the properties
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol, runtime_checkable
 
@@ -35,10 +35,6 @@ CAPABILITIES = (
     "top_k_top_p",  # EngineRequest.top_k / top_p are honoured
     "ignore_eos",  # EngineRequest.ignore_eos is honoured
 )
-Capability = Literal[
-    "prompt_logprobs", "seed", "stop_strings", "prefix_caching", "cached_tokens",
-    "reset_prefix_cache", "chunked_prefill", "kv_budget", "batch", "top_k_top_p", "ignore_eos",
-]  # fmt: skip
 
 FinishReason = Literal["stop", "length"]
 DTYPES = ("float32", "bfloat16", "float16", "float64")
@@ -183,21 +179,10 @@ class EngineFactory(Protocol):
     def __call__(self, model_dir: Path, options: EngineOptions) -> EngineHandle: ...
 
 
-@dataclass
-class EngineInfo:
-    """What the report prints about an engine: its name, versions and declared capabilities."""
-
-    name: str
-    versions: dict[str, str] = field(default_factory=dict)
-    capabilities: frozenset[str] = frozenset()
-
-
 __all__ = [
     "CAPABILITIES",
-    "Capability",
     "EngineFactory",
     "EngineHandle",
-    "EngineInfo",
     "EngineOptions",
     "EngineOutput",
     "EngineRequest",

@@ -181,10 +181,3 @@ def run(handle: EngineHandle, requests: Sequence[EngineRequest]) -> list[EngineO
     if len(outputs) != len(requests):
         raise AssertionError(f"{len(requests)} requests sent, {len(outputs)} answers returned")
     return outputs
-
-
-def ignore_eos_if_possible(capabilities: frozenset[str]) -> bool:
-    return "ignore_eos" in capabilities
-
-
-
