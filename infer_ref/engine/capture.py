@@ -29,7 +29,7 @@ from infer_ref.cache.factory import DEFAULT_BLOCK_SIZE, build_cache
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.cache.static_paged import StaticPagedKVCache
 from infer_ref.config import ModelConfig
-from infer_ref.devices import model_placement
+from infer_ref.devices import check_model_device, model_placement
 from infer_ref.errors import UsageError
 from infer_ref.fast.modules import use_fast_modules
 from infer_ref.fast.switch import decode_kernels
@@ -56,6 +56,8 @@ class CapturedStep:
         model: an infer_ref ``DecoderLM`` (anything with ``.config`` and the cache contract); the
             step runs on its device, in its dtype.
         max_seq_len: positions the cache holds (prompt + generated), rounded up to ``SLOT_ALIGN``.
+        device: the model's device, or None: the step runs where the model is; a device that names
+            another one is refused with a :class:`~infer_ref.errors.UsageError`.
         batch_size: rows of the input buffer ``[B, 1]``.
         cuda_graph: capture the step in a CUDA graph (default: on CUDA devices).
         compile: ``torch.compile`` the step before capturing it (CUDA only).
@@ -72,6 +74,7 @@ class CapturedStep:
         model: nn.Module,
         max_seq_len: int,
         *,
+        device: str | torch.device | None = None,
         batch_size: int = 1,
         cuda_graph: bool | None = None,
         compile: bool = False,
@@ -79,6 +82,7 @@ class CapturedStep:
         cache: str = "static",
         block_size: int = DEFAULT_BLOCK_SIZE,
     ) -> None:
+        check_model_device(model, device)  # before the modules are swapped or anything is allocated
         if cache not in FAST_CACHE_LAYOUTS:
             raise ValueError(f"cache must be one of {', '.join(FAST_CACHE_LAYOUTS)}, got {cache!r}")
         self.device, dtype = model_placement(model)
