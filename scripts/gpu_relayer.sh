@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # The re-layering's GPU checks in one script: the GPU tier on this tree (every test marked gpu),
 # the fast CLI path (captured and compiled), and the compiled decode step of the tree before the
-# re-layering (a669f17) against this one (scripts/gpu_ab.sh, three families at 128 and 4096).
+# re-layering (a669f17) against this one (scripts/gpu_ab.sh, three families at 128 and 4096), the
+# planted GPU kernel bugs (the mutants stages of gpu_kernels.sh, gpu_gemv.sh, gpu_decode_attention.sh),
+# and the CPU default tier of both trees on the same two cores with CUDA hidden (what CI runs).
 #
 #   git archive a669f17 infer_ref benchmarks | (mkdir -p .ab/old && tar -x -C .ab/old)
 #   OUT=/some/dir scripts/gpu_relayer.sh                  # from the repository root
-#   OUT=/some/dir STAGES="tier" scripts/gpu_relayer.sh    # a part (any of: tier cli ab)
+#   OUT=/some/dir STAGES="tier" scripts/gpu_relayer.sh    # a part (any of: tier cli ab mutants cpu-tier)
+#   git archive a669f17 | (mkdir -p .ab/tier-old && tar -x -C .ab/tier-old)   # for cpu-tier
 #
-# Writes into $OUT: log.txt, tier_{gemv,attention,rest}.{log,xml}, ab/ (gpu_ab.sh's logs and ab.txt). Exits non-zero
-# when a test fails.
+# Writes into $OUT: log.txt, tier_{gemv,attention,rest}.{log,xml}, ab/ (gpu_ab.sh's logs and ab.txt),
+# mutants/ (each script's log), cpu_{old,new}.{log,xml}. Exits non-zero when a test fails or a planted
+# bug is missed.
 NAME=gpu_relayer
 DEFAULT_STAGES="tier cli ab"
 # shellcheck source=scripts/gpu_common.sh
@@ -41,6 +45,33 @@ fi
 if want ab; then
     say "ab: a669f17 (.ab/old) against this tree"
     OUT="$OUT/ab" TREES="old=.ab/old new=." CONTEXT="128 4096" BUDGET_S=${BUDGET_S:-480} bash scripts/gpu_ab.sh 2>&1 | tee -a "$LOG"
+fi
+if want mutants; then
+    # The three scripts share the GPU; each copies the package per planted bug and runs the GPU
+    # tests that must catch it.
+    mkdir -p "$OUT/mutants"
+    for script in gpu_kernels gpu_gemv gpu_decode_attention; do
+        OUT="$OUT/mutants/$script" STAGES=mutants bash "scripts/$script.sh" >"$OUT/mutants/$script.log" 2>&1 &
+    done
+    for job in $(jobs -p); do wait "$job" || RC=1; done
+    grep -h "mutant " "$OUT"/mutants/*.log | tee -a "$LOG"
+fi
+if want cpu-tier; then
+    # The README's test command on two cores (taskset), CUDA hidden: the tree before the re-layering
+    # first, then this one, one after the other on an otherwise idle machine (CPU_TREES="old" or
+    # "new" runs one of them).
+    for tree in "old:.ab/tier-old" "new:."; do
+        name=${tree%%:*}
+        [[ " ${CPU_TREES:-old new} " == *" $name "* ]] || continue
+        say "cpu-tier $name: pytest -n 2 in ${tree#*:}"
+        (cd "${tree#*:}" && TIMEFORMAT="cpu-tier $name: real %R s, user %U s, sys %S s" && time (
+            CUDA_VISIBLE_DEVICES= PYTHONPATH=. taskset -c 0,1 $PY -m pytest -n 2 -q -p no:cacheprovider \
+                --junitxml="$OUT/cpu_$name.xml" >"$OUT/cpu_$name.log" 2>&1)) 2>&1 | tee -a "$LOG"
+        grep -E "passed|failed" "$OUT/cpu_$name.log" | tail -2 | tee -a "$LOG"
+    done
+    if [ -f "$OUT/cpu_old.xml" ] && [ -f "$OUT/cpu_new.xml" ]; then
+        $PY scripts/compare_test_times.py "$OUT/cpu_old.xml" "$OUT/cpu_new.xml" | tee -a "$LOG"
+    fi
 fi
 say "done, exit $RC"
 exit $RC
