@@ -42,11 +42,13 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
                    help="model / attention dtype: float64 is the exact tier (default); bfloat16/float16 use the golden "
                         "tolerances. With --engine: the engine's dtype (default float32)")
     p.add_argument("--engine", default=None, metavar="ENGINE",
-                   help="engine tier: judge an engine through its generate API (vllm, infer_ref, transformers, module:FACTORY)")
+                   help="engine tier: judge an engine through its generate API (vllm, vllm-server, infer_ref, transformers, transformers-cb, module:FACTORY)")
     p.add_argument("--endpoint", default=None, metavar="URL",
                    help="engine tier: judge a running OpenAI-compatible server (http://127.0.0.1:PORT/v1); needs --model-dir")
     p.add_argument("--model-dir", action="append", default=None, metavar="DIR",
                    help="engine tier: checkpoint folder(s) to judge on (default: the kit's checkpoints)")
+    p.add_argument("--consistency-tolerance", type=float, default=None, metavar="NATS",
+                   help="engine tier: self-consistency tolerance for an engine the kit has not measured (default: the oracle's)")
     p.add_argument("--xfails", action="append", default=None, metavar="FILE",
                    help="expected failures, one test-id prefix per line (repeatable)")
     p.add_argument("-n", "--numprocesses", default=None, metavar="N|auto",
@@ -63,6 +65,8 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
         out = ["--pyargs", "infer_ref.conformance.engines.tests", f"--ir-engine-dtype={args.dtype or 'float32'}"]
         out += [f"--ir-engine={args.engine}"] if args.engine else [f"--ir-endpoint={args.endpoint}"]
         out += [f"--ir-model-dir={d}" for d in args.model_dir or []]
+        if args.consistency_tolerance is not None:
+            out += [f"--ir-consistency-tolerance={args.consistency_tolerance!r}"]
     else:
         out = ["--pyargs", "infer_ref.conformance.tests", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
                f"--ir-dtype={args.dtype or 'float64'}"]

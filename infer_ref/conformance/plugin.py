@@ -69,13 +69,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--ir-report", default=None, metavar="FILE", help="write the conformance report (.md or .json)")
     group.addoption("--ir-engine", default=None, metavar="ENGINE",
-                    help="engine tier: vllm, infer_ref, transformers or module:FACTORY (infer_ref.conformance.engines)")
+                    help="engine tier: vllm, vllm-server, infer_ref, transformers, transformers-cb or module:FACTORY (infer_ref.conformance.engines)")
     group.addoption("--ir-endpoint", default=None, metavar="URL",
                     help="engine tier: an OpenAI-compatible server's base URL (http://127.0.0.1:PORT/v1)")
     group.addoption("--ir-model-dir", action="append", default=None, metavar="DIR",
                     help="engine tier: a checkpoint folder to judge on (repeatable; default: the kit's checkpoints)")
     group.addoption("--ir-engine-dtype", default="float32", choices=list(DTYPES),
                     help="engine tier: the dtype engines are started with (default float32)")
+    group.addoption("--ir-consistency-tolerance", default=None, type=float, metavar="NATS",
+                    help="engine tier: self-consistency tolerance for an engine whose spread is not in the kit's table "
+                         "(default: the measured one, else the oracle's)")
 
 
 def worker_device(device: str, worker: str | None, count: int) -> str:

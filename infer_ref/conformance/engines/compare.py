@@ -9,7 +9,7 @@ report for a token must agree within ``tol``, and prompt logprobs likewise at ev
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from infer_ref.conformance.engines.protocol import EngineOutput, TokenLogprobs
 
@@ -17,18 +17,13 @@ from infer_ref.conformance.engines.protocol import EngineOutput, TokenLogprobs
 def compare_outputs(a: EngineOutput, b: EngineOutput, tol: float) -> list[str]:
     """Problems found comparing ``b`` with ``a`` (empty: consistent)."""
     problems: list[str] = []
-    for step, (x, y) in enumerate(zip(a.logprobs, b.logprobs, strict=False)):
-        problems += _compare_entries(f"step {step}", x, y, tol)
-        if x.token != y.token:
-            if not _near_tie(x, y.token, tol):
-                problems.append(
-                    f"step {step}: tokens {x.token} vs {y.token} and no near-tie (first run's top: {_fmt(x.top[:3])})"
-                )
-            return problems  # contexts differ from here on
-    if a.token_ids != b.token_ids and len(a.token_ids) != len(b.token_ids) and not problems:
+    for where, x, y in _generated_pairs(a, b):
+        problems += _compare_entries(where, x, y, tol)
+        if x.token != y.token and not _near_tie(x, y, tol):
+            problems.append(f"{where}: tokens {x.token} vs {y.token} and no near-tie (first run's top: {_fmt(x.top[:3])})")
+    if _same_tokens(a, b) and len(a.token_ids) != len(b.token_ids) and not problems:
         problems.append(f"same tokens up to {min(len(a.token_ids), len(b.token_ids))}, then lengths {len(a.token_ids)} vs {len(b.token_ids)}")
-    problems += compare_prompt_logprobs(a.prompt_logprobs, b.prompt_logprobs, tol)
-    return problems
+    return problems + compare_prompt_logprobs(a.prompt_logprobs, b.prompt_logprobs, tol)
 
 
 def compare_prompt_logprobs(
@@ -42,24 +37,61 @@ def compare_prompt_logprobs(
     for i, (x, y) in enumerate(zip(a, b, strict=True)):
         if (x is None) != (y is None):
             out.append(f"prompt position {i}: one run has logprobs, the other none")
-        elif x is not None and y is not None:
-            out += _compare_entries(f"prompt position {i}", x, y, tol)
+    for where, x, y in _prompt_pairs(a, b):
+        out += _compare_entries(where, x, y, tol)
     return out
+
+
+def largest_difference(a: EngineOutput, b: EngineOutput) -> float:
+    """The largest |difference| between logprobs both runs report for a token at a position both
+    judge (the steps up to the first flip, the prompt positions): what the tolerance must cover
+    between two correct schedules of one engine."""
+    pairs = [*_generated_pairs(a, b), *_prompt_pairs(a.prompt_logprobs, b.prompt_logprobs)]
+    return max((abs(lx - ly) for _, x, y in pairs for _, lx, ly in _shared_logprobs(x, y)), default=0.0)
+
+
+def _generated_pairs(a: EngineOutput, b: EngineOutput) -> Iterator[tuple[str, TokenLogprobs, TokenLogprobs]]:
+    """Both runs' entries step by step, the step where the tokens part last: after it the two
+    contexts differ and nothing can be compared."""
+    for step, (x, y) in enumerate(zip(a.logprobs, b.logprobs, strict=False)):
+        yield f"step {step}", x, y
+        if x.token != y.token:
+            return
+
+
+def _prompt_pairs(
+    a: Sequence[TokenLogprobs | None] | None, b: Sequence[TokenLogprobs | None] | None
+) -> Iterator[tuple[str, TokenLogprobs, TokenLogprobs]]:
+    if a is None or b is None or len(a) != len(b):
+        return
+    for i, (x, y) in enumerate(zip(a, b, strict=True)):
+        if x is not None and y is not None:
+            yield f"prompt position {i}", x, y
+
+
+def _same_tokens(a: EngineOutput, b: EngineOutput) -> bool:
+    return all(x == y for x, y in zip(a.token_ids, b.token_ids, strict=False))
+
+
+def _shared_logprobs(x: TokenLogprobs, y: TokenLogprobs) -> list[tuple[int, float, float]]:
+    """``(token, x's logprob, y's logprob)`` for every token both entries report, in token order."""
+    ours = dict(x.top) | {x.token: x.logprob}
+    theirs = dict(y.top) | {y.token: y.logprob}
+    return [(t, ours[t], theirs[t]) for t in sorted(set(ours) & set(theirs))]
 
 
 def _compare_entries(where: str, x: TokenLogprobs, y: TokenLogprobs, tol: float) -> list[str]:
-    ours = dict(x.top) | {x.token: x.logprob}
-    theirs = dict(y.top) | {y.token: y.logprob}
-    out = []
-    for token in sorted(set(ours) & set(theirs)):
-        if not abs(ours[token] - theirs[token]) <= tol:
-            out.append(f"{where}: token {token} logprob {ours[token]:.6f} vs {theirs[token]:.6f}")
-    return out
+    return [f"{where}: token {t} logprob {lx:.6f} vs {ly:.6f}" for t, lx, ly in _shared_logprobs(x, y) if not abs(lx - ly) <= tol]
 
 
-def _near_tie(x: TokenLogprobs, other: int, tol: float) -> bool:
+def _near_tie(x: TokenLogprobs, y: TokenLogprobs, tol: float) -> bool:
+    """Whether greedy choices ``x.token`` and ``y.token`` can part by rounding: ``y``'s token within
+    ``tol`` of ``x``'s in ``x``'s own top list. An engine that reports no alternatives gives only the
+    two chosen logprobs: each is its run's maximum, so a near-tie makes them equal within ``tol``."""
+    if not x.top:
+        return abs(x.logprob - y.logprob) <= tol
     ranked = dict(x.top)
-    return other in ranked and x.logprob - ranked[other] <= tol
+    return y.token in ranked and x.logprob - ranked[y.token] <= tol
 
 
 def _fmt(pairs: Sequence[tuple[int, float]]) -> str:

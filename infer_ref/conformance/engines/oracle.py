@@ -107,6 +107,14 @@ def compare_position(where: str, entry: TokenLogprobs, row: Tensor, tol: float, 
     return out
 
 
+def distance_from_oracle(entry: TokenLogprobs, row: Tensor) -> float:
+    """The largest |engine - oracle| over the logprobs ``entry`` reports (the chosen token's and
+    its top-k) against the oracle's log-softmax ``row`` ``[V]``; ids outside the vocabulary are
+    :func:`compare_position`'s to report, not a distance."""
+    pairs = [(entry.token, entry.logprob), *entry.top]
+    return max((abs(lp - float(row[t])) for t, lp in pairs if 0 <= t < row.shape[0]), default=0.0)
+
+
 def dedupe(found: list[Disagreement]) -> list[Disagreement]:
     """One disagreement per (position, token), in order."""
     seen: set[tuple[str, int, str]] = set()

@@ -34,6 +34,7 @@ CAPABILITIES = (
     "batch",  # several requests in one generate call run concurrently
     "top_k_top_p",  # EngineRequest.top_k / top_p are honoured
     "ignore_eos",  # EngineRequest.ignore_eos is honoured
+    "top_logprobs",  # EngineRequest.logprobs alternatives come back (without it: the chosen token's only)
 )
 
 FinishReason = Literal["stop", "length"]

@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
 from infer_ref.conformance.engines.protocol import (
     CAPABILITIES,
     EngineHandle,
@@ -33,6 +34,7 @@ from infer_ref.errors import UsageError
 ENGINES = {
     "infer_ref": "infer_ref.conformance.engines.adapters.infer_ref_engine:start_infer_ref",
     "transformers": "infer_ref.conformance.engines.adapters.transformers_generate:start_transformers",
+    "transformers-cb": "infer_ref.conformance.engines.adapters.transformers_batch:start_transformers_batch",
     "vllm": "infer_ref.conformance.engines.adapters.vllm:start_vllm",
     "vllm-server": "infer_ref.conformance.engines.adapters.vllm_server:start_vllm_server",
 }
@@ -104,14 +106,23 @@ class EngineTier:
     endpoint: str | None
     dtype: str
     endpoint_model_dir: Path | None = None  # the folder the endpoint serves
+    consistency_given: float | None = None  # --ir-consistency-tolerance
     factory: Callable[[Path, EngineOptions], EngineHandle] | None = None
     started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict)
     failed: dict[tuple[str, str], str] = field(default_factory=dict)
     alone_answers: dict[tuple[str, EngineRequest], EngineOutput] = field(default_factory=dict)
+    spreads: SpreadLog = field(default_factory=lambda: SpreadLog("between two schedules"))  # self-consistency
+    distances: SpreadLog = field(default_factory=lambda: SpreadLog("from the oracle"))  # agreement
+    consistency: ConsistencyTolerance = field(init=False)
 
     def __post_init__(self) -> None:
         if self.endpoint is None:
             self.factory = load_factory(self.engine or "infer_ref")
+        registered = None if self.endpoint else (self.engine or "infer_ref")
+        try:
+            self.consistency = consistency_tolerance(registered if registered in ENGINES else None, self.dtype, self.consistency_given)
+        except ValueError as e:
+            raise EngineStartError(str(e)) from None
 
     @property
     def name(self) -> str:

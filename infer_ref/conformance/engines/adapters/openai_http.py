@@ -28,7 +28,7 @@ PROBE_TEXT = "The quick brown fox jumps over the lazy dog 0123456789."
 VLLM_EXTRAS = {"return_tokens_as_token_ids": True}
 # What any server that passes the probe can be asked; the rest depends on the dialect or on the
 # options it was started with (known only for a server the kit launched).
-BASE_CAPABILITIES = ("seed", "stop_strings", "batch")
+BASE_CAPABILITIES = ("seed", "stop_strings", "batch", "top_logprobs")  # connect refuses a server without logprobs
 
 
 def connect(endpoint: str, model_dir: Path, *, options: EngineOptions | None = None, timeout: float = 600.0,

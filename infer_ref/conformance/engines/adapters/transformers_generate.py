@@ -20,7 +20,7 @@ from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, 
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.results import first_stop
 
-CAPABILITIES = frozenset({"prompt_logprobs", "seed", "stop_strings", "ignore_eos", "top_k_top_p"})
+CAPABILITIES = frozenset({"prompt_logprobs", "seed", "stop_strings", "ignore_eos", "top_k_top_p", "top_logprobs"})
 TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
@@ -37,8 +37,7 @@ class TransformersEngine:
             raise Unsupported("transformers' generate has no prefix cache and no chunked-prefill budget")
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[options.dtype]).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
-        eos = self.model.generation_config.eos_token_id
-        self.eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
+        self.eos_ids = generation_eos_ids(self.model)
         self.name = f"transformers {transformers.__version__} generate ({options.dtype})"
 
     @torch.inference_mode()
@@ -55,7 +54,7 @@ class TransformersEngine:
         steps = tuple(token_logprobs(logits[i], t, r.logprobs) for i, t in enumerate(tokens))
         text = str(self.tokenizer.decode(tokens, skip_special_tokens=True))
         cut = first_stop(text, r.stop)
-        stopped = cut is not None or (not r.ignore_eos and tokens[-1:] != [] and tokens[-1] in self.eos_ids)
+        stopped = cut is not None or (not r.ignore_eos and ends_with_eos(tokens, self.eos_ids))
         prompt_lp = None
         if r.prompt_logprobs is not None:
             prompt_lp = prompt_logprobs_from(self.model(prompt).logits[0, :-1], r.prompt, r.prompt_logprobs)  # [T-1, V]
@@ -78,6 +77,17 @@ class TransformersEngine:
 
     def stop(self) -> None:
         pass
+
+
+def generation_eos_ids(model: Any) -> list[int]:
+    """The EOS ids generation stops at (the model's ``generation_config``, which transformers fills
+    from generation_config.json, else config.json)."""
+    eos = model.generation_config.eos_token_id
+    return [eos] if isinstance(eos, int) else list(eos or [])
+
+
+def ends_with_eos(tokens: Sequence[int], eos_ids: Sequence[int]) -> bool:
+    return bool(tokens) and tokens[-1] in eos_ids
 
 
 def start_transformers(model_dir: Path, options: EngineOptions) -> TransformersEngine:

@@ -110,5 +110,5 @@ def worker_env() -> dict[str, str]:
 # Everything the tier can ask of vLLM offline (the worker reports the same after a start).
 start_vllm.capabilities = frozenset(  # type: ignore[attr-defined]
     {"prompt_logprobs", "seed", "stop_strings", "cached_tokens", "reset_prefix_cache", "chunked_prefill",
-     "kv_budget", "batch", "top_k_top_p", "ignore_eos", "prefix_caching"}
+     "kv_budget", "batch", "top_k_top_p", "ignore_eos", "prefix_caching", "top_logprobs"}
 )  # fmt: skip

@@ -25,6 +25,7 @@ def _tier(config: pytest.Config) -> EngineTier:
             endpoint=endpoint,
             dtype=config.getoption("--ir-engine-dtype"),
             endpoint_model_dir=Path(dirs[0]) if endpoint else None,
+            consistency_given=config.getoption("--ir-consistency-tolerance"),
         )
     return _TIER["tier"]
 
@@ -87,6 +88,23 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
     callspec = getattr(item, "callspec", None)
     if callspec is not None and "model_dir" in callspec.params:
         item.user_properties.append(("ir_family", Path(callspec.params["model_dir"]).name))
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The run's largest differences from the oracle and between schedules, with the tolerances
+    they were judged at, into the report's notes (before it is written): what a tolerance for this
+    engine would be measured from."""
+    from infer_ref.conformance.engines.oracle import agreement_tolerance
+
+    collector = session.config.pluginmanager.get_plugin("infer_ref_report")
+    tier = _TIER.get("tier")
+    if collector is None or tier is None:
+        return
+    if tier.distances.comparisons:
+        collector.report.notes.append(tier.distances.summary(agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"))
+    if tier.spreads.comparisons:
+        collector.report.notes.append(tier.spreads.summary(tier.consistency.value, tier.consistency.source))
 
 
 @pytest.fixture(scope="session")

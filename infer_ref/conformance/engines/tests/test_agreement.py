@@ -11,14 +11,16 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from torch import Tensor
 
 from infer_ref.conformance.engines.oracle import (
     agreement_tolerance,
     compare_position,
     dedupe,
+    distance_from_oracle,
     oracle_logprobs,
 )
-from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
+from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest, TokenLogprobs
 from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import (
@@ -37,23 +39,29 @@ def _workload(model_dir: Path, tier: EngineTier, *, prompt_logprobs: int | None 
     return greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=prompt_logprobs)
 
 
+def _positions(model_dir: Path, request: EngineRequest, output: EngineOutput) -> list[tuple[str, TokenLogprobs, Tensor, bool]]:
+    """``(where, the engine's entry, the oracle's row [V], chosen greedily)`` at every position the
+    engine reported: each generated step, then each prompt position past the first."""
+    oracle = oracle_logprobs(model_dir, (*request.prompt, *output.token_ids))  # [T, V]: row i predicts position i + 1
+    out = [(f"step {s}", e, oracle[len(request.prompt) - 1 + s], request.greedy) for s, e in enumerate(output.logprobs)]
+    out += [(f"prompt position {p}", e, oracle[p - 1], False) for p, e in enumerate(output.prompt_logprobs or ()) if e is not None]
+    return out
+
+
 def disagreements(model_dir: Path, request: EngineRequest, output: EngineOutput, tol: float) -> list[str]:
     """Every position of ``output`` where the engine's logprobs leave the oracle's tolerance."""
-    tokens = (*request.prompt, *output.token_ids)
-    oracle = oracle_logprobs(model_dir, tokens)  # [T, V]: row i predicts position i + 1
-    found = []
-    for step, entry in enumerate(output.logprobs):
-        row = oracle[len(request.prompt) - 1 + step]
-        found += compare_position(f"step {step}", entry, row, tol, chosen=request.greedy)
-    for position, prompt_entry in enumerate(output.prompt_logprobs or ()):
-        if prompt_entry is not None:
-            found += compare_position(f"prompt position {position}", prompt_entry, oracle[position - 1], tol, chosen=False)
+    found = [d for where, entry, row, chosen in _positions(model_dir, request, output)
+             for d in compare_position(where, entry, row, tol, chosen=chosen)]  # fmt: skip
     return [str(d) for d in dedupe(found)]
 
 
-def _judge(model_dir: Path, handle: EngineHandle, test: str, requests: list[EngineRequest], outputs: list[EngineOutput], tol: float) -> None:
+def _judge(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str, requests: list[EngineRequest],
+           outputs: list[EngineOutput]) -> None:  # fmt: skip
+    tol = agreement_tolerance(tier.dtype)
     report = []
     for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
+        distances = [distance_from_oracle(entry, row) for _, entry, row, _ in _positions(model_dir, request, output)]
+        tier.distances.record(f"{test}[{model_dir.name}]", max(distances, default=0.0))
         found = disagreements(model_dir, request, output, tol)
         if found:
             report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(found[:3]))
@@ -72,7 +80,7 @@ def test_generated_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier,
     requests = _workload(model_dir, tier)
     handle = started(model_dir)
     outputs = run(handle, requests)
-    _judge(model_dir, handle, "test_generated_logprobs_agree_with_oracle", requests, outputs, agreement_tolerance(tier.dtype))
+    _judge(model_dir, tier, handle, "test_generated_logprobs_agree_with_oracle", requests, outputs)
 
 
 @pytest.mark.ir_engine_requires("prompt_logprobs")
@@ -85,4 +93,4 @@ def test_prompt_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier, st
     handle = started(model_dir)
     for _ in range(2):
         outputs = run(handle, requests)
-        _judge(model_dir, handle, "test_prompt_logprobs_agree_with_oracle", requests, outputs, agreement_tolerance(tier.dtype))
+        _judge(model_dir, tier, handle, "test_prompt_logprobs_agree_with_oracle", requests, outputs)

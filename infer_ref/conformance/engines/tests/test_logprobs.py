@@ -15,6 +15,7 @@ from infer_ref.conformance.engines.workload import boundary_prompts, model_facts
 pytestmark = pytest.mark.ir_oracle("the API's own promises")
 
 
+@pytest.mark.ir_engine_requires("top_logprobs")
 @pytest.mark.parametrize("k", [1, 5])
 def test_top_logprobs_count_order_and_chosen(model_dir: Path, tier: EngineTier, started, k: int) -> None:  # type: ignore[no-untyped-def]
     """Per step: k alternatives (k + 1 when the chosen token is not among them), sorted from the most

@@ -4,8 +4,9 @@ The reference answer of a request is the *plain* engine's (prefix caching off, w
 KV) with the request run alone and cold. Every other schedule of the same request — in a batch, in
 another order, on a warm prefix cache, prefilled in chunks, preempted by a small KV budget — must
 give the same tokens (except at near-ties, :mod:`~infer_ref.conformance.engines.compare`) and the
-same logprobs within the engine's dtype tolerance. An engine a little off transformers still has
-its caching judged tightly here.
+same logprobs within the engine's self-consistency tolerance (:mod:`~infer_ref.conformance.engines.consistency`:
+the rounding spread measured between two correct schedules of that engine). An engine a little off
+transformers still has its caching judged tightly here.
 """
 
 from __future__ import annotations
@@ -14,8 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.compare import compare_outputs
-from infer_ref.conformance.engines.oracle import agreement_tolerance
+from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
 from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
@@ -38,10 +38,12 @@ def _requests(model_dir: Path, tier: EngineTier, prompts: list[tuple[int, ...]],
 def _against_alone(model_dir: Path, tier: EngineTier, requests: list[EngineRequest], outputs: list[EngineOutput], what: str,
                    test: str, schedule: list[list[int]]) -> None:  # fmt: skip
     """``outputs`` (the requests as ``schedule`` sent them to the stressed engine) against each request alone."""
-    tol = agreement_tolerance(tier.dtype)
+    tol = tier.consistency.value
     report = []
     for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
-        problems = compare_outputs(tier.alone(model_dir, request), output, tol)
+        reference = tier.alone(model_dir, request)
+        tier.spreads.record(f"{test}[{model_dir.name}]", largest_difference(reference, output))
+        problems = compare_outputs(reference, output, tol)
         if problems:
             report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(problems[:3]))
     if report:
@@ -90,7 +92,9 @@ def test_warm_prefix_cache_matches_cold(model_dir: Path, tier: EngineTier, start
     if "cached_tokens" in tier.capabilities:
         hits = [o.cached_tokens or 0 for o in warm]
         assert sum(h >= BLOCK_SIZE for h in hits) * 2 > len(hits), f"the warm pass hit the prefix cache too rarely to judge it: cached tokens {hits}"
-    tol = agreement_tolerance(tier.dtype)
+    tol = tier.consistency.value
+    for c, w in zip(cold, warm, strict=True):
+        tier.spreads.record(f"test_warm_prefix_cache_matches_cold[{model_dir.name}]", largest_difference(c, w))
     problems = [f"request {i}: " + "; ".join(p[:3]) for i, (c, w) in enumerate(zip(cold, warm, strict=True)) if (p := compare_outputs(c, w, tol))]
     if problems:
         everything = list(range(len(requests)))

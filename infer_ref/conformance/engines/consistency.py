@@ -1,0 +1,74 @@
+"""Self-consistency tolerances: measured on each engine, between two correct schedules of it.
+
+Two schedules of one request (alone or in a batch, whole or chunked prefill, cold or warm prefix
+cache) run the same model on the same engine; they differ only in how the arithmetic is grouped.
+The tolerance for "same answer" is that rounding spread, measured — far tighter than the oracle's
+tolerance, which must also cover the engine's distance from transformers. An engine slightly off
+transformers still has its caching judged at its own precision.
+
+:data:`MEASURED_SPREAD` holds, per ``(engine, dtype)``, the largest difference between two
+schedules seen over the whole tier (every checkpoint, every self-consistency test; each run prints
+it). The tolerance is :data:`MARGIN` times that, at least :data:`FLOOR`, never above the oracle's.
+An engine not in the table (a user's own, an endpoint) is judged at the oracle tolerance until it
+is measured: the run's own largest difference is printed, and ``--ir-consistency-tolerance``
+takes the value chosen from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from infer_ref.conformance.engines.oracle import agreement_tolerance
+
+# Largest |logprob difference| between two schedules of one engine over the whole engine tier
+# (7 checkpoints, both starts), nats; `infer-ref conformance --engine E` prints it at the end.
+MEASURED_SPREAD: dict[tuple[str, str], float] = {}
+MARGIN = 10.0  # longer prompts and other batch shapes than the tier's may round further apart
+FLOOR = 1e-6  # about one float32 ulp of a logprob near -8: a bitwise-equal engine still gets rounding room
+
+
+@dataclass(frozen=True)
+class ConsistencyTolerance:
+    """The tolerance self-consistency tests use, and where it comes from (printed in the report)."""
+
+    value: float
+    source: str
+
+
+def consistency_tolerance(engine: str | None, dtype: str, given: float | None = None) -> ConsistencyTolerance:
+    """The tolerance for ``engine`` (a name of the tier's registry, None for an endpoint or a
+    user's factory) computing in ``dtype``; ``given`` (``--ir-consistency-tolerance``) overrides."""
+    ceiling = agreement_tolerance(dtype)
+    if given is not None:
+        if not 0 < given <= ceiling:
+            raise ValueError(
+                f"--ir-consistency-tolerance must be in (0, {ceiling:g}] for {dtype} (the oracle tolerance is the loosest), got {given!r}"
+            )
+        return ConsistencyTolerance(given, "given on the command line")
+    measured = MEASURED_SPREAD.get((engine or "", dtype))
+    if measured is None:
+        return ConsistencyTolerance(ceiling, f"the oracle tolerance: no spread measured for {engine or 'this engine'} in {dtype}")
+    value = min(ceiling, max(FLOOR, MARGIN * measured))
+    return ConsistencyTolerance(value, f"{MARGIN:g} x the spread measured on {engine} in {dtype} ({measured:.2g})")
+
+
+@dataclass
+class SpreadLog:
+    """The largest logprob difference this run saw between two answers (two schedules of one
+    engine, or the engine and the oracle), and where: what a tolerance must cover."""
+
+    what: str  # "between two schedules" or "from the oracle"
+    largest: float = 0.0
+    where: str = ""
+    comparisons: int = 0
+    by_test: dict[str, float] = field(default_factory=dict)
+
+    def record(self, test: str, difference: float) -> None:
+        self.comparisons += 1
+        self.by_test[test] = max(self.by_test.get(test, 0.0), difference)
+        if difference > self.largest:
+            self.largest, self.where = difference, test
+
+    def summary(self, tolerance: float, source: str) -> str:
+        return (f"largest difference {self.what}: {self.largest:.3g} nats ({self.where}, {self.comparisons} "
+                f"answers); tolerance {tolerance:.3g} ({source})")  # fmt: skip

@@ -1,0 +1,51 @@
+"""Self-consistency tolerances: where each comes from, and the values refused."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from infer_ref.conformance.engines import consistency
+from infer_ref.conformance.engines.consistency import FLOOR, MARGIN, SpreadLog, consistency_tolerance
+from infer_ref.conformance.engines.oracle import agreement_tolerance
+
+
+def test_a_measured_engine_gets_its_spread_times_the_margin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consistency, "MEASURED_SPREAD", {("vllm", "float32"): 3e-6, ("tiny", "float32"): 1e-9, ("wide", "float32"): 1e-3})
+    assert consistency_tolerance("vllm", "float32").value == pytest.approx(MARGIN * 3e-6)
+    assert consistency_tolerance("tiny", "float32").value == FLOOR  # bitwise-equal engines still get rounding room
+    assert consistency_tolerance("wide", "float32").value == agreement_tolerance("float32")  # never looser than the oracle
+    assert "3e-06" in consistency_tolerance("vllm", "float32").source
+
+
+def test_an_unmeasured_engine_is_judged_at_the_oracle_tolerance(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(consistency, "MEASURED_SPREAD", {("vllm", "float32"): 3e-6})
+    for engine, dtype in ((None, "float32"), ("vllm", "bfloat16"), ("my_engine", "float32")):
+        tol = consistency_tolerance(engine, dtype)
+        assert tol.value == agreement_tolerance(dtype) and "no spread measured" in tol.source
+
+
+def test_a_given_tolerance_overrides_within_the_oracle_tolerance() -> None:
+    assert consistency_tolerance(None, "float32", 5e-6).value == 5e-6
+    ceiling = agreement_tolerance("float32")
+    for bad in (0.0, -1e-6, 2 * ceiling, float("nan")):
+        with pytest.raises(ValueError, match=r"--ir-consistency-tolerance must be in \(0, 0.0002\] for float32"):
+            consistency_tolerance(None, "float32", bad)
+
+
+def test_spread_log_keeps_the_largest_and_where() -> None:
+    log = SpreadLog("between two schedules")
+    for test, value in (("a", 1e-6), ("b", 4e-6), ("a", 2e-6)):
+        log.record(test, value)
+    assert (log.largest, log.where, log.comparisons, log.by_test) == (4e-6, "b", 3, {"a": 2e-6, "b": 4e-6})
+    assert log.summary(1e-5, "given").startswith("largest difference between two schedules: 4e-06 nats (b, 3 answers)")
+
+
+def test_a_tolerance_looser_than_the_oracle_is_one_line_from_the_command(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    run = subprocess.run([sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", "infer_ref", "--consistency-tolerance", "0.5"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert run.returncode != 0
+    out = run.stdout + run.stderr
+    assert "--ir-consistency-tolerance must be in (0, 0.0002] for float32" in out and "Traceback" not in out, out[-2000:]
