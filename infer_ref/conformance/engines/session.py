@@ -35,6 +35,8 @@ ENGINES = {
     "transformers": "infer_ref.conformance.engines.adapters.transformers_generate:start_transformers",
     "vllm": "infer_ref.conformance.engines.adapters.vllm:start_vllm",
     "vllm-server": "infer_ref.conformance.engines.adapters.vllm_server:start_vllm_server",
+    "llama.cpp": "infer_ref.conformance.engines.adapters.llamacpp:start_llamacpp",
+    "llama.cpp-server": "infer_ref.conformance.engines.adapters.llamacpp_server:start_llamacpp_server",
 }
 CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
