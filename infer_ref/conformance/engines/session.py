@@ -28,6 +28,7 @@ from infer_ref.conformance.engines.protocol import (
     EngineRequest,
 )
 from infer_ref.conformance.engines.workload import BLOCK_SIZE
+from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import UsageError
 
 ENGINES = {
@@ -109,6 +110,7 @@ class EngineTier:
     factory: Callable[[Path, EngineOptions], EngineHandle] | None = None
     started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict)
     failed: dict[tuple[str, str], str] = field(default_factory=dict)
+    refused: dict[tuple[str, str], str] = field(default_factory=dict)  # starts the engine declined (Unsupported)
     alone_answers: dict[tuple[str, EngineRequest], EngineOutput] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -138,6 +140,8 @@ class EngineTier:
         key = (str(model_dir), kind)
         if any(started != str(model_dir) for started, _ in self.started):
             self.stop_all()  # tests run checkpoint by checkpoint: at most two engines are ever up
+        if key in self.refused:
+            raise Unsupported(self.refused[key])
         if key in self.failed:
             raise EngineStartError(self.failed[key])
         if key in self.started and not getattr(self.started[key], "alive", True):
@@ -145,6 +149,9 @@ class EngineTier:
         if key not in self.started:
             try:
                 self.started[key] = self._start(model_dir, kind)
+            except Unsupported as e:  # the engine cannot run this kind of start: its tests are "not supported"
+                self.refused[key] = f"{self.name} ({kind} start): {_one_line(e)}"
+                raise Unsupported(self.refused[key]) from None
             except Exception as e:
                 self.failed[key] = f"{self.name} could not start on {model_dir} ({kind}): {_one_line(e)}"
                 raise EngineStartError(self.failed[key]) from None
