@@ -112,3 +112,10 @@ def test_the_server_refuses_a_start_without_prefix_reuse(llamacpp_interpreter: s
 def test_a_kv_budget_below_the_context_is_unsupported(llamacpp_interpreter: str) -> None:
     with pytest.raises(Unsupported, match="llama.cpp holds one sequence"):
         start_llamacpp(MODEL_DIR, EngineOptions(max_model_len=256, kv_cache_tokens=128), python=llamacpp_interpreter)
+
+
+def test_the_server_takes_text_prompts_only(llamacpp_interpreter: str) -> None:
+    # llama_cpp.server validates "prompt" as str | list[str] (and answers only the first string):
+    # the tier's token-id prompts cannot reach it, and the server is stopped again.
+    with pytest.raises(Unsupported, match="takes prompts as text only"):
+        start_llamacpp_server(MODEL_DIR, EngineOptions(dtype="float32", max_model_len=256), python=llamacpp_interpreter)
