@@ -10,7 +10,10 @@ What llama-cpp-python decides itself and is judged: the logits of every position
 llama.cpp sampler chain with the request's temperature, top-k, top-p and seed), end-of-generation
 ids (``llama_vocab_is_eog``, as its own ``create_completion`` asks), detokenisation, and the reuse
 of the previous request's longest common prefix of K/V (``Llama.generate`` keeps it unless the
-state was reset: the engine's one-entry prefix cache, off when ``prefix_caching`` is off).
+state was reset: the engine's one-entry prefix cache, off when ``prefix_caching`` is off). The
+token-level API has no stop strings (``create_completion`` has them, in Python): this worker cuts
+the detokenized text at a stop string's first occurrence, so ``stop_strings`` judges llama.cpp's
+detokenization and end-of-generation, not a stop implementation of llama.cpp's own.
 
 Standard library, numpy and llama-cpp-python only: infer_ref is not installed in that venv.
 """
@@ -91,7 +94,6 @@ def _complete(request: dict[str, Any]) -> dict[str, Any]:
         llm.set_seed(request["seed"])
     prompt = list(request["prompt"])
     vocab = llama_cpp.llama_model_get_vocab(llm.model)
-    stops = [s.encode() for s in request["stop"]]
     tokens: list[int] = []
     steps: list[dict[str, Any]] = []
     finish, cut = "length", None
@@ -103,20 +105,20 @@ def _complete(request: dict[str, Any]) -> dict[str, Any]:
         if not request["ignore_eos"] and llama_cpp.llama_vocab_is_eog(vocab, token):
             finish = "stop"
             break
-        cut = _earliest_stop(llm.detokenize(tokens, prev_tokens=prompt), stops)
+        cut = _earliest_stop(_text(llm, tokens, prompt), request["stop"])
         if cut is not None:
             finish = "stop"
             break
         if len(tokens) >= request["max_tokens"]:
             break
-    text = llm.detokenize(tokens, prev_tokens=prompt)
+    text = _text(llm, tokens, prompt)
     prompt_logprobs = None
     if request["prompt_logprobs"] is not None:  # rows 0..P-2 of this sequence predict prompt tokens 1..P-1
         prompt_logprobs = [None] + [_position(prompt[i], llm.scores[i - 1], request["prompt_logprobs"])
                                     for i in range(1, len(prompt))]  # fmt: skip
     return {
         "token_ids": tokens,
-        "text": (text if cut is None else text[:cut]).decode("utf-8", errors="ignore"),
+        "text": text if cut is None else text[:cut],
         "logprobs": steps,
         "prompt_logprobs": prompt_logprobs,
         "finish_reason": finish,
@@ -124,7 +126,17 @@ def _complete(request: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _earliest_stop(text: bytes, stops: list[bytes]) -> int | None:
+def _text(llm: Any, tokens: list[int], prompt: list[int]) -> str:
+    """The generated text as llama-cpp-python returns it: the detokenized bytes, invalid UTF-8 dropped.
+
+    Stop strings are searched here, in the text the user gets. (``create_completion`` searches the
+    raw bytes, where a token that is no valid UTF-8 still sits between two characters the text
+    shows side by side, so a stop string visible in its answer can be missed.)
+    """
+    return bytes(llm.detokenize(tokens, prev_tokens=prompt)).decode("utf-8", errors="ignore")
+
+
+def _earliest_stop(text: str, stops: list[str]) -> int | None:
     found = [i for i in (text.find(s) for s in stops) if i >= 0]
     return min(found) if found else None
 
