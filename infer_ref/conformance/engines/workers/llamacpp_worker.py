@@ -28,7 +28,8 @@ from worker_loop import NotInstalled, Refused, serve
 # Always: what Llama can do; "prefix_caching" joins when it is on.
 CAPABILITIES = ("prompt_logprobs", "seed", "stop_strings", "reset_prefix_cache", "chunked_prefill",
                 "top_k_top_p", "ignore_eos")  # fmt: skip
-KV_TYPES = {"float32": "GGML_TYPE_F32", "float16": "GGML_TYPE_F16", "bfloat16": "GGML_TYPE_BF16"}
+# ggml's type ids (enum ggml_type: F32 0, F16 1, BF16 30); llama_cpp exports no name for BF16.
+KV_TYPES = {"float32": 0, "float16": 1, "bfloat16": 30}
 DEFAULT_CONTEXT = 512
 
 _engine: dict[str, Any] = {}
@@ -51,7 +52,7 @@ def llama_kwargs(gguf: str, options: dict[str, Any], kv_cache_type: str, threads
     chunk = options.get("max_num_batched_tokens") or n_ctx
     if kv_cache_type not in KV_TYPES:
         raise Refused(f"no llama.cpp KV cache type for {kv_cache_type!r} (known: {', '.join(KV_TYPES)})")
-    kv_type = int(getattr(llama_cpp, KV_TYPES[kv_cache_type]))
+    kv_type = KV_TYPES[kv_cache_type]
     return {
         "model_path": gguf, "logits_all": True, "n_ctx": n_ctx, "n_batch": chunk, "n_ubatch": chunk,
         "type_k": kv_type, "type_v": kv_type, "flash_attn": False, "seed": 0, "n_threads": threads,
