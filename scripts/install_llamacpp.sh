@@ -60,7 +60,7 @@ fi
 "$BASE_PYTHON" -m venv "$VENV"
 PIP=("$VENV/bin/python" -m pip --quiet)
 step "the sdist (converter sources)" unpack_sources
-step "torch $TORCH (CPU)" "${PIP[@]}" install "torch==$TORCH"
+step "torch $TORCH (CPU)" "${PIP[@]}" install "torch==$TORCH" "numpy~=2.2.6"
 "$VENV/bin/python" -c "import torch, sys; sys.exit('+cpu' not in torch.__version__)" \
     || { echo "install_llamacpp.sh: torch in $VENV is not the CPU build" >&2; exit 1; }
 step "converter requirements" "${PIP[@]}" install "transformers==$TRANSFORMERS" "numpy~=2.2.6" \
