@@ -69,7 +69,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
     group.addoption("--ir-report", default=None, metavar="FILE", help="write the conformance report (.md or .json)")
     group.addoption("--ir-engine", default=None, metavar="ENGINE",
-                    help="engine tier: vllm, vllm-server, infer_ref, transformers, transformers-cb or module:FACTORY (infer_ref.conformance.engines)")
+                    help="engine tier: vllm, vllm-server, llama.cpp, llama.cpp-server, infer_ref, transformers, transformers-cb or module:FACTORY")
     group.addoption("--ir-endpoint", default=None, metavar="URL",
                     help="engine tier: an OpenAI-compatible server's base URL (http://127.0.0.1:PORT/v1)")
     group.addoption("--ir-model-dir", action="append", default=None, metavar="DIR",

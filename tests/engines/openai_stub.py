@@ -28,6 +28,7 @@ class Stub:
     vocab_size: int = 439  # prompts with a token id at or above it are refused (HTTP 400)
     id_shift: int = 0  # answer token ids shifted by this (another model's vocabulary)
     tokenize_shift: int = 0  # /tokenize answers ids shifted by this (another tokenizer)
+    text_prompts_only: bool = False  # refuse token-id prompts (HTTP 422), answer text ones (llama_cpp.server)
 
 
 def logprob_of(token: int) -> float:
@@ -115,7 +116,12 @@ class StubServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 server.requests.append({"path": self.path, **body})
                 stub = server.stub
-                if self.path == "/v1/completions":
+                if self.path == "/v1/completions" and stub.text_prompts_only:
+                    if isinstance(body["prompt"], str):
+                        self._send(200, {"choices": [{"index": 0, "text": "a", "finish_reason": "length"}]})
+                    else:
+                        self._send(422, {"detail": [{"loc": ["body", "prompt"], "msg": "Input should be a valid string"}]})
+                elif self.path == "/v1/completions":
                     if any(t >= stub.vocab_size for t in body["prompt"]):
                         self._send(400, {"error": {"message": f"token id out of vocabulary ({stub.vocab_size})"}})
                     else:

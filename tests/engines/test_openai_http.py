@@ -12,6 +12,7 @@ from infer_ref.conformance.engines.adapters.openai_http import connect
 from infer_ref.conformance.engines.adapters.openai_tokens import order_top
 from infer_ref.conformance.engines.adapters.vllm_server import free_port
 from infer_ref.conformance.engines.protocol import EngineRequest
+from infer_ref.conformance.interface.contract import Unsupported
 
 MODEL_DIR = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints" / "llama-tiny"  # vocabulary 439
 PROMPT = (433, 64, 87, 66)  # BOS, 'a', 'x' (not in the stub's table), 'c'
@@ -89,3 +90,10 @@ def test_order_top_puts_the_chosen_token_at_its_rank_or_leaves_it_out() -> None:
     assert order_top(7, [(7, -4.0), (5, -0.5), (9, -2.0)], 2, 2) == ((5, -0.5), (9, -2.0))
     # asked 4 (echo's larger count), kept 2
     assert order_top(5, [(5, -0.5), (9, -2.0), (7, -3.0), (8, -4.0)], 4, 2) == ((5, -0.5), (9, -2.0))
+
+
+def test_a_server_that_takes_text_prompts_only_is_not_supported() -> None:
+    # llama-cpp-python's server validates "prompt" as a string (or a list of strings).
+    with StubServer(Stub(text_prompts_only=True)) as url, pytest.raises(Unsupported, match="takes prompts as text only .*HTTP 422") as info:
+        connect(url, MODEL_DIR)
+    assert "\n" not in str(info.value)

@@ -29,6 +29,7 @@ from infer_ref.conformance.engines.protocol import (
     EngineRequest,
 )
 from infer_ref.conformance.engines.workload import BLOCK_SIZE
+from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import UsageError
 
 ENGINES = {
@@ -37,6 +38,8 @@ ENGINES = {
     "transformers-cb": "infer_ref.conformance.engines.adapters.transformers_batch:start_transformers_batch",
     "vllm": "infer_ref.conformance.engines.adapters.vllm:start_vllm",
     "vllm-server": "infer_ref.conformance.engines.adapters.vllm_server:start_vllm_server",
+    "llama.cpp": "infer_ref.conformance.engines.adapters.llamacpp:start_llamacpp",
+    "llama.cpp-server": "infer_ref.conformance.engines.adapters.llamacpp_server:start_llamacpp_server",
 }
 CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
@@ -110,6 +113,7 @@ class EngineTier:
     factory: Callable[[Path, EngineOptions], EngineHandle] | None = None
     started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict)
     failed: dict[tuple[str, str], str] = field(default_factory=dict)
+    refused: dict[tuple[str, str], str] = field(default_factory=dict)  # starts the engine declined (Unsupported)
     alone_answers: dict[tuple[str, EngineRequest], EngineOutput] = field(default_factory=dict)
     spreads: SpreadLog = field(default_factory=lambda: SpreadLog("between two schedules"))  # self-consistency
     distances: SpreadLog = field(default_factory=lambda: SpreadLog("from the oracle"))  # agreement
@@ -147,6 +151,8 @@ class EngineTier:
         key = (str(model_dir), kind)
         if any(started != str(model_dir) for started, _ in self.started):
             self.stop_all()  # tests run checkpoint by checkpoint: at most two engines are ever up
+        if key in self.refused:
+            raise Unsupported(self.refused[key])
         if key in self.failed:
             raise EngineStartError(self.failed[key])
         if key in self.started and not getattr(self.started[key], "alive", True):
@@ -154,6 +160,9 @@ class EngineTier:
         if key not in self.started:
             try:
                 self.started[key] = self._start(model_dir, kind)
+            except Unsupported as e:  # the engine cannot run this kind of start: its tests are "not supported"
+                self.refused[key] = f"{self.name} ({kind} start): {_one_line(e)}"
+                raise Unsupported(self.refused[key]) from None
             except Exception as e:
                 self.failed[key] = f"{self.name} could not start on {model_dir} ({kind}): {_one_line(e)}"
                 raise EngineStartError(self.failed[key]) from None

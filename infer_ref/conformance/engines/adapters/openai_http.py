@@ -22,6 +22,7 @@ from infer_ref.conformance.engines.adapters.openai_client import EndpointError, 
 from infer_ref.conformance.engines.adapters.openai_engine import Dialect, OpenAIEngine
 from infer_ref.conformance.engines.adapters.openai_tokens import ID_PREFIX, TokenTable
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
+from infer_ref.conformance.interface.contract import Unsupported
 
 PROBE_LOGPROBS = 5
 PROBE_TEXT = "The quick brown fox jumps over the lazy dog 0123456789."
@@ -91,11 +92,26 @@ def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tupl
         try:
             answer = client.post("/completions", body)
         except ServerRefused as err:
+            _refuse_text_only(client, served, err)
             raise EndpointError(f"{client.endpoint} refuses a plain /completions request with logprobs="
                                 f"{probe.logprobs} (HTTP {err.status}: {err.server_message}); a server must "
                                 "allow logprobs to be judged (vLLM: --max-logprobs 20)") from None  # fmt: skip
     tokens = ((answer.get("choices") or [{}])[0].get("logprobs") or {}).get("tokens") or []
     return answer, bool(tokens) and all(str(t).startswith(ID_PREFIX) for t in tokens)
+
+
+def _refuse_text_only(client: HttpClient, served: str, refusal: ServerRefused) -> None:
+    """A server that takes the same request with the prompt as text cannot be judged on token ids.
+
+    The tier sends prompts as token ids so that every engine sees the same tokens (a text prompt is
+    re-tokenized by the server, and the workload's token sequences are no tokenizer's output).
+    """
+    try:
+        client.post("/completions", {"model": served, "prompt": "a", "max_tokens": 1, "temperature": 0.0, "logprobs": 1})
+    except (ServerRefused, EndpointError):
+        return
+    raise Unsupported(f"{client.endpoint} takes prompts as text only (a token-id prompt: HTTP {refusal.status}: "
+                      f"{refusal.server_message[:160]}); the tier judges on token ids")  # fmt: skip
 
 
 def _prompt_logprobs_dialect(client: HttpClient, served: str, probe: EngineRequest, answer: dict[str, Any]) -> str | None:

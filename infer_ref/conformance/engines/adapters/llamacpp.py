@@ -1,0 +1,127 @@
+"""llama.cpp in-process (llama-cpp-python's ``Llama``) as an engine of the tier, in its own venv.
+
+``start_llamacpp(model_dir, options)`` is an :class:`~infer_ref.conformance.engines.protocol.EngineFactory`:
+it converts ``model_dir`` with llama.cpp's own converter (``llamacpp_gguf``: cached, the dtype as
+its ``--outtype``), then runs ``engines/workers/llamacpp_worker.py`` under ``python=``, else
+``$INFER_REF_LLAMACPP_PYTHON``, else the current interpreter, through the bridge.
+``scripts/install_llamacpp.sh`` builds such a venv (and leaves the converter's tree in it).
+
+The K/V cache holds the engine's dtype unless ``kv_cache_type`` says otherwise (llama.cpp's own
+default is float16 whatever the weights: a float32 engine judged at float32 tolerance needs float32
+K/V, and ``kv_cache_type="float16"`` judges that default apart).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from infer_ref.conformance.engines.adapters.llamacpp_gguf import Converted, convert, llamacpp_source
+from infer_ref.conformance.engines.adapters.subprocess_bridge import (
+    WORKERS_DIR,
+    BridgedEngine,
+    EngineNotInstalled,
+)
+from infer_ref.conformance.engines.adapters.vllm import check_model_dir, worker_env
+from infer_ref.conformance.engines.protocol import EngineOptions
+
+PYTHON_ENV = "INFER_REF_LLAMACPP_PYTHON"
+WORKER = WORKERS_DIR / "llamacpp_worker.py"
+
+
+def llamacpp_python(python: str | os.PathLike[str] | None = None) -> str:
+    """The interpreter that runs llama-cpp-python: ``python``, else ``$INFER_REF_LLAMACPP_PYTHON``, else this one."""
+    return os.fspath(python) if python is not None else os.environ.get(PYTHON_ENV) or sys.executable
+
+
+def not_installed_message(interpreter: str, reason: str) -> str:
+    return (f"llama-cpp-python is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python "
+            "that has it (scripts/install_llamacpp.sh builds one)")  # fmt: skip
+
+
+def convert_for_llamacpp(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
+                         source: str | os.PathLike[str] | None = None, cache: str | os.PathLike[str] | None = None,
+                         ) -> tuple[str, Converted]:  # fmt: skip
+    """The engine's interpreter and ``model_dir`` converted (cached) at ``options.dtype``."""
+    check_model_dir(model_dir)
+    interpreter = llamacpp_python(python)
+    tree = llamacpp_source(source, interpreter)
+    return interpreter, convert(Path(model_dir), options.dtype, python=interpreter, source=tree,
+                                env=worker_env(), cache=cache)  # fmt: skip
+
+
+def start_llamacpp(
+    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
+    source: str | os.PathLike[str] | None = None, cache: str | os.PathLike[str] | None = None,
+    kv_cache_type: str | None = None, threads: int = 1, start_timeout: float = 300.0, request_timeout: float = 300.0,
+) -> BridgedEngine:  # fmt: skip
+    """Convert ``model_dir`` with llama.cpp's converter and open it in ``llama_cpp.Llama`` in a worker."""
+    interpreter, converted = convert_for_llamacpp(model_dir, options, python=python, source=source, cache=cache)
+    extra: dict[str, Any] = {"gguf": os.fspath(converted.path), "kv_cache_type": kv_cache_type or options.dtype,
+                             "threads": threads}  # fmt: skip
+    try:
+        engine = LlamaCppEngine.start(
+            interpreter, WORKER, Path(model_dir), options, label="llama.cpp",
+            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(), extra=extra,
+        )  # fmt: skip
+    except EngineNotInstalled as err:
+        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
+    assert isinstance(engine, LlamaCppEngine)
+    engine.converted = converted
+    return engine
+
+
+class LlamaCppEngine(BridgedEngine):
+    """llama.cpp behind the bridge; a failure's repro script opens the same GGUF file with the same settings."""
+
+    converted: Converted | None = None
+
+    def repro_snippet(self) -> str:
+        kwargs = dict(self.start_result.get("llama_kwargs", {}))
+        gguf = os.fspath(self.converted.path) if self.converted else ""
+        return _REPRO.format(gguf=gguf, kwargs=kwargs)
+
+
+_REPRO = """# needs: llama-cpp-python (in its own venv), numpy
+import numpy as np
+import llama_cpp
+
+GGUF = {gguf!r}  # MODEL_DIR converted by llama.cpp's convert_hf_to_gguf.py
+LLAMA_KWARGS = {kwargs!r}
+
+
+def start_engine():
+    return llama_cpp.Llama(model_path=GGUF, **LLAMA_KWARGS)
+
+
+def position(token, logits, k):
+    logprobs = logits.astype(np.float64) - logits.max()
+    logprobs -= np.log(np.exp(logprobs).sum())
+    return [int(token), float(logprobs[token]), [[int(t), float(logprobs[t])] for t in np.argsort(-logprobs, kind="stable")[:k]]]
+
+
+def run(llm, requests):
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
+    answers = []
+    for r in requests:  # one sequence at a time; the previous request's prefix is reused as the tier does
+        if r["seed"] is not None:
+            llm.set_seed(r["seed"])
+        tokens, steps = [], []
+        for token in llm.generate(r["prompt"], top_k=r["top_k"], top_p=r["top_p"], min_p=0.0, typical_p=1.0,
+                                  temp=r["temperature"], repeat_penalty=1.0):
+            steps.append(position(token, llm.scores[llm.n_tokens - 1], r["logprobs"]))
+            tokens.append(token)
+            if (not r["ignore_eos"] and llama_cpp.llama_vocab_is_eog(vocab, token)) or len(tokens) >= r["max_tokens"]:
+                break
+        answers.append({{"token_ids": tokens, "steps": steps}})
+    return answers
+"""
+
+
+# Everything the tier can ask of llama.cpp in-process (the worker reports the same after a start).
+start_llamacpp.capabilities = frozenset(  # type: ignore[attr-defined]
+    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "reset_prefix_cache", "chunked_prefill",
+     "top_k_top_p", "ignore_eos"}
+)  # fmt: skip

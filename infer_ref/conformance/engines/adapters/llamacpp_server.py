@@ -1,0 +1,46 @@
+"""llama-cpp-python's OpenAI-compatible server, started by the kit on 127.0.0.1 and judged through
+the HTTP adapter.
+
+``start_llamacpp_server`` converts the folder as the in-process adapter does (llama.cpp's own
+converter, cached), runs ``engines/workers/llamacpp_serve.py`` (``python -m llama_cpp.server`` with
+the options mapped exactly as in-process) with llama-cpp-python's interpreter on a free port, and
+returns the HTTP adapter on it; the handle's ``stop`` kills the server's process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict
+from pathlib import Path
+
+from infer_ref.conformance.engines.adapters.llamacpp import convert_for_llamacpp, not_installed_message
+from infer_ref.conformance.engines.adapters.local_server import free_port, launch_server, serve_and_connect
+from infer_ref.conformance.engines.adapters.openai_engine import OpenAIEngine
+from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR
+from infer_ref.conformance.engines.adapters.vllm import worker_env
+from infer_ref.conformance.engines.protocol import EngineOptions
+
+SERVE_SCRIPT = WORKERS_DIR / "llamacpp_serve.py"
+
+
+def start_llamacpp_server(
+    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
+    source: str | os.PathLike[str] | None = None, cache: str | os.PathLike[str] | None = None,
+    kv_cache_type: str | None = None, threads: int = 1, start_timeout: float = 300.0, request_timeout: float = 600.0,
+) -> OpenAIEngine:  # fmt: skip
+    """An EngineFactory: ``llama_cpp.server`` on ``model_dir`` converted, behind the HTTP adapter."""
+    interpreter, converted = convert_for_llamacpp(model_dir, options, python=python, source=source, cache=cache)
+    port = free_port()
+    argv = [interpreter, os.fspath(SERVE_SCRIPT), os.fspath(converted.path), json.dumps(asdict(options)),
+            kv_cache_type or options.dtype, str(threads), str(port)]  # fmt: skip
+    server = launch_server(argv, port, label="llama.cpp server", env=worker_env(), start_timeout=start_timeout,
+                           not_installed=lambda reason: not_installed_message(interpreter, reason))  # fmt: skip
+    return serve_and_connect(server, Path(model_dir), options, request_timeout=request_timeout)
+
+
+# The server serves one sequence at a time (no batch, no KV pool) and always reuses the previous
+# request's prefix; what else it offers the HTTP adapter's probe finds.
+start_llamacpp_server.capabilities = frozenset(  # type: ignore[attr-defined]
+    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "chunked_prefill", "top_k_top_p"}
+)  # fmt: skip
