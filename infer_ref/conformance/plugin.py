@@ -300,6 +300,13 @@ def pytest_runtest_call_same_examples_everywhere(item: pytest.Item) -> None:
         inner._hypothesis_internal_add_digest = location_independent_id(item).encode()
 
 
+def _under_test(item: pytest.Item) -> str:
+    """The name of what ``item`` judges: the engine (engine-tier tests take a ``model_dir``) or the adapter."""
+    if "model_dir" in getattr(item, "fixturenames", ()):
+        return str(item.config.getoption("--ir-engine") or item.config.getoption("--ir-endpoint") or "infer_ref")
+    return current_adapter().name
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> object:
     """An adapter's :class:`Unsupported` skips a fixed test; in a property it rejected draws, counted here."""
@@ -310,12 +317,12 @@ def pytest_runtest_call(item: pytest.Item) -> object:
         return (yield)
     except Unsupported as exc:
         item.user_properties.append(("ir_unsupported", [1, str(exc)]))
-        pytest.skip(f"unsupported by {current_adapter().name}: {exc}")
+        pytest.skip(f"unsupported by {_under_test(item)}: {exc}")
     except Unsatisfiable:
         if len(UNSUPPORTED_SEEN) == seen:
             raise
         item.user_properties.append(("ir_unsupported", [len(UNSUPPORTED_SEEN) - seen, UNSUPPORTED_SEEN[seen]]))
-        pytest.skip(f"unsupported by {current_adapter().name} for every draw: {UNSUPPORTED_SEEN[seen]}")
+        pytest.skip(f"unsupported by {_under_test(item)} for every draw: {UNSUPPORTED_SEEN[seen]}")
     finally:
         if len(NOTES) > noted:
             item.user_properties.append(("ir_notes", sorted(set(NOTES[noted:]))))

@@ -123,5 +123,5 @@ def run(llm, requests):
 # Everything the tier can ask of llama.cpp in-process (the worker reports the same after a start).
 start_llamacpp.capabilities = frozenset(  # type: ignore[attr-defined]
     {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "reset_prefix_cache", "chunked_prefill",
-     "top_k_top_p", "ignore_eos"}
+     "top_k_top_p", "ignore_eos", "top_logprobs"}
 )  # fmt: skip

@@ -42,5 +42,5 @@ def start_llamacpp_server(
 # The server serves one sequence at a time (no batch, no KV pool) and always reuses the previous
 # request's prefix; what else it offers the HTTP adapter's probe finds.
 start_llamacpp_server.capabilities = frozenset(  # type: ignore[attr-defined]
-    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "chunked_prefill", "top_k_top_p"}
+    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "chunked_prefill", "top_k_top_p", "top_logprobs"}
 )  # fmt: skip

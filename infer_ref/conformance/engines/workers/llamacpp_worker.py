@@ -27,7 +27,7 @@ from worker_loop import NotInstalled, Refused, serve
 
 # Always: what Llama can do; "prefix_caching" joins when it is on.
 CAPABILITIES = ("prompt_logprobs", "seed", "stop_strings", "reset_prefix_cache", "chunked_prefill",
-                "top_k_top_p", "ignore_eos")  # fmt: skip
+                "top_k_top_p", "ignore_eos", "top_logprobs")  # fmt: skip
 # ggml's type ids (enum ggml_type: F32 0, F16 1, BF16 30); llama_cpp exports no name for BF16.
 KV_TYPES = {"float32": 0, "float16": 1, "bfloat16": 30}
 DEFAULT_CONTEXT = 512
