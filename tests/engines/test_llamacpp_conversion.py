@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from infer_ref.conformance.engines.adapters.engine_venv import worker_env
 from infer_ref.conformance.engines.adapters.llamacpp import start_llamacpp
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import (
     SOURCE_ENV,
@@ -21,7 +22,6 @@ from infer_ref.conformance.engines.adapters.llamacpp_gguf import (
     pre_tokenizer_for,
 )
 from infer_ref.conformance.engines.adapters.subprocess_bridge import EngineNotInstalled
-from infer_ref.conformance.engines.adapters.vllm import worker_env
 from infer_ref.conformance.engines.protocol import EngineOptions
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import DataError

@@ -14,17 +14,16 @@ K/V, and ``kv_cache_type="float16"`` judges that default apart).
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
+from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import Converted, convert, llamacpp_source
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     WORKERS_DIR,
     BridgedEngine,
     EngineNotInstalled,
 )
-from infer_ref.conformance.engines.adapters.vllm import check_model_dir, worker_env
 from infer_ref.conformance.engines.protocol import EngineOptions
 
 PYTHON_ENV = "INFER_REF_LLAMACPP_PYTHON"
@@ -33,7 +32,7 @@ WORKER = WORKERS_DIR / "llamacpp_worker.py"
 
 def llamacpp_python(python: str | os.PathLike[str] | None = None) -> str:
     """The interpreter that runs llama-cpp-python: ``python``, else ``$INFER_REF_LLAMACPP_PYTHON``, else this one."""
-    return os.fspath(python) if python is not None else os.environ.get(PYTHON_ENV) or sys.executable
+    return engine_python(python, PYTHON_ENV)
 
 
 def not_installed_message(interpreter: str, reason: str) -> str:

@@ -14,11 +14,11 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from infer_ref.conformance.engines.adapters.engine_venv import worker_env
 from infer_ref.conformance.engines.adapters.llamacpp import convert_for_llamacpp, not_installed_message
 from infer_ref.conformance.engines.adapters.local_server import free_port, launch_server, serve_and_connect
 from infer_ref.conformance.engines.adapters.openai_engine import OpenAIEngine
 from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR
-from infer_ref.conformance.engines.adapters.vllm import worker_env
 from infer_ref.conformance.engines.protocol import EngineOptions
 
 SERVE_SCRIPT = WORKERS_DIR / "llamacpp_serve.py"

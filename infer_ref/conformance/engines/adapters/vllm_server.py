@@ -14,6 +14,7 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
+from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, worker_env
 from infer_ref.conformance.engines.adapters.local_server import (
     LocalServer,
     free_port,
@@ -22,13 +23,7 @@ from infer_ref.conformance.engines.adapters.local_server import (
 )
 from infer_ref.conformance.engines.adapters.openai_engine import OpenAIEngine
 from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR
-from infer_ref.conformance.engines.adapters.vllm import (
-    check_model_dir,
-    not_installed_message,
-    start_vllm,
-    vllm_python,
-    worker_env,
-)
+from infer_ref.conformance.engines.adapters.vllm import not_installed_message, start_vllm, vllm_python
 from infer_ref.conformance.engines.protocol import EngineOptions
 
 SERVE_SCRIPT = WORKERS_DIR / "vllm_serve.py"
