@@ -333,11 +333,20 @@ def pytest_runtest_call(item: pytest.Item) -> object:
 _CUDA_CONTEXT_LOST = "device-side assert triggered"
 
 
+def refusal_text(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception the implementation raised (a refusal,
+    not a wrong value: the kit's own checks raise ``AssertionError``)."""
+    message = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {message[0][:300]}" if message else type(exc).__name__
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report: pytest.TestReport = yield
     if not report.failed or call.excinfo is None:
         return report
+    if call.when == "call" and not isinstance(call.excinfo.value, AssertionError):
+        report.user_properties.append(("ir_refusal", refusal_text(call.excinfo.value)))
     first = _STATE.get("cuda_lost_in")
     if first is not None:
         report.user_properties.append(("ir_after_cuda_loss", first))

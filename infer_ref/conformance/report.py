@@ -64,6 +64,7 @@ class Report:
     verdict: str = ""  # float64: one of infer_ref.conformance.tiers.VERDICTS; other dtypes: passed / wrong
     precision_tests: int = 0  # tests whose float64 logits reached only the float32-intermediates tier
     precision_notes: list[str] = field(default_factory=list)  # the first few of them
+    refusals: list[str] = field(default_factory=list)  # failed tests where the implementation raised: "node id: Type: message"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -88,6 +89,9 @@ class Report:
             lines += ["", *_table("checkpoint", self.by_family, None)]
         if self.stale_xfails:
             lines += ["", "stale xfail entries (they fail the run): " + ", ".join(f"`{s}`" for s in self.stale_xfails)]
+        if self.refusals:
+            lines += ["", "refusals (the implementation raised instead of answering; counted as failures, blamed on no bug class):",
+                      *(f"- `{r}`" for r in self.refusals)]
         if self.precision_notes:
             lines += ["", "precision notes (not failures; `--strict-float64` fails them):", *(f"- {n}" for n in self.precision_notes)]
         if self.notes:
@@ -192,6 +196,10 @@ class Collector:
             self.report.by_oracle.setdefault(str(props["ir_oracle"]), Tally()).add(outcome, repro, unsupported)
         if "ir_family" in props:
             self.report.by_family.setdefault(str(props["ir_family"]), Tally()).add(outcome, repro, unsupported)
+        if outcome == "failed" and "ir_refusal" in props:
+            if len(self.report.refusals) < 50:
+                self.report.refusals.append(f"{report.nodeid}: {props['ir_refusal']}")
+            return  # a refusal says nothing about which bug class the implementation has
         for bug in props.get("ir_bug_classes", []):
             self.report.by_bug_class.setdefault(bug, Tally()).add(outcome, repro, unsupported)
 
