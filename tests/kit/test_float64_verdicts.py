@@ -49,3 +49,19 @@ def test_a_planted_bug_is_wrong(tmp_path: Path) -> None:
     assert run.returncode == 1, run.output[-4000:]
     assert run.report["verdict"] == tiers.WRONG and run.report["precision_tests"] == 0, run.report
     assert f"[{tiers.WRONG}: beyond the {tiers.FLOAT32_INTERMEDIATES:g}" in run.output
+
+
+def test_verdict_of_a_report() -> None:
+    """float64: exact unless a test reached only the middle tier; any failure: wrong; other dtypes
+    and the engine tier (its own tolerances) never claim a float64 tier."""
+    from infer_ref.conformance.report import Report, verdict_of
+
+    report = Report(impl="x", adapter="a", version="1", device="cpu", dtype="float64", capabilities={})
+    assert verdict_of(report) == tiers.EXACT
+    report.precision_tests = 2
+    assert verdict_of(report) == tiers.FLOAT32_STEPS
+    report.totals.counts["failed"] = 1
+    assert verdict_of(report) == tiers.WRONG
+    engine = Report(impl="x", adapter="engine tier:", version="vllm", device="the engine's", dtype="float64", capabilities={})
+    assert verdict_of(engine) == "within the float64 tolerances"
+    assert verdict_of(Report(impl="x", adapter="a", version="1", device="cuda", dtype="bfloat16", capabilities={})) == "within the bfloat16 tolerances"
