@@ -54,6 +54,8 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("-n", "--numprocesses", default=None, metavar="N|auto",
                    help="pytest-xdist workers; with --device cuda each worker takes its own GPU")
     p.add_argument("--report", default=None, metavar="FILE", help="write the conformance report (.md or .json)")
+    p.add_argument("--strict-float64", action="store_true",
+                   help="float64: fail logits that reach only 'float64 with float32 intermediates' (default: a precision note)")
     p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly (default: ci when CI=true, else dev)")
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
     p.set_defaults(run=run_conformance, prog="infer-ref", pass_through=True)
@@ -79,6 +81,8 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
     out += [f"--ir-xfails={f}" for f in args.xfails or []]
     if args.report:
         out.append(f"--ir-report={args.report}")
+    if args.strict_float64:
+        out.append("--ir-strict-float64")
     if args.profile:
         out.append(f"--hypothesis-profile={args.profile}")
     if args.keyword:

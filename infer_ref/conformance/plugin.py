@@ -35,6 +35,7 @@ from infer_ref.conformance.assertions import NOTES, set_run_context
 from infer_ref.conformance.interface.adapter import DEFAULT_IMPL, IMPL_ENV_VAR, Adapter, load_adapter
 from infer_ref.conformance.interface.contract import UNSUPPORTED_SEEN, Unsupported
 from infer_ref.conformance.profiles import load_default_profile
+from infer_ref.conformance.tiers import PRECISION_NOTES, set_strict_float64
 
 # Register the ci / dev / nightly / mutants profiles before Hypothesis reads --hypothesis-profile,
 # so the shipped tests run with them from any directory (no conftest of this repository needed).
@@ -68,6 +69,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="model / attention dtype (default float64, the exact tier; bfloat16/float16 use the golden files' tie-aware tolerances)",
     )
     group.addoption("--ir-report", default=None, metavar="FILE", help="write the conformance report (.md or .json)")
+    group.addoption("--ir-strict-float64", action="store_true", default=False,
+                    help="float64: fail logits that reach only the 'float64 with float32 intermediates' tier "
+                         "(default: a precision note)")
     group.addoption("--ir-engine", default=None, metavar="ENGINE",
                     help="engine tier: vllm, vllm-server, llama.cpp, llama.cpp-server, infer_ref, transformers, transformers-cb or module:FACTORY")
     group.addoption("--ir-endpoint", default=None, metavar="URL",
@@ -191,6 +195,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if xfail_files:
         _STATE["xfails"] = [entry for f in xfail_files for entry in read_xfails(f, device)]
     set_run_context(impl=spec, device=config.getoption("--ir-device"), dtype=config.getoption("--ir-dtype"))
+    set_strict_float64(bool(config.getoption("--ir-strict-float64")))
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) writes the report
         xfails = _STATE.get("xfails")
         collector = ir_report.Collector(config, spec, adapter, capabilities, xfails if isinstance(xfails, list) else None)
@@ -312,7 +317,7 @@ def pytest_runtest_call(item: pytest.Item) -> object:
     """An adapter's :class:`Unsupported` skips a fixed test; in a property it rejected draws, counted here."""
     from hypothesis.errors import Unsatisfiable
 
-    seen, noted = len(UNSUPPORTED_SEEN), len(NOTES)
+    seen, noted, precise = len(UNSUPPORTED_SEEN), len(NOTES), len(PRECISION_NOTES)
     try:
         return (yield)
     except Unsupported as exc:
@@ -326,6 +331,8 @@ def pytest_runtest_call(item: pytest.Item) -> object:
     finally:
         if len(NOTES) > noted:
             item.user_properties.append(("ir_notes", sorted(set(NOTES[noted:]))))
+        if len(PRECISION_NOTES) > precise:
+            item.user_properties.append(("ir_precision", PRECISION_NOTES[precise]))
         if len(UNSUPPORTED_SEEN) > seen and not any(k == "ir_unsupported" for k, _ in item.user_properties):
             item.user_properties.append(("ir_unsupported", [len(UNSUPPORTED_SEEN) - seen, UNSUPPORTED_SEEN[seen]]))
 
@@ -336,11 +343,20 @@ def pytest_runtest_call(item: pytest.Item) -> object:
 _CUDA_CONTEXT_LOST = "device-side assert triggered"
 
 
+def refusal_text(exc: BaseException) -> str:
+    """``Type: first line of the message`` of an exception the implementation raised (a refusal,
+    not a wrong value: the kit's own checks raise ``AssertionError``)."""
+    message = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {message[0][:300]}" if message else type(exc).__name__
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport, pytest.TestReport]:
     report: pytest.TestReport = yield
     if not report.failed or call.excinfo is None:
         return report
+    if call.when == "call" and not isinstance(call.excinfo.value, AssertionError):
+        report.user_properties.append(("ir_refusal", refusal_text(call.excinfo.value)))
     first = _STATE.get("cuda_lost_in")
     if first is not None:
         report.user_properties.append(("ir_after_cuda_loss", first))

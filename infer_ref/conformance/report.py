@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 
+from infer_ref.conformance import tiers
+
 OUTCOMES = ("passed", "failed", "xfailed", "not supported", "skipped")
 
 
@@ -59,6 +61,10 @@ class Report:
     totals: Tally = field(default_factory=Tally)
     stale_xfails: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    verdict: str = ""  # float64: one of infer_ref.conformance.tiers.VERDICTS; other dtypes: passed / wrong
+    precision_tests: int = 0  # tests whose float64 logits reached only the float32-intermediates tier
+    precision_notes: list[str] = field(default_factory=list)  # the first few of them
+    refusals: list[str] = field(default_factory=list)  # failed tests where the implementation raised: "node id: Type: message"
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -71,6 +77,8 @@ class Report:
             "",
             f"totals: {_counts(self.totals)}",
             "",
+            f"verdict: **{self.verdict}**" + (f" ({self.precision_tests} tests beyond the exact tier, within float32 intermediates)" if self.precision_tests else ""),
+            "",
             *_table("capability", self.by_capability, self.capabilities),
             "",
             *_table("bug class", self.by_bug_class, None),
@@ -81,6 +89,11 @@ class Report:
             lines += ["", *_table("checkpoint", self.by_family, None)]
         if self.stale_xfails:
             lines += ["", "stale xfail entries (they fail the run): " + ", ".join(f"`{s}`" for s in self.stale_xfails)]
+        if self.refusals:
+            lines += ["", "refusals (the implementation raised instead of answering; counted as failures, blamed on no bug class):",
+                      *(f"- `{r}`" for r in self.refusals)]
+        if self.precision_notes:
+            lines += ["", "precision notes (not failures; `--strict-float64` fails them):", *(f"- {n}" for n in self.precision_notes)]
         if self.notes:
             lines += ["", "notes:", *(f"- {n}" for n in self.notes)]
         return "\n".join(lines) + "\n"
@@ -105,6 +118,16 @@ def _table(title: str, rows: dict[str, Tally], why_not: dict[str, str | None] | 
         first = f"`{t.first_failure}`" if t.first_failure else ""
         out.append(f"| {name} | {c['passed']} | {c['failed']} | {c['xfailed']} | {unsupported} | {first} |")
     return out
+
+
+def verdict_of(report: Report) -> str:
+    """float64: exact / float32 intermediates / wrong (``infer_ref.conformance.tiers``); other dtypes:
+    within the dtype's tolerances / wrong. A failed test (not an expected one) makes it wrong."""
+    if report.totals.counts["failed"]:
+        return tiers.WRONG
+    if report.dtype != "float64" or report.adapter.startswith("engine tier"):  # the engine tier has its own tolerances
+        return f"within the {report.dtype} tolerances"
+    return tiers.FLOAT32_STEPS if report.precision_tests else tiers.EXACT
 
 
 def outcome_of(report: pytest.TestReport) -> str | None:
@@ -162,6 +185,10 @@ class Collector:
             self.after_loss += 1
         for text in props.get("ir_notes", []):
             self._note(text)
+        if "ir_precision" in props and outcome == "passed":
+            self.report.precision_tests += 1
+            if len(self.report.precision_notes) < 10:
+                self.report.precision_notes.append(f"{report.nodeid}: {props['ir_precision']}")
         self.report.totals.add(outcome, repro, unsupported)
         for cap in props["ir_capabilities"] or ["(no capability)"]:
             self.report.by_capability.setdefault(cap, Tally()).add(outcome, repro, unsupported)
@@ -169,6 +196,10 @@ class Collector:
             self.report.by_oracle.setdefault(str(props["ir_oracle"]), Tally()).add(outcome, repro, unsupported)
         if "ir_family" in props:
             self.report.by_family.setdefault(str(props["ir_family"]), Tally()).add(outcome, repro, unsupported)
+        if outcome == "failed" and "ir_refusal" in props:
+            if len(self.report.refusals) < 50:
+                self.report.refusals.append(f"{report.nodeid}: {props['ir_refusal']}")
+            return  # a refusal says nothing about which bug class the implementation has
         for bug in props.get("ir_bug_classes", []):
             self.report.by_bug_class.setdefault(bug, Tally()).add(outcome, repro, unsupported)
 
@@ -182,6 +213,7 @@ class Collector:
         if self.after_loss:
             self._note(f"{self.after_loss} failure(s) came after a CUDA device-side assert in the same process: rerun them alone before reading them as findings")
         self.report.stale_xfails = [e for e in self.xfails if e not in self.used_xfails]
+        self.report.verdict = verdict_of(self.report)
         if self.report.stale_xfails and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         path = self.config.getoption("--ir-report")

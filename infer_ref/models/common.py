@@ -2,7 +2,8 @@
 
 Numerics follow transformers exactly where it matters for bit-level agreement: RMSNorm normalises
 in fp32, RoPE tables are computed in fp32 and cast to the activation dtype, rotate_half splits the
-head in halves. Shapes: B batch, T new tokens, S keys visible (cache length after the write),
+head in halves. In float64 nothing is rounded to fp32: norms, frequencies and angles are float64
+(the definition; transformers' fp32 casts are lifted by the kit's float64 oracle). Shapes: B batch, T new tokens, S keys visible (cache length after the write),
 H query heads, Hkv key/value heads, D head_dim, E hidden size, V vocab.
 """
 
@@ -66,9 +67,10 @@ NormFactory = Callable[[int, float], nn.Module]
 # -- rotary embeddings ---------------------------------------------------------------------------
 
 
-def rope_inv_freq(head_dim: int, rope: RopeConfig) -> Tensor:
-    """Inverse frequencies ``[D/2]`` in fp32, with linear or llama3 scaling applied."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(torch.float32) / head_dim
+def rope_inv_freq(head_dim: int, rope: RopeConfig, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Inverse frequencies ``[D/2]`` computed in ``dtype`` (fp32, as transformers; float64 for the
+    float64 model), with linear or llama3 scaling applied."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(dtype) / head_dim
     inv_freq = 1.0 / (rope.theta**exponents)
     if rope.rope_type == "linear":
         return inv_freq / rope.factor
@@ -92,23 +94,31 @@ def _llama3_scaled(inv_freq: Tensor, rope: RopeConfig) -> Tensor:
 
 
 class RotaryEmbedding(nn.Module):
-    """cos/sin tables for arbitrary absolute positions, computed in fp32 then cast."""
+    """cos/sin tables for arbitrary absolute positions: computed in fp32 then cast (transformers'
+    rounding) for an activation dtype up to fp32; in float64 throughout for float64."""
 
     inv_freq: Tensor
+    inv_freq64: Tensor
 
     def __init__(self, head_dim: int, rope: RopeConfig) -> None:
         super().__init__()
         self.head_dim = head_dim
         self.rope = rope
         self.register_buffer("inv_freq", rope_inv_freq(head_dim, rope), persistent=False)
+        self.register_buffer("inv_freq64", rope_inv_freq(head_dim, rope, torch.float64), persistent=False)
 
     def reset_buffers(self, device: torch.device | str) -> None:
-        """Recompute ``inv_freq`` (after a meta-device construction) on ``device``."""
+        """Recompute ``inv_freq`` and ``inv_freq64`` from ``self.rope`` (after a meta-device
+        construction, or a changed ``rope``) on ``device``."""
         self.inv_freq = rope_inv_freq(self.head_dim, self.rope).to(device)
+        self.inv_freq64 = rope_inv_freq(self.head_dim, self.rope, torch.float64).to(device)
 
     def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos/sin ``[T, D]`` for positions ``[T]`` (or ``[B, T, D]`` for per-row positions ``[B, T]``)."""
-        freqs = positions[..., None].float() * self.inv_freq.float()  # [..., T, D/2]
+        if dtype == torch.float64:
+            freqs = positions[..., None].double() * self.inv_freq64.double()  # [..., T, D/2]
+        else:
+            freqs = positions[..., None].float() * self.inv_freq.float()  # [..., T, D/2]
         emb = torch.cat((freqs, freqs), dim=-1)  # [..., T, D]
         return emb.cos().to(dtype), emb.sin().to(dtype)
 

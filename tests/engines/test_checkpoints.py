@@ -18,6 +18,7 @@ from safetensors import safe_open
 
 from infer_ref.conformance.engines import checkpoints as ck
 from infer_ref.conformance.engines.checkpoints import ENGINE_CHECKPOINTS, STYLES, EngineCheckpoint, Style
+from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 from infer_ref.conformance.oracles.transformers_fp64 import transformers_model
 from infer_ref.loader import load_model, read_safetensors
 
@@ -66,8 +67,9 @@ def _config(folder: Path) -> dict[str, Any]:
 
 @torch.inference_mode()
 def _hf_logprobs(folder: Path, ids: torch.Tensor) -> torch.Tensor:
+    """transformers' float64 logprobs with its float32 casts lifted: the kit's float64 oracle."""
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=F64).eval()
-    return model(ids).logits[0].log_softmax(-1)
+    return lift_float32_casts(model, _config(folder))(ids).logits[0].log_softmax(-1)
 
 
 # -- the two styles -------------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 * one request, prefix caching off, reproduces ``generate`` (tokens, text, finish reason), greedy
   and seeded;
-* chat requests sharing a system prompt: logits with caching on == off == transformers;
+* chat requests sharing a system prompt: logits with caching on == off == transformers (float64 oracle);
 * every hash forced equal: token verification keeps the outputs equal to the no-cache run;
 * a pool too small for all requests at once: requests wait or are preempted and recomputed, and
   the outputs do not change; every block is free afterwards and the cache serves the next call;
@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ import torch
 from infer_ref import Engine, SamplingParams, Tokenizer, generate, load_model, render_chat_template
 from infer_ref.conformance.assertions import assert_close
 from infer_ref.conformance.oracles.allocator import collide_all
+from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 
 transformers = pytest.importorskip("transformers")
 
@@ -73,6 +75,7 @@ def test_shared_system_prompt_cold_equals_warm_equals_transformers(fixture) -> N
     assert hits[0] == 0 and all(h >= 8 for h in hits[1:]), hits
     assert warm_engine.stats.prefill_tokens_computed < sum(len(p) for p in prompts)
     theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float64).eval()
+    lift_float32_casts(theirs, json.loads((Path(folder) / "config.json").read_text()))  # the float64 oracle
     for i, (prompt, w, c) in enumerate(zip(prompts, warm, cold, strict=True)):
         assert w.step_logits is not None and c.step_logits is not None
         assert_close(w.step_logits, c.step_logits, what=f"request {i}: caching on vs off")

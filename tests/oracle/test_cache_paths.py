@@ -7,7 +7,10 @@ and schedules of prefill chunks and decode steps, the same sequence goes through
 and through a snapshot taken at a drawn step and restored into a drawn cache type. In float64:
 
 * every chunk's logits equal the model's own full forward and transformers' (<= 1e-9);
-* every cache type holds exactly the same K/V afterwards (bitwise);
+* every cache type holds the same K/V afterwards: layer 0's bitwise (the same computation on the
+  same embeddings, merely stored), deeper layers' to the exact tier (their inputs went through
+  attention over each layout's keys, whose float64 sums may round differently: 4.4e-16 measured;
+  float32 norms used to absorb that, float64 norms keep it);
 * a snapshot taken mid-sequence, followed by more writes to its source, restores (same or other
   type, in place or materialized) into a cache that continues with the same logits.
 
@@ -130,8 +133,9 @@ def test_every_cache_type_gives_the_same_logits_and_holds_the_same_kv(family: st
         held[kind] = [cache.get_kv(layer) for layer in range(model.config.num_hidden_layers)]
     for kind in CACHE_KINDS[1:]:
         for layer, ((k_ref, v_ref), (k, v)) in enumerate(zip(held[CACHE_KINDS[0]], held[kind], strict=True)):
-            assert_equal(k, k_ref, what=f"layer {layer} K held by the {kind} cache vs the contiguous one", params=params)
-            assert_equal(v, v_ref, what=f"layer {layer} V held by the {kind} cache vs the contiguous one", params=params)
+            same = assert_equal if layer == 0 else functools.partial(assert_close, atol=ATOL, rtol=RTOL)
+            same(k, k_ref, what=f"layer {layer} K held by the {kind} cache vs the contiguous one", params=params)
+            same(v, v_ref, what=f"layer {layer} V held by the {kind} cache vs the contiguous one", params=params)
 
 
 @pytest.mark.parametrize("family", FAMILIES)

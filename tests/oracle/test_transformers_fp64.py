@@ -1,4 +1,5 @@
-"""infer_ref against transformers in float64 on CPU, for every family.
+"""infer_ref against transformers in float64 on CPU, for every family (transformers' float32 casts
+in norms and RoPE lifted: both compute the float64 definition, docs/conformance.md).
 
 Each family's tiny config exercises what the real model has: GQA, llama3 RoPE scaling with a small
 original context, QK-norm with non-trivial weights, query_pre_attn_scalar != head_dim, and for
@@ -16,6 +17,7 @@ import torch
 
 from infer_ref import KVCache, SamplingParams, generate, load_model
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, TINY_INITS, random_snapshot, tiny_config
+from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 
 transformers = pytest.importorskip("transformers")
 
@@ -36,7 +38,7 @@ def pair(request, tmp_path_factory):
     folder = random_snapshot(tmp_path_factory.mktemp(request.param), config, seed=11, init=TINY_INITS[request.param])
     ours, _ = load_model(folder, dtype=DTYPE, device="cpu")
     theirs = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=DTYPE, attn_implementation="sdpa").eval()
-    return ours, theirs
+    return ours, lift_float32_casts(theirs, config)
 
 
 @pytest.fixture(scope="module")

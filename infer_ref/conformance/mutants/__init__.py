@@ -53,7 +53,6 @@ from infer_ref.models.common import (
     RMSNorm,
     RotaryEmbedding,
     apply_rope,
-    rope_inv_freq,
 )
 from infer_ref.step import Step
 
@@ -222,7 +221,8 @@ def _patch_model(model: Any, knobs: Knobs) -> Any:
         model.embed = types.MethodType(_gemma_embed_unrounded, model)
     if knobs.llama3_ignored:
         for rotary in model.rotary.values():
-            rotary.inv_freq = rope_inv_freq(rotary.head_dim, _strip_llama3(rotary.rope)).to(rotary.inv_freq.device)
+            rotary.rope = _strip_llama3(rotary.rope)
+            rotary.reset_buffers(rotary.inv_freq.device)
     _patch_precision(model, knobs)
     return model
 

@@ -56,19 +56,22 @@ def naive_attention(q: Tensor, k: Tensor, v: Tensor, visible: Tensor, scale: flo
     return out
 
 
-def llama3_inv_freq(head_dim: int, rope: RopeConfig) -> list[float]:
+def llama3_inv_freq(head_dim: int, rope: RopeConfig, *, base_in_float32: bool = True) -> list[float]:
     """Llama 3.1 frequency scaling, from its definition, in Python floats (float64).
 
     wavelength ``w = 2π / f``; ``w < orig / high``: keep ``f``; ``w > orig / low``: ``f / factor``;
     between: ``(1 - s) f / factor + s f`` with ``s = (orig / w - low) / (high - low)``.
     The base frequencies ``f = theta ** (-2i / D)`` are rounded to float32 first, as every
-    implementation that matches transformers computes them.
+    implementation that matches transformers computes them (``base_in_float32=False``: kept in
+    float64, the float64 definition).
     """
     assert rope.original_max_position_embeddings is not None
     orig = rope.original_max_position_embeddings
     out = []
     for i in range(0, head_dim, 2):
-        f = float(torch.tensor(1.0 / (rope.theta ** (i / head_dim)), dtype=torch.float32))
+        f = 1.0 / (rope.theta ** (i / head_dim))
+        if base_in_float32:
+            f = float(torch.tensor(f, dtype=torch.float32))
         w = 2 * math.pi / f
         if w < orig / rope.high_freq_factor:
             out.append(f)
@@ -89,6 +92,17 @@ def llama3_band(head_dim: int, rope: RopeConfig) -> list[str]:
         w = 2 * math.pi * rope.theta ** (i / head_dim)
         bands.append("keep" if w < orig / rope.high_freq_factor else "divide" if w > orig / rope.low_freq_factor else "smooth")
     return bands
+
+
+def inv_freq_float64(head_dim: int, rope: RopeConfig) -> Tensor:
+    """The inverse frequencies ``[D/2]`` by their definition in float64, nothing rounded to float32:
+    ``theta ** (-2i / D)``, divided by ``factor`` (linear), or scaled by :func:`llama3_inv_freq`."""
+    if rope.rope_type == "llama3":
+        return torch.tensor(llama3_inv_freq(head_dim, rope, base_in_float32=False), dtype=torch.float64)
+    freqs = [1.0 / rope.theta ** (i / head_dim) for i in range(0, head_dim, 2)]
+    if rope.rope_type == "linear":
+        freqs = [f / rope.factor for f in freqs]
+    return torch.tensor(freqs, dtype=torch.float64)
 
 
 def rotate_pairs(x: Tensor, positions: Tensor, inv_freq: Tensor) -> Tensor:
@@ -134,10 +148,7 @@ def default_inv_freq(head_dim: int, rope: RopeConfig) -> Tensor:
     in float64; llama3 scaling through :func:`llama3_inv_freq`."""
     if rope.rope_type == "llama3":
         return torch.tensor(llama3_inv_freq(head_dim, rope), dtype=torch.float64).float()
-    freqs = [1.0 / rope.theta ** (i / head_dim) for i in range(0, head_dim, 2)]
-    if rope.rope_type == "linear":
-        freqs = [f / rope.factor for f in freqs]
-    return torch.tensor(freqs, dtype=torch.float64).float()
+    return inv_freq_float64(head_dim, rope).float()
 
 
 def ulps_apart(actual: Tensor, expected: Tensor) -> Tensor:

@@ -1,5 +1,6 @@
 """The model-level oracle: transformers on the same weights, in float64, through its full (uncached)
-forward. Models are memoised (the last few configs), so a property's examples share one model."""
+forward, with its float32 casts lifted (norms and RoPE tables in float64: ``float64_definition``).
+Models are memoised (the last few configs), so a property's examples share one model."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import torch
 from torch import Tensor
+
+from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 
 _HF_MODELS: OrderedDict[str, Any] = OrderedDict()
 _HF_CACHE_SIZE = 16
@@ -24,7 +27,8 @@ def transformers_available() -> bool:
 
 
 def transformers_model(hf_config: Mapping[str, Any], state: Mapping[str, Tensor], key: str | None = None) -> Any:
-    """A float64 ``AutoModelForCausalLM`` (sdpa attention) with ``state`` loaded; memoised by ``key``."""
+    """A float64 ``AutoModelForCausalLM`` (sdpa attention) with ``state`` loaded and its float32 casts
+    lifted (:func:`~infer_ref.conformance.oracles.float64_definition.lift_float32_casts`); memoised by ``key``."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
     key = key or json.dumps(dict(hf_config), sort_keys=True)
@@ -39,7 +43,7 @@ def transformers_model(hf_config: Mapping[str, Any], state: Mapping[str, Tensor]
     if unexpected or [m for m in missing if not (tied and m == "lm_head.weight")]:
         raise RuntimeError(f"transformers oracle: missing {missing}, unexpected {unexpected}")
     model.eval()
-    _HF_MODELS[key] = model
+    _HF_MODELS[key] = lift_float32_casts(model, hf_config)
     while len(_HF_MODELS) > _HF_CACHE_SIZE:
         _HF_MODELS.popitem(last=False)
     return model

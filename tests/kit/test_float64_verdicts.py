@@ -1,0 +1,67 @@
+"""The float64 tier's three verdicts, earned through ``infer-ref conformance`` as a user runs it.
+
+``examples/norm_precision_adapters.py`` holds two outside-style decoders that differ from infer_ref
+in their RMSNorm only: one wholly in float64 (exact float64), one with litgpt's float32 weight
+multiply (float64 with float32 intermediates: passes with precision notes, fails under
+``--strict-float64``). A planted bug is wrong. Both transformers comparisons of the model tier run
+(full forward, and prefill + decode across windows, every family).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conformance_run import conformance
+
+from infer_ref.conformance import tiers
+
+AGAINST_TRANSFORMERS = ("-k", "test_full_forward_matches_transformers or test_decode_across_windows_matches_transformers")
+
+
+def test_norms_wholly_in_float64_are_exact(tmp_path: Path) -> None:
+    run = conformance("examples.norm_precision_adapters:FLOAT64_NORMS", *AGAINST_TRANSFORMERS, cwd=tmp_path)
+    assert run.returncode == 0, run.output[-4000:]
+    assert run.report["totals"]["counts"]["passed"] == 6, run.report["totals"]
+    assert (run.report["verdict"], run.report["precision_tests"]) == (tiers.EXACT, 0), run.report["precision_notes"]
+
+
+def test_litgpt_weight_multiply_passes_with_a_precision_note(tmp_path: Path) -> None:
+    run = conformance("examples.norm_precision_adapters:LITGPT_NORMS", *AGAINST_TRANSFORMERS, cwd=tmp_path)
+    assert run.returncode == 0, run.output[-4000:]
+    assert run.report["verdict"] == tiers.FLOAT32_STEPS, run.report
+    assert run.report["precision_tests"] == 6, run.report["precision_notes"]
+    assert tiers.FLOAT32_STEPS in run.report["precision_notes"][0]
+    assert f"verdict: **{tiers.FLOAT32_STEPS}**" in run.output  # the printed report says it too
+
+
+def test_litgpt_weight_multiply_fails_under_strict_float64(tmp_path: Path) -> None:
+    run = conformance(
+        "examples.norm_precision_adapters:LITGPT_NORMS", "-k", "test_full_forward_matches_transformers",
+        "--strict-float64", cwd=tmp_path, profile="mutants",
+    )
+    assert run.returncode == 1, run.output[-4000:]
+    assert run.report["verdict"] == tiers.WRONG and run.report["totals"]["counts"]["failed"] == 3, run.report["totals"]
+    assert "failed because --strict-float64 was given" in run.output
+
+
+def test_a_planted_bug_is_wrong(tmp_path: Path) -> None:
+    run = conformance("infer_ref.conformance.mutants:v_rotated", "-k", "test_full_forward_matches_transformers", cwd=tmp_path, profile="mutants")
+    assert run.returncode == 1, run.output[-4000:]
+    assert run.report["verdict"] == tiers.WRONG and run.report["precision_tests"] == 0, run.report
+    assert f"[{tiers.WRONG}: beyond the {tiers.FLOAT32_INTERMEDIATES:g}" in run.output
+
+
+def test_verdict_of_a_report() -> None:
+    """float64: exact unless a test reached only the middle tier; any failure: wrong; other dtypes
+    and the engine tier (its own tolerances) never claim a float64 tier."""
+    from infer_ref.conformance.report import Report, verdict_of
+
+    report = Report(impl="x", adapter="a", version="1", device="cpu", dtype="float64", capabilities={})
+    assert verdict_of(report) == tiers.EXACT
+    report.precision_tests = 2
+    assert verdict_of(report) == tiers.FLOAT32_STEPS
+    report.totals.counts["failed"] = 1
+    assert verdict_of(report) == tiers.WRONG
+    engine = Report(impl="x", adapter="engine tier:", version="vllm", device="the engine's", dtype="float64", capabilities={})
+    assert verdict_of(engine) == "within the float64 tolerances"
+    assert verdict_of(Report(impl="x", adapter="a", version="1", device="cuda", dtype="bfloat16", capabilities={})) == "within the bfloat16 tolerances"
