@@ -1,4 +1,6 @@
-"""The engine tier's oracle: transformers in float64 on the engine's own checkpoint folder.
+"""The engine tier's oracle: transformers in float64 on the engine's own checkpoint folder, its
+float32 norm and RoPE casts lifted and attention through SDPA (softmax in float64): the model's
+definition computed in float64 (:mod:`~infer_ref.conformance.oracles.float64_definition`).
 
 Every logprob an engine returns for a position is compared with the log-softmax of transformers'
 float64 logits at that position, teacher-forced on the engine's own tokens (prompt + what it
@@ -12,6 +14,7 @@ bugs produce (a shifted position or a stale block moves logprobs by nats, not th
 
 from __future__ import annotations
 
+import json
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -23,6 +26,7 @@ import torch
 from torch import Tensor
 
 from infer_ref.conformance.engines.protocol import TokenLogprobs
+from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 
 # Largest |engine - oracle| logprob difference accepted, by engine dtype (nats).
 AGREEMENT_TOLERANCE = {"float64": 1e-6, "float32": 2e-4, "bfloat16": 0.25, "float16": 0.06}
@@ -42,13 +46,16 @@ def agreement_tolerance(dtype: str) -> float:
 
 
 def oracle_model(model_dir: str | Path) -> Any:
-    """transformers' ``AutoModelForCausalLM`` of ``model_dir`` in float64 (memoised per folder)."""
+    """transformers' ``AutoModelForCausalLM`` of ``model_dir`` in float64, every step in float64
+    (memoised per folder)."""
     from transformers import AutoModelForCausalLM
 
     key = str(Path(model_dir).resolve())
     if key not in _MODELS:
-        model = AutoModelForCausalLM.from_pretrained(key, dtype=torch.float64, attn_implementation="eager")
-        _MODELS[key] = model.eval()
+        # SDPA, not eager: eager attention takes its softmax in float32 whatever the model's dtype.
+        model = AutoModelForCausalLM.from_pretrained(key, dtype=torch.float64, attn_implementation="sdpa")
+        hf_config = json.loads((Path(key) / "config.json").read_text())
+        _MODELS[key] = lift_float32_casts(model.eval(), hf_config)
         while len(_MODELS) > _MODELS_KEPT:
             _MODELS.popitem(last=False)
     _MODELS.move_to_end(key)
