@@ -16,7 +16,7 @@ takes the value chosen from it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from infer_ref.conformance.engines.oracle import agreement_tolerance
 
@@ -73,11 +73,9 @@ class SpreadLog:
     largest: float = 0.0
     where: str = ""
     comparisons: int = 0
-    by_test: dict[str, float] = field(default_factory=dict)
 
     def record(self, test: str, difference: float) -> None:
         self.comparisons += 1
-        self.by_test[test] = max(self.by_test.get(test, 0.0), difference)
         if difference > self.largest:
             self.largest, self.where = difference, test
 

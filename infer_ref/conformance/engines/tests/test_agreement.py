@@ -48,10 +48,9 @@ def _positions(model_dir: Path, request: EngineRequest, output: EngineOutput) ->
     return out
 
 
-def disagreements(model_dir: Path, request: EngineRequest, output: EngineOutput, tol: float) -> list[str]:
-    """Every position of ``output`` where the engine's logprobs leave the oracle's tolerance."""
-    found = [d for where, entry, row, chosen in _positions(model_dir, request, output)
-             for d in compare_position(where, entry, row, tol, chosen=chosen)]  # fmt: skip
+def disagreements(positions: list[tuple[str, TokenLogprobs, Tensor, bool]], tol: float) -> list[str]:
+    """Every one of ``positions`` (:func:`_positions`) where the engine's logprobs leave the oracle's tolerance."""
+    found = [d for where, entry, row, chosen in positions for d in compare_position(where, entry, row, tol, chosen=chosen)]
     return [str(d) for d in dedupe(found)]
 
 
@@ -60,9 +59,10 @@ def _judge(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str, r
     tol = agreement_tolerance(tier.dtype)
     report = []
     for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
-        distances = [distance_from_oracle(entry, row) for _, entry, row, _ in _positions(model_dir, request, output)]
+        positions = _positions(model_dir, request, output)
+        distances = [distance_from_oracle(entry, row) for _, entry, row, _ in positions]
         tier.distances.record(f"{test}[{model_dir.name}]", max(distances, default=0.0))
-        found = disagreements(model_dir, request, output, tol)
+        found = disagreements(positions, tol)
         if found:
             report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(found[:3]))
     if report:
