@@ -21,7 +21,10 @@ from typing import Any
 
 import pytest
 
-from infer_ref.conformance import tiers
+from infer_ref.conformance import blame, tiers
+from infer_ref.conformance.blame.probes import ProbeResult, Runner
+from infer_ref.conformance.blame.suite import run_probes
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES
 
 OUTCOMES = ("passed", "failed", "xfailed", "not supported", "skipped")
 
@@ -65,6 +68,8 @@ class Report:
     precision_tests: int = 0  # tests whose float64 logits reached only the float32-intermediates tier
     precision_notes: list[str] = field(default_factory=list)  # the first few of them
     refusals: list[str] = field(default_factory=list)  # failed tests where the implementation raised: "node id: Type: message"
+    blame: dict[str, dict[str, str]] = field(default_factory=OrderedDict)  # candidate class -> {"verdict", "why"} (infer_ref.conformance.blame)
+    probes: list[str] = field(default_factory=list)  # the follow-up probes that ran, with their outcomes
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -89,6 +94,11 @@ class Report:
             lines += ["", *_table("checkpoint", self.by_family, None)]
         if self.stale_xfails:
             lines += ["", "stale xfail entries (they fail the run): " + ", ".join(f"`{s}`" for s in self.stale_xfails)]
+        if self.blame:
+            lines += ["", "blame (the bug classes of the failed tests, narrowed by follow-up probes; one bug assumed):",
+                      *(f"- **{b['verdict']}**: {name} ({b['why']})" for name, b in self.blame.items())]
+        if self.probes:
+            lines += ["", "follow-up probes (float64, on each failing family's probe checkpoint):", *(f"- {p}" for p in self.probes)]
         if self.refusals:
             lines += ["", "refusals (the implementation raised instead of answering; counted as failures, blamed on no bug class):",
                       *(f"- `{r}`" for r in self.refusals)]
@@ -159,6 +169,8 @@ class Collector:
         self.xfails = list(xfails or [])
         self.used_xfails: set[str] = set()
         self.after_loss = 0  # failures in a process whose CUDA context an earlier test lost
+        self.adapter = adapter
+        self.failed_guards: dict[str, list[str]] = {}  # failed test (not a refusal) -> the bug classes it guards
         self.report = Report(
             impl=impl,
             adapter=adapter.name,
@@ -200,6 +212,8 @@ class Collector:
             if len(self.report.refusals) < 50:
                 self.report.refusals.append(f"{report.nodeid}: {props['ir_refusal']}")
             return  # a refusal says nothing about which bug class the implementation has
+        if outcome == "failed":
+            self.failed_guards[report.nodeid] = list(props.get("ir_bug_classes", []))
         for bug in props.get("ir_bug_classes", []):
             self.report.by_bug_class.setdefault(bug, Tally()).add(outcome, repro, unsupported)
 
@@ -214,6 +228,7 @@ class Collector:
             self._note(f"{self.after_loss} failure(s) came after a CUDA device-side assert in the same process: rerun them alone before reading them as findings")
         self.report.stale_xfails = [e for e in self.xfails if e not in self.used_xfails]
         self.report.verdict = verdict_of(self.report)
+        self._blame()
         if self.report.stale_xfails and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
         path = self.config.getoption("--ir-report")
@@ -221,6 +236,27 @@ class Collector:
             target = Path(path)
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(self.report.to_json() if target.suffix == ".json" else self.report.to_markdown())
+
+    def _blame(self) -> None:
+        """Narrow the failed tests' bug classes (:mod:`infer_ref.conformance.blame`); model-level
+        candidates get the follow-up probes first (the engine tier has its own classes)."""
+        failed = {node: guards for node, guards in self.failed_guards.items() if guards}
+        if not failed or self.report.adapter.startswith("engine tier"):
+            return
+        results: list[ProbeResult] = []
+        if blame.needs_probes(c for g in failed.values() for c in g):
+            try:
+                runner = Runner(self.adapter, self.report.device)
+            except ValueError as exc:
+                self._note(f"no follow-up probes: {exc}")
+            else:
+                for family in blame.probe_families(failed, FAMILIES):
+                    results += run_probes(runner, family)
+        findings, note = blame.narrow(failed, results)
+        self.report.blame = OrderedDict((c, {"verdict": f.verdict, "why": f.why}) for c, f in findings.items())
+        self.report.probes = [r.describe() for r in results]
+        if note:
+            self._note(note)
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.report.totals == Tally():

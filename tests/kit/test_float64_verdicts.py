@@ -13,7 +13,7 @@ from pathlib import Path
 
 from conformance_run import conformance
 
-from infer_ref.conformance import tiers
+from infer_ref.conformance import blame, tiers
 
 AGAINST_TRANSFORMERS = ("-k", "test_full_forward_matches_transformers or test_decode_across_windows_matches_transformers")
 
@@ -42,6 +42,9 @@ def test_litgpt_weight_multiply_fails_under_strict_float64(tmp_path: Path) -> No
     assert run.returncode == 1, run.output[-4000:]
     assert run.report["verdict"] == tiers.WRONG and run.report["totals"]["counts"]["failed"] == 3, run.report["totals"]
     assert "failed because --strict-float64 was given" in run.output
+    # The rounding is blamed on no bug class: every follow-up probe passes (at the float32 tolerance).
+    assert {b["verdict"] for b in run.report["blame"].values()} == {blame.NOT_IMPLICATED}, run.report["blame"]
+    assert blame.NO_PROBE_FAILS in run.report["notes"]
 
 
 def test_a_planted_bug_is_wrong(tmp_path: Path) -> None:
@@ -49,6 +52,11 @@ def test_a_planted_bug_is_wrong(tmp_path: Path) -> None:
     assert run.returncode == 1, run.output[-4000:]
     assert run.report["verdict"] == tiers.WRONG and run.report["precision_tests"] == 0, run.report
     assert f"[{tiers.WRONG}: beyond the {tiers.FLOAT32_INTERMEDIATES:g}" in run.output
+    # The failed test guards six classes; the follow-up probes blame the one planted.
+    verdicts = {name: b["verdict"] for name, b in run.report["blame"].items()}
+    assert verdicts.pop("V rotated by RoPE") == blame.IMPLICATED, run.report["blame"]
+    assert len(verdicts) == 5 and set(verdicts.values()) == {blame.NOT_IMPLICATED}, run.report["blame"]
+    assert "**implicated**: V rotated by RoPE" in run.output
 
 
 def test_verdict_of_a_report() -> None:

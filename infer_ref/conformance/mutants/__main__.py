@@ -17,6 +17,7 @@ the ``mutant-table`` markers of a Markdown file.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -42,6 +43,8 @@ class Outcome:
     seconds: float
     tail: str
     tiers: dict[str, str] = field(default_factory=dict)  # collapsed test id -> tier that ran it
+    named: list[str] = field(default_factory=list)  # bug classes with a failed test in the report's table
+    blame: dict[str, str] = field(default_factory=dict)  # candidate class -> the report's blame verdict
 
     @property
     def caught(self) -> bool:
@@ -93,6 +96,7 @@ def collapse(node_ids: list[str]) -> list[str]:
 def run_one(mutant: Mutant, tests_dir: Path, extra: list[str]) -> Outcome:
     with tempfile.TemporaryDirectory() as tmp:
         junit = Path(tmp) / "report.xml"
+        report = Path(tmp) / "report.json"
         targets = [str(tests_dir / t) for t in mutant.targets]
         cmd = [
             sys.executable,
@@ -107,6 +111,7 @@ def run_one(mutant: Mutant, tests_dir: Path, extra: list[str]) -> Outcome:
             "--no-header",
             "-rN",
             f"--junitxml={junit}",
+            f"--ir-report={report}",
             *extra,
         ]
         env = dict(os.environ)
@@ -121,7 +126,19 @@ def run_one(mutant: Mutant, tests_dir: Path, extra: list[str]) -> Outcome:
             tiers[base] = min(tiers.get(base, tier), tier, key=TIER_ORDER.index)
         caught_by = collapse(list(failed))
         by_test = {t: tiers[t.partition("[")[0]] for t in caught_by}
-        return Outcome(mutant, proc.returncode, caught_by, seconds, (proc.stdout + proc.stderr)[-2000:], by_test)
+        tail = (proc.stdout + proc.stderr)[-2000:]
+        named, blame = blame_of(report)
+        return Outcome(mutant, proc.returncode, caught_by, seconds, tail, by_test, named, blame)
+
+
+def blame_of(report: Path) -> tuple[list[str], dict[str, str]]:
+    """From a conformance report (``--ir-report`` JSON): the bug classes its table names (those with
+    a failed test) and its blame verdict for each."""
+    if not report.is_file():
+        return [], {}
+    data = json.loads(report.read_text())
+    named = [name for name, tally in data.get("by_bug_class", {}).items() if tally["counts"]["failed"]]
+    return named, {name: b["verdict"] for name, b in data.get("blame", {}).items()}
 
 
 TIER_ORDER = ("default", "slow", "gpu")
@@ -159,6 +176,13 @@ def class_report(outcomes: list[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def outcome_record(o: Outcome) -> dict[str, object]:
+    return {
+        "mutant": o.mutant.name, "bug_class": o.mutant.bug_class, "caught": o.caught, "caught_by": o.caught_by,
+        "named": o.named, "blame": o.blame,
+    }  # fmt: skip
+
+
 def write_table(path: Path, text: str, command: str) -> None:
     doc = path.read_text()
     if START_MARKER not in doc or END_MARKER not in doc:
@@ -176,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tests", type=Path, default=None, help="conformance test directory (default: the package's infer_ref/conformance/tests)")
     parser.add_argument("--write-table", type=Path, default=None, metavar="MD", help="replace the mutant table in this Markdown file")
     parser.add_argument("--list", action="store_true", help="list the mutants and exit")
+    parser.add_argument("--json", type=Path, default=None, metavar="FILE", help="also write each mutant's outcome (caught by, blamed classes) as JSON")
     parser.add_argument(
         "--tiers",
         choices=("default", "all"),
@@ -213,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     for o in missed:
         print(f"\n--- {o.mutant.name}: pytest exit {o.returncode}, output tail:\n{o.tail}", file=sys.stderr)
     print(f"\n{len(outcomes) - len(missed)}/{len(outcomes)} mutants caught in {elapsed:.0f}s with {args.jobs} job(s)")
+    if args.json is not None:
+        args.json.write_text(json.dumps([outcome_record(o) for o in outcomes], indent=1) + "\n")
     if args.write_table is not None and args.only is None:
         report = table(outcomes) + "\n\nPer bug class (the tier of each killing test: `default` runs in `pytest -n auto`):\n\n" + class_report(outcomes)
         write_table(args.write_table, report, "python -m infer_ref.conformance.mutants --write-table " + str(args.write_table))

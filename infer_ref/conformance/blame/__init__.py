@@ -1,0 +1,114 @@
+"""Failures blamed on their cause: the bug classes the evidence supports, the rest not implicated.
+
+A failed conformance test guards several bug classes (``Guards: *...*`` in its docstring); a report
+that listed them all would blame a norm's rounding on "V rotated by RoPE". After a run with failures,
+the report narrows them:
+
+1. The *candidates* are the classes guarded by a failed test (refusals excluded).
+2. If a candidate can show in a model run, the follow-up probes run (:mod:`.suite`) on the families
+   whose tests failed, and each candidate is checked against their outcomes with the table of
+   :mod:`.signatures`, assuming one bug: a candidate is *not implicated* when a probe it always
+   fails passed, or a probe it can never fail failed.
+3. A surviving candidate is *implicated* when a failed probe is one it always fails, or when it is
+   the only surviving class of some failed test; otherwise it stays *possible* (the evidence does
+   not separate it from another survivor).
+
+When every candidate is ruled out and no probe failed, what failed is none of the classes (a
+rounding difference failed under ``--strict-float64``, say) and the report says so. When no
+candidate survives although probes failed, one bug does not explain the outcomes (several bugs, or one outside the
+catalogue): only the sound half is kept — a candidate is ruled out only by a probe it always fails
+that passed — and the report says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from infer_ref.conformance.blame.probes import ProbeResult
+from infer_ref.conformance.blame.signatures import SIGNATURES
+
+IMPLICATED, POSSIBLE, NOT_IMPLICATED = "implicated", "possible", "not implicated"
+NO_SINGLE_CLASS = (
+    "no single bug class explains the probes' outcomes (several bugs, or one outside the catalogue): "
+    "only classes ruled out by a passing probe are marked not implicated"
+)
+NO_PROBE_FAILS = (
+    "every follow-up probe passes, and each candidate class would fail one: what failed is none of them "
+    "(under --strict-float64, a rounding difference the precision notes describe)"
+)
+
+
+@dataclass(frozen=True)
+class Finding:
+    verdict: str  # IMPLICATED | POSSIBLE | NOT_IMPLICATED
+    why: str
+
+
+def probe_families(failed_tests: Mapping[str, Sequence[str]], families: Sequence[str]) -> list[str]:
+    """The families named in the failed tests' ids (``...[gemma3_text]``), or all of them when a
+    failed test names none."""
+    named = [f for f in families if any(f"[{f}" in node or f"-{f}" in node for node in failed_tests)]
+    return named or list(families)
+
+
+def needs_probes(candidates: Iterable[str]) -> bool:
+    return any(c in SIGNATURES for c in candidates)
+
+
+def _contradiction(cls: str, results: Sequence[ProbeResult], *, sound_only: bool) -> str | None:
+    """Why one bug of ``cls`` cannot explain ``results``, or None."""
+    signature = SIGNATURES.get(cls)
+    if signature is None:
+        return None
+    probed = sorted({r.family for r in results if not r.error})
+    if probed and not any(signature.applies(f) for f in probed):
+        return f"the families whose tests failed ({', '.join(probed)}) have no {signature.feature}"
+    for r in results:
+        if r.error:
+            continue
+        sign = signature.sign(r.name, r.family, r.windowed)
+        if sign == "always" and not r.failed:
+            return f"probe '{r.name}' [{r.family}] {r.outcome}, and every bug of this class fails it"
+        if sign == "never" and r.failed and not sound_only:
+            return f"probe '{r.name}' [{r.family}] {r.outcome}, and no bug of this class can make it fail"
+    return None
+
+
+def _support(cls: str, results: Sequence[ProbeResult], failed_tests: Mapping[str, Sequence[str]], survivors: set[str]) -> str | None:
+    signature = SIGNATURES.get(cls)
+    if signature is not None:
+        for r in results:
+            if r.failed and not r.error and signature.sign(r.name, r.family, r.windowed) == "always":
+                return f"probe '{r.name}' [{r.family}] {r.outcome}, as every bug of this class does; the other candidates are ruled out"
+    for node, guarded in failed_tests.items():
+        if cls in guarded and not (set(guarded) - {cls}) & survivors:
+            return f"the only class left that `{node}` guards"
+    return None
+
+
+def narrow(failed_tests: Mapping[str, Sequence[str]], results: Sequence[ProbeResult]) -> tuple[dict[str, Finding], str | None]:
+    """Each candidate's finding, and a note when one bug does not explain the outcomes.
+
+    ``failed_tests``: node id -> the bug classes the test guards; ``results``: the probes that ran."""
+    candidates = list(dict.fromkeys(c for guarded in failed_tests.values() for c in guarded))
+    ruled_out = {c: why for c in candidates if (why := _contradiction(c, results, sound_only=False))}
+    note = None
+    if len(ruled_out) == len(candidates) and candidates:
+        if not any(r.failed for r in results):
+            return {c: Finding(NOT_IMPLICATED, why) for c, why in ruled_out.items()}, NO_PROBE_FAILS
+        note = NO_SINGLE_CLASS
+        ruled_out = {c: why for c in candidates if (why := _contradiction(c, results, sound_only=True))}
+    survivors = {c for c in candidates if c not in ruled_out}
+    findings: dict[str, Finding] = {}
+    for c in candidates:
+        if c in ruled_out:
+            findings[c] = Finding(NOT_IMPLICATED, ruled_out[c])
+        elif note is None and (why := _support(c, results, failed_tests, survivors)):
+            findings[c] = Finding(IMPLICATED, why)
+        else:
+            findings[c] = Finding(POSSIBLE, "consistent with every outcome, not separated from " + (", ".join(sorted(survivors - {c})) or "nothing"))
+    return findings, note
+
+
+__all__ = ["IMPLICATED", "NOT_IMPLICATED", "POSSIBLE", "Finding", "narrow", "needs_probes", "probe_families"]

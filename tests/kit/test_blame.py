@@ -1,0 +1,157 @@
+"""The report's blame: bug classes narrowed by follow-up probes (``infer_ref.conformance.blame``).
+
+The inference is checked on hand-made probe outcomes whose right answer follows from the table in
+``blame/signatures.py``; the probes themselves are checked on infer_ref (every probe passes, at
+float64 rounding) and on planted bugs, each of which must be blamed on its own class and no other.
+The end-to-end run through ``infer-ref conformance`` is in ``test_float64_verdicts.py``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from infer_ref.conformance import blame, tiers
+from infer_ref.conformance.adapters.reference import INFER_REF
+from infer_ref.conformance.blame import signatures as sig
+from infer_ref.conformance.blame.probes import ProbeResult, Runner
+from infer_ref.conformance.blame.suite import PROBE_NAMES, PROBES, run_probes
+from infer_ref.conformance.mutants import ALL_BUG_CLASSES, BUG_CLASSES, MUTANTS
+
+FULL_GUARDS = [sig.V_ROTATED, sig.QK_NORM, sig.SCALE, sig.LLAMA3, sig.OFF_BY_ONE, sig.ONE_WINDOW]
+
+
+def result(name: str, failed: bool, family: str = "gemma3_text", windowed: bool = True, **extra: str) -> ProbeResult:
+    return ProbeResult(name, family, failed, 0.5 if failed else 1e-15, windowed, **extra)  # type: ignore[arg-type]
+
+
+def outcomes(failing: set[str], family: str = "gemma3_text") -> list[ProbeResult]:
+    """Every probe of the table, failing exactly those in ``failing`` (window crossings as on the probe case)."""
+    unwindowed = {sig.FULL_NO_WINDOW, sig.DECODE_NO_WINDOW, sig.CHUNKS_NO_WINDOW, sig.CACHE_LENGTH}
+    names = [probe.name for probe in PROBES if probe.applies(family)]
+    return [result(n, n in failing, family, windowed=family == "gemma3_text" and n not in unwindowed) for n in names]
+
+
+def test_the_table_names_known_classes_and_probes() -> None:
+    assert set(sig.SIGNATURES) == set(BUG_CLASSES)
+    for name, s in sig.SIGNATURES.items():
+        assert not s.always & s.never, name
+        assert (s.always | s.never) <= set(PROBE_NAMES), (name, (s.always | s.never) - set(PROBE_NAMES))
+
+
+def test_one_failing_probe_pattern_implicates_its_class_and_clears_the_rest() -> None:
+    """V rotated: the repeated token fails, and so does every full forward; nothing cached fails."""
+    failing = {sig.REP, sig.REP_CACHED, sig.FULL} | set(sig.FULL_VARIANTS)
+    findings, note = blame.narrow({"test_full[gemma3_text]": FULL_GUARDS}, outcomes(failing))
+    assert note is None
+    assert findings[sig.V_ROTATED].verdict == blame.IMPLICATED
+    assert {c for c, f in findings.items() if f.verdict == blame.NOT_IMPLICATED} == set(FULL_GUARDS) - {sig.V_ROTATED}
+    assert "repeated token" in findings[sig.QK_NORM].why  # ruled out by a probe it cannot fail
+
+
+def test_a_passing_variant_singles_out_the_feature_it_neutralises() -> None:
+    """Only the scalar = head_dim variant passes: the attention scale."""
+    failing = {sig.FULL, sig.FULL_NO_WINDOW, sig.FULL_ALL_SLIDING, sig.FULL_UNIT_QK}
+    findings, _ = blame.narrow({"test_full[gemma3_text]": FULL_GUARDS}, outcomes(failing))
+    assert [c for c, f in findings.items() if f.verdict == blame.IMPLICATED] == [sig.SCALE]
+    assert "full forward, scalar = head_dim" in findings[sig.QK_NORM].why
+
+
+def test_a_class_the_family_lacks_is_not_implicated() -> None:
+    findings, _ = blame.narrow({"test_full[qwen3]": [sig.LLAMA3, sig.QK_NORM]}, outcomes({sig.FULL, sig.FULL_UNIT_QK}, "qwen3"))
+    assert findings[sig.LLAMA3].verdict == blame.NOT_IMPLICATED and "llama3 RoPE scaling" in findings[sig.LLAMA3].why
+    assert findings[sig.QK_NORM].verdict == blame.IMPLICATED
+
+
+def test_a_test_guarding_one_class_implicates_it_when_no_probe_can_see_it() -> None:
+    """Cache reset and classes outside the model (sampling) have no probe: a failed test that guards
+    nothing else still names them."""
+    findings, note = blame.narrow({"test_reset[llama]": [sig.NOT_RESET]}, outcomes(set(), "llama"))
+    assert note is None and findings[sig.NOT_RESET].verdict == blame.IMPLICATED
+    sampling = ALL_BUG_CLASSES[-1]
+    findings, _ = blame.narrow({"test_sampler": [sampling]}, [])
+    assert findings[sampling].verdict == blame.IMPLICATED
+
+
+def test_survivors_the_probes_cannot_separate_stay_possible() -> None:
+    """Without probes, two classes of one failed test are both possible, neither implicated."""
+    findings, _ = blame.narrow({"test_chunks": [sig.TOP_LEFT, sig.UNWRITTEN]}, [])
+    assert {f.verdict for f in findings.values()} == {blame.POSSIBLE}
+    assert sig.UNWRITTEN in findings[sig.TOP_LEFT].why
+
+
+def test_no_probe_failing_says_the_failure_is_none_of_the_classes() -> None:
+    """A rounding difference failed under --strict-float64: the probes (at the float32-intermediates
+    tolerance) all pass, so every guarded class is ruled out and the report says why."""
+    findings, note = blame.narrow({"test_full[llama]": FULL_GUARDS}, outcomes(set(), "llama"))
+    assert note == blame.NO_PROBE_FAILS
+    assert {f.verdict for f in findings.values()} == {blame.NOT_IMPLICATED}
+
+
+def test_outcomes_no_single_class_explains_keep_only_sound_exclusions() -> None:
+    """V rotated's pattern, and the one-position probe failing too, which no attention bug can: two
+    bugs (or one outside the catalogue). Only classes a passing probe rules out are cleared; V
+    rotated, whose every always-failing probe failed, stays possible."""
+    failing = {sig.ONE, sig.REP, sig.REP_CACHED, sig.FULL} | set(sig.FULL_VARIANTS)
+    guards = {"test_full[gemma3_text]": FULL_GUARDS, "test_chunks[gemma3_text]": [sig.TOP_LEFT, sig.ROPE_OFFSET]}
+    findings, note = blame.narrow(guards, outcomes(failing))
+    assert note == blame.NO_SINGLE_CLASS
+    assert findings[sig.V_ROTATED].verdict == blame.POSSIBLE
+    assert findings[sig.ROPE_OFFSET].verdict == blame.NOT_IMPLICATED  # 'decode' passes, which it always fails
+    assert findings[sig.TOP_LEFT].verdict == blame.NOT_IMPLICATED  # 'chunks' passes, likewise
+
+
+def test_refused_probes_give_no_evidence_and_raising_ones_fail() -> None:
+    refused = result(sig.REP, False, error="refused: no float64")
+    findings, _ = blame.narrow({"t": [sig.V_ROTATED, sig.SCALE]}, [refused, result(sig.FULL_SCALAR, True)])
+    assert findings[sig.V_ROTATED].verdict == blame.IMPLICATED  # the refusal did not clear it
+    raised = ProbeResult(sig.CACHE_LENGTH, "llama", True, math.inf, False, raised="ValueError: advance past capacity")
+    findings, _ = blame.narrow({"t": [sig.ADVANCE, sig.ROPE_OFFSET]}, [raised])
+    assert findings[sig.ADVANCE].verdict == blame.IMPLICATED and "raised ValueError" in findings[sig.ADVANCE].why
+
+
+def test_probe_families_follow_the_failed_ids() -> None:
+    families = ("llama", "qwen3", "gemma3_text")
+    assert blame.probe_families({"t.py::test_full[gemma3_text]": []}, families) == ["gemma3_text"]
+    assert blame.probe_families({"t.py::test_masks[3-4-4]": []}, families) == list(families)
+
+
+@pytest.fixture(scope="module")
+def one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def test_infer_ref_passes_every_probe_at_float64_rounding(one_thread: None) -> None:
+    """On the reference every probe passes by rounding alone (1e-14 measured), so a passing probe
+    means something; q-norm ignored passes by moving (its distance is how far doubling moved it)."""
+    runner = Runner(INFER_REF, "cpu")
+    for family in ("llama", "qwen3", "gemma3_text"):
+        for r in run_probes(runner, family):
+            assert not r.failed and r.error is None and r.raised is None, r.describe()
+            if r.name != sig.Q_NORM_IGNORED:
+                assert r.distance < 1e-12, r.describe()
+            else:
+                assert r.distance > tiers.FLOAT32_INTERMEDIATES, r.describe()
+
+
+MODEL_MUTANTS = [m for m in MUTANTS.values() if m.bug_class in sig.SIGNATURES and not all(
+    s == "never" for s in [sig.SIGNATURES[m.bug_class].sign(p, "gemma3_text", True) for p in PROBE_NAMES]
+)]  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mutant", MODEL_MUTANTS, ids=lambda m: m.name)
+def test_each_planted_model_bug_is_blamed_on_its_class_alone(mutant: object, one_thread: None) -> None:
+    """Every model-level class a failed test might guard is a candidate; the probes must leave the
+    planted bug's class implicated and every other not implicated."""
+    from infer_ref.conformance.mutants import Mutant
+
+    assert isinstance(mutant, Mutant)
+    family = {sig.LLAMA3: "llama"}.get(mutant.bug_class, "gemma3_text")
+    results = run_probes(Runner(mutant.adapter, "cpu"), family)
+    findings, note = blame.narrow({"every model class": list(sig.SIGNATURES)}, results)
+    implicated = [c for c, f in findings.items() if f.verdict == blame.IMPLICATED]
+    assert (implicated, note) == ([mutant.bug_class], None), [r.describe() for r in results if r.failed]
+    assert all(f.verdict == blame.NOT_IMPLICATED for c, f in findings.items() if c != mutant.bug_class)
