@@ -19,7 +19,7 @@ def test_a_refusal_is_reported_with_its_message_and_blames_no_class(tmp_path: Pa
     assert run.report["totals"]["counts"]["failed"] == 3, run.report["totals"]
     refusals = run.report["refusals"]
     assert len(refusals) == 3 and all("ValueError: k broadcasts one storage slice" in r for r in refusals), refusals
-    assert run.report["by_bug_class"] == {}, run.report["by_bug_class"]
+    assert run.report["by_bug_class"] == {} and run.report["blame"] == {}, run.report["by_bug_class"]
     assert "refusals (the implementation raised instead of answering" in run.output
 
 
@@ -28,6 +28,10 @@ def test_a_wrong_value_is_still_blamed_on_the_classes_the_test_guards(tmp_path: 
     assert run.returncode == 1, run.output[-4000:]
     assert run.report["refusals"] == []
     assert run.report["by_bug_class"]["advance skipped or doubled"]["counts"]["failed"] == 3, run.report["by_bug_class"]
+    # The test guards four classes; the follow-up probes (the cache's length among them) keep one.
+    verdicts = {name: b["verdict"] for name, b in run.report["blame"].items()}
+    assert verdicts.pop("advance skipped or doubled") == "implicated", run.report["blame"]
+    assert set(verdicts.values()) == {"not implicated"} and len(verdicts) == 3, run.report["blame"]
 
 
 def test_refusal_text_is_type_and_first_line() -> None:

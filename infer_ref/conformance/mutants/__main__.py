@@ -150,11 +150,27 @@ def _test_label(o: Outcome, test: str) -> str:
 
 
 def table(outcomes: list[Outcome]) -> str:
-    lines = ["| mutant | bug class (docs/design.md) | tests that caught it |", "|---|---|---|"]
+    lines = ["| mutant | bug class (docs/design.md) | tests that caught it | the report blames |", "|---|---|---|---|"]
     for o in outcomes:
         caught = "<br>".join(_test_label(o, t) for t in o.caught_by) if o.caught else f"**NOT CAUGHT** (pytest exit {o.returncode})"
-        lines.append(f"| `{o.mutant.name}` | {o.mutant.bug_class} | {caught} |")
+        lines.append(f"| `{o.mutant.name}` | {o.mutant.bug_class} | {caught} | {blame_label(o)} |")
     return "\n".join(lines)
+
+
+def blamed_alone(o: Outcome) -> bool:
+    """The report implicates the planted bug's class and no other."""
+    return [c for c, v in o.blame.items() if v == "implicated"] == [o.mutant.bug_class]
+
+
+def blame_label(o: Outcome) -> str:
+    """``its class`` when implicated alone, else what the report implicated and left possible, and
+    how many classes its table named (what a report without the blame would have blamed)."""
+    implicated = [c for c, v in o.blame.items() if v == "implicated"]
+    possible = [c for c, v in o.blame.items() if v == "possible"]
+    text = "its class" if blamed_alone(o) else "; ".join(implicated) or "**nothing implicated**"
+    if possible:
+        text += f" (possible: {'; '.join(possible)})"
+    return f"{text} — of {len(o.named)} named"
 
 
 def class_report(outcomes: list[Outcome]) -> str:
@@ -237,7 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     missed = [o for o in outcomes if not o.caught]
     for o in missed:
         print(f"\n--- {o.mutant.name}: pytest exit {o.returncode}, output tail:\n{o.tail}", file=sys.stderr)
-    print(f"\n{len(outcomes) - len(missed)}/{len(outcomes)} mutants caught in {elapsed:.0f}s with {args.jobs} job(s)")
+    alone = sum(blamed_alone(o) for o in outcomes if o.caught)
+    print(f"\n{len(outcomes) - len(missed)}/{len(outcomes)} mutants caught in {elapsed:.0f}s with {args.jobs} job(s); "
+          f"{alone} blamed on their own class alone")  # fmt: skip
     if args.json is not None:
         args.json.write_text(json.dumps([outcome_record(o) for o in outcomes], indent=1) + "\n")
     if args.write_table is not None and args.only is None:
