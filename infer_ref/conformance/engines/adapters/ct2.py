@@ -19,7 +19,11 @@ from pathlib import Path
 
 from infer_ref.conformance.engines.adapters.ct2_convert import Converted, convert, ctranslate2_version
 from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
-from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR, BridgedEngine, EngineNotInstalled
+from infer_ref.conformance.engines.adapters.subprocess_bridge import (
+    WORKERS_DIR,
+    BridgedEngine,
+    EngineNotInstalled,
+)
 from infer_ref.conformance.engines.protocol import EngineOptions
 
 PYTHON_ENV = "INFER_REF_CT2_PYTHON"
