@@ -54,3 +54,13 @@ def test_unsupported_starts_and_requests_are_refused(ct2_interpreter: str) -> No
 def test_stop_strings_are_refused(engine: BridgedEngine) -> None:
     with pytest.raises(Unsupported, match="no stop strings"):
         engine.generate([EngineRequest((7, 8, 9), 4, stop=("ab",))])
+
+
+def test_a_venv_without_the_converter_is_named(ct2_interpreter: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infer_ref.conformance.engines.adapters import ct2_convert
+    from infer_ref.conformance.engines.adapters.subprocess_bridge import EngineNotInstalled
+
+    missing = tmp_path / "bin" / ct2_convert.CONVERTER
+    monkeypatch.setattr(ct2_convert, "converter_path", lambda python: missing)
+    with pytest.raises(EngineNotInstalled, match=f"no ct2-transformers-converter beside it \\({missing}\\)"):
+        start_ct2(MODEL_DIR, OPTIONS, python=ct2_interpreter, cache=tmp_path / "cache")
