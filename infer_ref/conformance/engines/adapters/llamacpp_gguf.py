@@ -14,7 +14,6 @@ Converted files are cached by the folder's content, the output type and the conv
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -24,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from infer_ref.conformance.engines.adapters.conversion_cache import cache_dir as conversion_cache_dir
+from infer_ref.conformance.engines.adapters.conversion_cache import content_digest as folder_digest
 from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR, EngineWorkerError
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import EXIT_MISSING, DataError, UsageError
@@ -46,11 +47,6 @@ PRE_TOKENIZERS = {
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
     r"|\s+(?!\S)|\s+": "qwen2",
 }
-# The files of a folder that decide what the converter writes.
-CONTENT_PATTERNS = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                    "special_tokens_map.json", "tokenizer.model", "*.safetensors")  # fmt: skip
-
-
 class LlamaCppSourceMissing(UsageError):
     """No llama.cpp source tree with its converter was named."""
 
@@ -113,19 +109,12 @@ def _pre_tokenizers(node: dict[str, Any] | None) -> list[dict[str, Any]]:
 
 def content_digest(model_dir: Path, outtype: str, source: Path, pre_tokenizer: str | None) -> str:
     """What decides the converter's output: the folder's files, the outtype, the converter's code."""
-    digest = hashlib.sha256(f"{outtype}\0{pre_tokenizer}\0".encode())
-    files = sorted({p for pattern in CONTENT_PATTERNS for p in model_dir.glob(pattern) if p.is_file()})
     converter_files = [source / CONVERTER, *sorted((source / "conversion").glob("*.py"))]
-    for path in [*files, *converter_files]:
-        digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:24]
+    return folder_digest(model_dir, f"{outtype}\0{pre_tokenizer}", converter_files)
 
 
 def cache_dir(root: str | os.PathLike[str] | None = None) -> Path:
-    return Path(root or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "infer_ref" / "gguf")
+    return conversion_cache_dir(root, CACHE_ENV, "gguf")
 
 
 def convert(model_dir: Path, dtype: str, *, python: str, source: Path, env: dict[str, str],
