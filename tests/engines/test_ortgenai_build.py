@@ -81,6 +81,11 @@ def test_a_builder_that_crashes_is_a_data_error_naming_its_last_error_line(fake_
     with pytest.raises(DataError, match=r"KeyError: 'rope_type'") as info:
         build(FIXTURES / "gemma3-tiny", "float32", python=sys.executable, env={**fake_env, "CRASH": "1"}, cache=tmp_path)
     assert not isinstance(info.value, Unsupported) and "\n" not in str(info.value)
+    # The second start of the same checkpoint gets the same error without running the builder again
+    # (run again, this stand-in would now succeed).
+    with pytest.raises(DataError, match=r"KeyError: 'rope_type'"):
+        build(FIXTURES / "gemma3-tiny", "float32", python=sys.executable, env=fake_env, cache=tmp_path)
+    assert _builds(fake_env) == 0
 
 
 def test_float64_is_refused_before_the_builder_runs(fake_env: dict[str, str], tmp_path: Path) -> None:

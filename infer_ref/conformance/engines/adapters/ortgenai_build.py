@@ -32,6 +32,9 @@ BUILDER = "onnxruntime_genai.models.builder"
 PRECISIONS = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 # Where the builder says it refuses an architecture or one of its settings.
 REFUSALS = ("is not currently supported", "NotImplementedError")
+# Builds that failed in this process, by target folder: the tier starts an engine twice per
+# checkpoint (plain, stressed), and a build that failed once fails the same way again.
+_FAILED: dict[str, Exception] = {}
 
 
 @dataclass(frozen=True)
@@ -83,6 +86,8 @@ def build(model_dir: Path, dtype: str, *, python: str, env: dict[str, str],
     target = folder / f"{model_dir.name}-{content_digest(model_dir, precision, version)}-{precision}"
     if (target / "genai_config.json").is_file():
         return Built(target, precision, version, 0.0)
+    if os.fspath(target) in _FAILED:
+        raise _FAILED[os.fspath(target)]
     folder.mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=folder, prefix=".building-") as work:
@@ -97,7 +102,8 @@ def build(model_dir: Path, dtype: str, *, python: str, env: dict[str, str],
             except subprocess.TimeoutExpired:
                 status = None
         if status != 0 or not (partial / "genai_config.json").is_file():
-            raise build_error(model_dir, precision, status, log.read_text(errors="replace"))
+            _FAILED[os.fspath(target)] = build_error(model_dir, precision, status, log.read_text(errors="replace"))
+            raise _FAILED[os.fspath(target)]
         shutil.rmtree(target, ignore_errors=True)
         os.replace(partial, target)  # whole or not at all: a crash leaves no half-built folder cached
     return Built(target, precision, version, time.monotonic() - start)
