@@ -90,6 +90,12 @@ def test_a_prefix_cache_asked_for_is_refused(ortgenai_interpreter: str) -> None:
         start_ortgenai(MODEL_DIR, EngineOptions(dtype="float32", prefix_caching=True), python=ortgenai_interpreter)
 
 
+def test_a_kv_budget_below_the_longest_request_is_refused(ortgenai_interpreter: str) -> None:
+    small = EngineOptions(dtype="float32", prefix_caching=False, kv_cache_tokens=64, max_model_len=256)
+    with pytest.raises(Unsupported, match="a KV budget of 64 tokens below max_model_len 256"):
+        start_ortgenai(MODEL_DIR, small, python=ortgenai_interpreter)
+
+
 def test_an_architecture_the_builder_refuses_is_not_supported_in_its_words(ortgenai_interpreter: str, tmp_path: Path) -> None:
     folder = tmp_path / "gpt2"
     folder.mkdir()

@@ -56,6 +56,10 @@ def _refuse_what_cannot_be_honoured(options: dict[str, Any]) -> None:
         raise Refused("ONNX Runtime GenAI has no prefix cache shared between requests (prefix_caching asked)")
     if (options.get("max_num_seqs") or 1) > 1:
         raise Refused("the adapter runs one request at a time (max_num_seqs > 1 asked)")
+    budget, longest = options.get("kv_cache_tokens"), options.get("max_model_len")
+    if budget is not None and longest is not None and budget < longest:
+        raise Refused(f"ONNX Runtime GenAI sizes each request's K/V cache to its own length; a KV budget of {budget} "
+                      f"tokens below max_model_len {longest} would not be honoured")  # fmt: skip
 
 
 def _onnxruntime_version() -> str:
