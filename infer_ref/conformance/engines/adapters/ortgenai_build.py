@@ -12,7 +12,6 @@ Built folders are cached by the checkpoint's content, the precision and the buil
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -21,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.llamacpp_gguf import CONTENT_PATTERNS
+from infer_ref.conformance.engines.adapters import conversion_cache
 from infer_ref.conformance.engines.adapters.subprocess_bridge import EngineNotInstalled, EngineWorkerError
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import DataError
@@ -62,17 +61,11 @@ def builder_version(python: str, env: dict[str, str]) -> str:
 
 def content_digest(model_dir: Path, precision: str, version: str) -> str:
     """What decides the builder's output: the folder's files, the precision, the builder's version."""
-    digest = hashlib.sha256(f"{precision}\0{version}\0".encode())
-    for path in sorted({p for pattern in CONTENT_PATTERNS for p in model_dir.glob(pattern) if p.is_file()}):
-        digest.update(path.name.encode() + b"\0")
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
-    return digest.hexdigest()[:24]
+    return conversion_cache.content_digest(model_dir, f"{precision}\0{version}")
 
 
 def cache_dir(root: str | os.PathLike[str] | None = None) -> Path:
-    return Path(root or os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "infer_ref" / "ortgenai")
+    return conversion_cache.cache_dir(root, CACHE_ENV, "ortgenai")
 
 
 def build(model_dir: Path, dtype: str, *, python: str, env: dict[str, str],
