@@ -40,6 +40,7 @@ ENGINES = {
     "vllm-server": "infer_ref.conformance.engines.adapters.vllm_server:start_vllm_server",
     "llama.cpp": "infer_ref.conformance.engines.adapters.llamacpp:start_llamacpp",
     "llama.cpp-server": "infer_ref.conformance.engines.adapters.llamacpp_server:start_llamacpp_server",
+    "openvino": "infer_ref.conformance.engines.adapters.openvino:start_openvino",
 }
 CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
