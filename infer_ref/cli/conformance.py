@@ -42,7 +42,7 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
                    help="model / attention dtype: float64 is the exact tier (default); bfloat16/float16 use the golden "
                         "tolerances. With --engine: the engine's dtype (default float32)")
     p.add_argument("--engine", default=None, metavar="ENGINE",
-                   help="engine tier: judge an engine through its generate API (vllm, vllm-server, llama.cpp, llama.cpp-server, ctranslate2, onnxruntime-genai, infer_ref, transformers, transformers-cb, module:FACTORY)")
+                   help="engine tier: judge an engine through its generate API (vllm, vllm-server, llama.cpp, llama.cpp-server, ctranslate2, onnxruntime-genai, openvino, infer_ref, transformers, transformers-cb, module:FACTORY)")
     p.add_argument("--endpoint", default=None, metavar="URL",
                    help="engine tier: judge a running OpenAI-compatible server (http://127.0.0.1:PORT/v1); needs --model-dir")
     p.add_argument("--model-dir", action="append", default=None, metavar="DIR",

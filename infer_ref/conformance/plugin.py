@@ -73,7 +73,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="float64: fail logits that reach only the 'float64 with float32 intermediates' tier "
                          "(default: a precision note)")
     group.addoption("--ir-engine", default=None, metavar="ENGINE",
-                    help="engine tier: vllm, vllm-server, llama.cpp, llama.cpp-server, ctranslate2, onnxruntime-genai, infer_ref, transformers, transformers-cb or module:FACTORY")
+                    help="engine tier: vllm, vllm-server, llama.cpp, llama.cpp-server, ctranslate2, onnxruntime-genai, openvino, infer_ref, transformers, transformers-cb or module:FACTORY")
     group.addoption("--ir-endpoint", default=None, metavar="URL",
                     help="engine tier: an OpenAI-compatible server's base URL (http://127.0.0.1:PORT/v1)")
     group.addoption("--ir-model-dir", action="append", default=None, metavar="DIR",

@@ -11,6 +11,7 @@ import pytest
 from infer_ref.conformance.engines.adapters.ct2 import PYTHON_ENV as CT2_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.llamacpp import PYTHON_ENV as LLAMACPP_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import LlamaCppSourceMissing, llamacpp_source
+from infer_ref.conformance.engines.adapters.openvino import PYTHON_ENV as OPENVINO_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.ortgenai import PYTHON_ENV as ORTGENAI_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.vllm import PYTHON_ENV
 
@@ -20,6 +21,8 @@ NO_LLAMACPP = (f"llama.cpp not installed: set {LLAMACPP_PYTHON_ENV} to a venv's 
 NO_CT2 = f"CTranslate2 not installed: set {CT2_PYTHON_ENV} to a venv's python that has ctranslate2 and its converter (scripts/install_ct2.sh)"
 NO_ORTGENAI = (f"ONNX Runtime GenAI not installed: set {ORTGENAI_PYTHON_ENV} to a venv's python that has "
                "onnxruntime-genai and its model builder's requirements (scripts/install_ortgenai.sh)")
+NO_OPENVINO = (f"OpenVINO GenAI not installed: set {OPENVINO_PYTHON_ENV} to a venv's python that has openvino-genai "
+               "and optimum-intel (scripts/install_openvino.sh)")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -27,6 +30,7 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", f"llamacpp: runs llama.cpp (in its own venv, {LLAMACPP_PYTHON_ENV}); skipped without it")
     config.addinivalue_line("markers", f"ctranslate2: runs CTranslate2 (in its own venv, {CT2_PYTHON_ENV}); skipped without it")
     config.addinivalue_line("markers", f"ortgenai: runs ONNX Runtime GenAI (in its own venv, {ORTGENAI_PYTHON_ENV}); skipped without it")
+    config.addinivalue_line("markers", f"openvino: runs OpenVINO GenAI (in its own venv, {OPENVINO_PYTHON_ENV}); skipped without it")
 
 
 def _has_vllm(python: str) -> bool:
@@ -69,6 +73,15 @@ def ortgenai_interpreter() -> str:
     python = os.environ.get(ORTGENAI_PYTHON_ENV)
     if not python or not _finds(python, "onnxruntime_genai"):
         pytest.skip(NO_ORTGENAI)
+    return python
+
+
+@pytest.fixture(scope="session")
+def openvino_interpreter() -> str:
+    """The python that has openvino-genai and, beside it, optimum-cli."""
+    python = os.environ.get(OPENVINO_PYTHON_ENV)
+    if not python or not _finds(python, "openvino_genai") or not os.path.isfile(os.path.join(os.path.dirname(python), "optimum-cli")):
+        pytest.skip(NO_OPENVINO)
     return python
 
 

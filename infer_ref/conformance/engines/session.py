@@ -42,6 +42,7 @@ ENGINES = {
     "llama.cpp-server": "infer_ref.conformance.engines.adapters.llamacpp_server:start_llamacpp_server",
     "ctranslate2": "infer_ref.conformance.engines.adapters.ct2:start_ct2",
     "onnxruntime-genai": "infer_ref.conformance.engines.adapters.ortgenai:start_ortgenai",
+    "openvino": "infer_ref.conformance.engines.adapters.openvino:start_openvino",
 }
 CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
