@@ -35,7 +35,7 @@ from infer_ref.cache.pool import BlockPool
 from infer_ref.config import ModelConfig
 from infer_ref.engine.block_manager import BlockManager, HashFn, PrefixCacheStats, block_hash
 from infer_ref.engine.runner import ModelRunner, block_table_cache
-from infer_ref.engine.scheduler import Scheduler
+from infer_ref.engine.scheduler import Scheduler, ScheduleStep
 from infer_ref.engine.sequence import Request, model_eos_ids
 from infer_ref.results import GenerationResult, TokenDecoder
 from infer_ref.sampling import SamplingParams
@@ -70,6 +70,7 @@ class EngineStats:
     wall_time_s: float = 0.0
     generated_tokens: int = 0
     prefix: PrefixCacheStats = field(default_factory=PrefixCacheStats)
+    schedule: list[ScheduleStep] = field(default_factory=list)  # one entry per decode step
 
     @property
     def tokens_per_s(self) -> float:
@@ -148,6 +149,7 @@ class Engine:
             self._admit(scheduler)
             batch = scheduler.schedule_decode()
             if batch:
+                self.stats.schedule.append(scheduler.step())
                 self._decode(batch, scheduler)
         self.runner.sync()
         self.stats.wall_time_s = time.perf_counter() - start

@@ -17,9 +17,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from infer_ref.engine.block_manager import BlockManager, TokenSequence
 from infer_ref.engine.sequence import Request
+
+
+@dataclass(frozen=True)
+class ScheduleStep:
+    """Who one decode step ran (request indices, batch order) and who waited (queue order, head first)."""
+
+    running: tuple[int, ...]
+    waiting: tuple[int, ...]
 
 
 class Scheduler:
@@ -78,6 +87,10 @@ class Scheduler:
         if self.running:
             self._track_peak()
         return list(self.running)
+
+    def step(self) -> ScheduleStep:
+        """The running batch and the waiting queue as they are now."""
+        return ScheduleStep(tuple(r.index for r in self.running), tuple(r.index for r in self.waiting))
 
     def _preempt(self, request: Request) -> None:
         self.blocks.deallocate(_blocks_of(request))  # its tokens stay: readmission recomputes them (hits included)

@@ -22,7 +22,14 @@ from infer_ref.cache.factory import DEFAULT_BLOCK_SIZE, build_cache
 from infer_ref.cache.protocol import plan_step
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.config import ModelConfig, RopeConfig
-from infer_ref.conformance.interface.adapter import Adapter, CacheSpec, EngineOutput, EngineSpec, SamplerSpec
+from infer_ref.conformance.interface.adapter import (
+    Adapter,
+    CacheSpec,
+    EngineOutput,
+    EngineSpec,
+    EngineStep,
+    SamplerSpec,
+)
 from infer_ref.conformance.interface.contract import CacheContract
 from infer_ref.conformance.oracles.allocator import driver_factory
 from infer_ref.engine.generate import generate as _generate
@@ -121,24 +128,37 @@ def restore(cache: Any, snap: KVSnapshot) -> None:
 
 def materialize(snap: KVSnapshot) -> Any:
     return snap.materialize()
-def engine_generate(model: Any, prompts: list[list[int]], spec: EngineSpec) -> list[EngineOutput]:
-    from infer_ref.engine.engine import Engine
+def engine_callables(engine_class: type | None = None) -> tuple[Any, Any]:
+    """``engine_generate`` and ``engine_trace`` over infer_ref's ``Engine`` (or a subclass of it)."""
 
-    engine = Engine(
-        model,
-        num_blocks=spec.num_blocks,
-        block_size=spec.block_size,
-        enable_prefix_caching=spec.enable_prefix_caching,
-        max_batch=spec.max_batch,
-    )
-    seeds = spec.seeds or (None,) * len(prompts)
-    params = [SamplingParams(temperature=spec.temperature, seed=s, max_new_tokens=spec.max_new_tokens) for s in seeds]
-    results = engine.generate(prompts, params, keep_logits=True)
-    out = []
-    for r in results:
-        assert r.step_logits is not None  # keep_logits and at least one token per request
-        out.append(EngineOutput(r.token_ids, r.step_logits, r.num_cached_tokens))
-    return out
+    def run(model: Any, prompts: list[list[int]], spec: EngineSpec) -> tuple[list[EngineOutput], list[EngineStep]]:
+        from infer_ref.engine.engine import Engine
+
+        engine = (engine_class or Engine)(
+            model,
+            num_blocks=spec.num_blocks,
+            block_size=spec.block_size,
+            enable_prefix_caching=spec.enable_prefix_caching,
+            max_batch=spec.max_batch,
+        )
+        seeds = spec.seeds or (None,) * len(prompts)
+        params = [SamplingParams(temperature=spec.temperature, seed=s, max_new_tokens=spec.max_new_tokens) for s in seeds]
+        results = engine.generate(prompts, params, keep_logits=True)
+        out = []
+        for r in results:
+            assert r.step_logits is not None  # keep_logits and at least one token per request
+            out.append(EngineOutput(r.token_ids, r.step_logits, r.num_cached_tokens))
+        return out, [EngineStep(s.running, s.waiting) for s in engine.stats.schedule]
+
+    def engine_generate(model: Any, prompts: list[list[int]], spec: EngineSpec) -> list[EngineOutput]:
+        return run(model, prompts, spec)[0]
+
+    return engine_generate, run
+
+
+engine_generate, engine_trace = engine_callables()
+
+
 def rms_norm(model: Any, x: Tensor) -> Tensor:
     """The final norm, the module the forward applies before the LM head."""
     with torch.inference_mode():
@@ -203,6 +223,7 @@ INFER_REF = Adapter(
     materialize=materialize,
     make_block_manager=driver_factory(),
     engine_generate=engine_generate,
+    engine_trace=engine_trace,
     rms_norm=rms_norm,
     model_rope_tables=model_rope_tables,
     sample_probs=sample_probs,
@@ -263,6 +284,7 @@ def cache_adapter(kind: str, **build: Any) -> Adapter:
         paged_decode_attention=None,
         make_block_manager=None,
         engine_generate=None,
+        engine_trace=None,
         rms_norm=None,
         model_rope_tables=None,
         sample_probs=None,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from infer_ref.conformance.engines.adapters.infer_ref_engine import CAPABILITIES, InferRefEngine
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
+from infer_ref.conformance.mutants.engine import ReseedingEngine
 from infer_ref.conformance.mutants.prefix import UnchainedHash, UnverifiedHit
 from infer_ref.engine.block_manager import TokenSequence
 from infer_ref.engine.scheduler import Scheduler
@@ -28,6 +29,7 @@ ENGINE_BUG_CLASSES = (
     "prefix hit reuses another prompt's block",
     "top-k list unsorted or missing the chosen token",
     "preemption resumes from a stale position",
+    "seeded tokens change when the request is preempted",
 )
 
 
@@ -134,6 +136,13 @@ class StalePreemption(InferRefEngine):
         self.engine.scheduler_class = StalePositionScheduler
 
 
+class ReseededAfterPreemption(InferRefEngine):
+    """A readmitted request's sampler starts its seeded stream over."""
+
+    reproducible = False
+    engine_class = ReseedingEngine
+
+
 class UnchainedUnverified(UnchainedHash, UnverifiedHit):
     """Hashes of a block's own tokens, trusted without a look at the block (as engines that do not
     verify a hit do): a block matching another prompt's *second* block is served its K/V."""
@@ -176,6 +185,7 @@ ENGINE_MUTANTS = (
     EngineMutant("top_k_unsorted", ENGINE_BUG_CLASSES[6], UnsortedTopK, ("test_top_logprobs_count_order_and_chosen",)),
     EngineMutant("chosen_missing_from_top_k", ENGINE_BUG_CLASSES[6], ChosenMissingFromTopK, ("test_top_logprobs_count_order_and_chosen",)),
     EngineMutant("preemption_stale_position", ENGINE_BUG_CLASSES[7], StalePreemption, ("test_generated_logprobs_agree_with_oracle",)),
+    EngineMutant("reseeded_after_preemption", ENGINE_BUG_CLASSES[8], ReseededAfterPreemption, ("test_seeded_requests_same_under_preemption_and_arrival_order",)),
 )
 globals().update({m.name: m.factory() for m in ENGINE_MUTANTS})  # --engine infer_ref.conformance.engines.mutants:NAME
 

@@ -64,7 +64,15 @@ The callables, their shapes, and why each exists:
     Run several requests through a multi-request engine (one paged pool, batched decode) as
     ``spec`` says; per prompt, in order, the generated ids, the logits ``[n, V]`` each was chosen
     from, and how many prompt tokens a prefix hit served. Judged by ``test_engine.py``: prefix
-    caching on == off == transformers, and every row of a batch == that request alone.
+    caching on == off == transformers, and every row of a batch == that request alone; with
+    ``spec.num_blocks`` too small for every request at once, the engine preempts, and a seeded
+    request's tokens must not change (``test_engine_schedule.py``).
+``engine_trace(model, prompts, spec) -> (list[EngineOutput], list[EngineStep])`` (optional)
+    ``engine_generate`` that also says how it scheduled: per decode step, the prompt indices that
+    ran in it and those waiting (queue order, the head first). Judged by ``test_engine_schedule.py``:
+    never more than ``spec.max_batch`` running, and first-come first-served through preemption
+    (a preempted request waits ahead of every request that never ran, and runs again before any of
+    them starts). An engine that cannot show its schedule leaves it out: those tests are skipped.
 
 Optional hooks of the low-precision, sampler and stopping tiers (appended; each unlocks its own
 capability):
@@ -137,6 +145,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "snapshot": ("make_cache", "read_cache", "snapshot", "restore", "materialize"),
     "block_manager": ("make_block_manager",),
     "engine": ("load_model", "engine_generate"),
+    "engine.schedule": ("load_model", "engine_trace"),
     "norm": ("load_model", "rms_norm"),
     "rope.model": ("load_model", "model_rope_tables"),
     "sampler": ("sample_probs",),
@@ -210,6 +219,15 @@ class EngineOutput:
 
 
 @dataclass(frozen=True)
+class EngineStep:
+    """One decode step of a multi-request engine, by prompt index: who ran (batch order) and who
+    waited (queue order, the head first). A request neither running nor waiting is finished."""
+
+    running: tuple[int, ...]
+    waiting: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class SamplerSpec:
     """Sampling settings the sampler tier asks for (temperature > 0; None disables top-k / top-p)."""
 
@@ -252,6 +270,7 @@ class Adapter:
     sample: Callable[[Tensor, list[int], SamplerSpec, int, int], list[int]] | None = None
     generate_stopping: Callable[[Any, Path, list[int], int, tuple[str, ...]], tuple[list[int], str]] | None = None
     cache_contract: CacheContract = field(default_factory=CacheContract)
+    engine_trace: Callable[[Any, list[list[int]], EngineSpec], tuple[list[EngineOutput], list[EngineStep]]] | None = None
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"

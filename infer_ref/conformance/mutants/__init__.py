@@ -42,6 +42,7 @@ from infer_ref.conformance.mutants.broken import (
     mask_window_off_by_one,
 )
 from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES
+from infer_ref.conformance.mutants.engine import SCHEDULE_BUG_CLASSES, SCHEDULE_ENGINES
 from infer_ref.conformance.mutants.knobs import Knobs
 from infer_ref.conformance.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MANAGERS, prefix_adapter
 from infer_ref.conformance.mutants.sampling import _generate_stopping, _sample_draws, _warp_logits
@@ -292,6 +293,14 @@ def make_adapter(name: str, knobs: Knobs, description: str = "") -> Adapter:
     )
 
 
+def engine_hooks(knobs: Knobs) -> dict[str, Any]:
+    """``engine_generate`` / ``engine_trace`` over the knob's Engine class (infer_ref's own by default)."""
+    if knobs.engine_class is None:
+        return {}
+    generate, trace = ref.engine_callables(knobs.engine_class)
+    return {"engine_generate": generate, "engine_trace": trace}
+
+
 @dataclass(frozen=True)
 class Mutant:
     """A planted bug: its name (the ``--ir-impl`` attribute), its bug class (docs/design.md), what it does,
@@ -311,6 +320,11 @@ class Mutant:
     def impl(self) -> str:
         return f"infer_ref.conformance.mutants:{self.name}"
 
+    @property
+    def judged_like(self) -> Adapter:
+        """The unbroken adapter this mutant differs from by its planted bug alone (same capabilities)."""
+        return ref.INFER_REF
+
 
 _CACHE = ("test_cache.py",)
 _MASK = ("test_masks.py",)
@@ -320,9 +334,11 @@ _MODEL = ("test_model.py",)
 _STORE = ("test_store.py",)
 _PAGED = ("test_paged_attention.py",)
 _SNAPSHOT = ("test_snapshots.py",)
+_STORAGE = ("test_storage_independence.py",)
 _LOWP = ("test_low_precision.py",)
 _SAMPLING = ("test_sampling.py",)
 _STOPPING = ("test_stopping.py",)
+_SCHEDULE = ("test_engine_schedule.py",)
 
 MUTANTS: dict[str, Mutant] = {
     m.name: m
@@ -370,9 +386,11 @@ MUTANTS: dict[str, Mutant] = {
         Mutant("decode_slot_off_by_one", CACHE_BUG_CLASSES[2], "A paged cache writes each decode token at the slot of the position before it.",
                Knobs(cache_factory=caches.paged_off_by_one_cache), _CACHE + _MODEL),
         Mutant("shallow_snapshot", CACHE_BUG_CLASSES[3], "snapshot() returns views of the live K/V buffers instead of a copy.",
-               Knobs(cache_cls=caches.ShallowSnapshotCache), _SNAPSHOT),
+               Knobs(cache_cls=caches.ShallowSnapshotCache), _SNAPSHOT + _STORAGE),
         Mutant("restore_rebinds_buffers", CACHE_BUG_CLASSES[4], "restore() rebinds k/v to new tensors instead of copying into the existing ones.",
                Knobs(cache_cls=caches.RebindingRestoreCache), _SNAPSHOT),
+        Mutant("restore_adopts_snapshot", CACHE_BUG_CLASSES[6], "restore() and materialize() take the snapshot's own tensors as the cache's storage instead of copying them.",
+               Knobs(cache_cls=caches.AdoptingRestoreCache), _CACHE + _SNAPSHOT + _STORAGE),
         Mutant("rms_norm_low_precision", EXTRA_BUG_CLASSES[0], "RMSNorm's mean of squares, rsqrt and scaling computed in the activation dtype (no fp32 upcast).",
                Knobs(norm_precision="low_accumulate"), _LOWP),
         Mutant("gemma_one_plus_w_low_precision", EXTRA_BUG_CLASSES[1], "Gemma's `1 + w` added in the weight dtype (bf16), then applied in fp32.",
@@ -416,14 +434,52 @@ class BlockManagerMutant(Mutant):
         return prefix_adapter(self.name, self.doc, self.manager_cls)
 
 
+@dataclass(frozen=True)
+class DynamicCacheMutant(Mutant):
+    """A mutant of infer_ref's dynamic cache, judged through its adapter (``INFER_REF_DYNAMIC``:
+    no capacity, no storage to inspect) with the broken cache built by ``knobs.cache_factory``."""
+
+    @property
+    def adapter(self) -> Adapter:
+        return replace(ref.INFER_REF_DYNAMIC, name=self.name, version="mutant", description=self.doc, make_cache=self.knobs.cache_factory)
+
+    @property
+    def judged_like(self) -> Adapter:
+        return ref.INFER_REF_DYNAMIC
+
+
+MUTANTS["update_keeps_caller_tensor"] = DynamicCacheMutant(
+    "update_keeps_caller_tensor", CACHE_BUG_CLASSES[5],
+    "A dynamic cache keeps the caller's k/v tensors themselves on a layer's first write instead of copying them.",
+    Knobs(cache_factory=caches.caller_tensor_cache), _CACHE + _SNAPSHOT + _STORAGE,
+)  # fmt: skip
+
 # Prefix-cache mutants: planted in the block manager.
 MUTANTS.update(
     (name, BlockManagerMutant(name, bug_class, " ".join((cls.__doc__ or "").split()), Knobs(), ("test_block_manager.py",), cls))
     for name, (bug_class, cls) in PREFIX_MANAGERS.items()
 )
 
-# Every class the suite must catch: DESIGN's list, then precision/sampling/stopping, cache systems, prefix caching.
-ALL_BUG_CLASSES = BUG_CLASSES + EXTRA_BUG_CLASSES + CACHE_BUG_CLASSES + PREFIX_BUG_CLASSES
+@dataclass(frozen=True)
+class EngineMutant(Mutant):
+    """A mutant of infer_ref's ``Engine`` (``knobs.engine_class``), judged through the reference
+    adapter with nothing else changed: the model is infer_ref's own (the knobbed copy of its
+    forward plans no per-row masks for a batch of rows at different lengths)."""
+
+    @property
+    def adapter(self) -> Adapter:
+        return replace(ref.INFER_REF, name=self.name, version="mutant", description=self.doc, **engine_hooks(self.knobs))
+
+
+# Scheduling mutants: infer_ref's Engine with one rule of the scheduling contract broken.
+MUTANTS.update(
+    (name, EngineMutant(name, bug_class, doc, Knobs(engine_class=engine), _SCHEDULE))
+    for name, (bug_class, engine, doc) in SCHEDULE_ENGINES.items()
+)
+
+# Every class the suite must catch: DESIGN's list, then precision/sampling/stopping, cache systems,
+# prefix caching, scheduling.
+ALL_BUG_CLASSES = BUG_CLASSES + EXTRA_BUG_CLASSES + CACHE_BUG_CLASSES + PREFIX_BUG_CLASSES + SCHEDULE_BUG_CLASSES
 
 # The unbroken copy: all knobs at their defaults (must pass everything).
 CONTROL = make_adapter("control", Knobs(), "infer_ref through the mutant machinery with no bug planted")

@@ -12,6 +12,7 @@ import torch
 from torch import Tensor
 
 from infer_ref.cache.contiguous import KVCache
+from infer_ref.cache.dynamic import DynamicKVCache
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.cache.snapshot import KVSnapshot
 from infer_ref.conformance.adapters import reference as ref
@@ -26,6 +27,8 @@ CACHE_BUG_CLASSES = (
     "decode slot off by one in the block table",
     "snapshot aliases the live buffers",
     "restore rebinds the buffers (a captured graph reads stale memory)",
+    "cache storage shared with the caller",
+    "restored cache shares the snapshot's storage",
 )
 
 
@@ -86,3 +89,48 @@ class RebindingRestoreCache(KVCache):
         fresh_v[:, :, :, :n] = values
         self.k, self.v = fresh_k, fresh_v
         self._set_length(n)
+
+
+class CallerTensorDynamicCache(DynamicKVCache):
+    """The first write to an empty layer keeps the caller's ``k``/``v`` tensors themselves ("nothing
+    to concatenate yet", as transformers' ``DynamicCache`` appends them): a caller that reuses its
+    projection buffers rewrites the cache."""
+
+    def update(self, layer_idx: int, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        if self.seq_len > 0:
+            return super().update(layer_idx, k, v)
+        self._check_write(layer_idx, k, v)
+        self._k[layer_idx], self._v[layer_idx] = k, v  # the caller's memory, not a copy
+        return k, v
+
+
+def caller_tensor_cache(spec: CacheSpec) -> DynamicKVCache:
+    return CallerTensorDynamicCache(
+        spec.num_layers, spec.num_kv_heads, spec.head_dim, batch_size=spec.batch_size, dtype=spec.dtype, device=spec.device
+    )
+
+
+class BufferSnapshot:
+    """A snapshot that owns a copy of the whole pre-allocated buffers and the length (right), and
+    hands those very tensors to whoever restores or materializes it (the bug)."""
+
+    def __init__(self, k: Tensor, v: Tensor, seq_len: int) -> None:
+        self.k, self.v, self.seq_len = k, v, seq_len
+
+    def materialize(self) -> KVCache:
+        return AdoptingRestoreCache(self.k, self.v, self.seq_len)
+
+
+class AdoptingRestoreCache(KVCache):
+    """``restore`` (and ``materialize``) adopt the snapshot's tensors instead of copying out of them
+    ("zero-copy restore"): every later write to the restored cache (a crop and rewrite, a reset)
+    lands in the snapshot, and two caches restored from one snapshot share storage."""
+
+    def snapshot(self) -> BufferSnapshot:  # type: ignore[override]
+        return BufferSnapshot(self.k.clone(), self.v.clone(), self.seq_len)
+
+    def restore(self, snapshot: BufferSnapshot) -> None:  # type: ignore[override]
+        if snapshot.k.shape != self.k.shape or snapshot.k.dtype != self.k.dtype:
+            raise ValueError(f"snapshot buffers {tuple(snapshot.k.shape)} do not match this cache's {tuple(self.k.shape)}")
+        self.k, self.v = snapshot.k, snapshot.v
+        self._set_length(snapshot.seq_len)

@@ -44,3 +44,4 @@ class Knobs:
     # "reference" | "eos_ignored" | "eos_config_only" | "eos_first_id_only" | "one_token_too_many" | "eos_dropped"
     # | "stop_first_listed" | "stop_within_token"
     stopping: str = "reference"
+    engine_class: type | None = None  # replaces infer_ref's Engine behind engine_generate / engine_trace

@@ -37,6 +37,7 @@ class InferRefEngine:
 
     capabilities = CAPABILITIES
     reproducible = True  # repro scripts start this engine as it is
+    engine_class: type[Engine] = Engine  # a planted bug may run a subclass
 
     def __init__(self, model_dir: Path, options: EngineOptions) -> None:
         if options.max_num_batched_tokens is not None:
@@ -45,7 +46,7 @@ class InferRefEngine:
         block_size = options.block_size or DEFAULT_BLOCK_SIZE
         kv_tokens = options.kv_cache_tokens or DEFAULT_KV_TOKENS
         self.tokenizer = Tokenizer(model_dir)
-        self.engine = Engine(
+        self.engine = self.engine_class(
             model,
             self.tokenizer,
             num_blocks=max(1, kv_tokens // block_size),

@@ -1,4 +1,5 @@
-"""Determinism: a seeded sampled request gives the same tokens every time, alone or in any batch."""
+"""Determinism: a seeded sampled request gives the same tokens every time, alone or in any batch,
+preempted or not, whatever the order the requests arrive in."""
 
 from __future__ import annotations
 
@@ -42,3 +43,19 @@ def test_seeded_request_same_in_batch(model_dir: Path, tier: EngineTier, started
         batch = [*others[:row], target, *others[row:]]
         got = run(handle, batch)[row]
         assert got.token_ids == alone.token_ids, f"row {row} of a batch of {len(batch)}: {got.token_ids}, alone: {alone.token_ids}"
+
+
+@pytest.mark.ir_engine_requires("batch", "kv_budget")
+def test_seeded_requests_same_under_preemption_and_arrival_order(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+    """Every boundary prompt, each with its own seed, sent together to the stressed engine (its KV
+    budget holds a few of them at once, so decode steps preempt), then again in reverse order:
+    each request's tokens are those it gives alone on the plain engine.
+
+    Guards: *seeded tokens change when the request is preempted*, *seeded tokens depend on preemption or the batch*."""
+    requests = [_sampled(p, 500 + i) for i, p in enumerate(boundary_prompts(model_facts(model_dir)))]
+    alone = [tier.alone(model_dir, r).token_ids for r in requests]
+    handle = started(model_dir, "stressed")
+    for name, order in (("arrival", list(range(len(requests)))), ("reverse", list(range(len(requests)))[::-1])):
+        got = run(handle, [requests[i] for i in order])
+        for i, out in zip(order, got, strict=True):
+            assert out.token_ids == alone[i], f"request {i} ({name} order, preempting budget): {out.token_ids}, alone: {alone[i]}"

@@ -1,0 +1,87 @@
+"""Planted bugs of the scheduling contract: infer_ref's ``Engine`` with one rule broken, the way
+multi-request engines have shipped it. The kit's engine mutants (``mutants/__init__.py``) and the
+engine tier's (``engines/mutants.py``) both run these classes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from infer_ref.engine.block_manager import BlockManager
+from infer_ref.engine.engine import Engine
+from infer_ref.engine.scheduler import Scheduler
+from infer_ref.engine.sequence import Request
+
+SCHEDULE_BUG_CLASSES = (
+    "more sequences running than the batch limit",
+    "preempted request requeued behind new arrivals",
+    "seeded tokens depend on preemption or the batch",
+)
+
+
+class OverAdmittingScheduler(Scheduler):
+    """The batch limit read as an inclusive bound (``>`` for ``>=``): ``max_batch + 1`` requests run at once."""
+
+    def __init__(self, blocks: BlockManager, max_batch: int, requests: Iterable[Request]) -> None:
+        super().__init__(blocks, max_batch + 1, requests)
+
+
+class BackOfQueueScheduler(Scheduler):
+    """A preempted request is appended to the *back* of the waiting queue, behind requests that
+    never ran: the oldest request can starve."""
+
+    def _preempt(self, request: Request) -> None:
+        super()._preempt(request)
+        self.waiting.remove(request)
+        self.waiting.append(request)
+
+
+class OverAdmittingEngine(Engine):
+    scheduler_class = OverAdmittingScheduler
+
+
+class BackOfQueueEngine(Engine):
+    scheduler_class = BackOfQueueScheduler
+
+
+class SlotSeededEngine(Engine):
+    """Each decode row samples from a generator seeded with ``seed + row``, made the first time
+    the request decodes in that row (per-slot generators): a seeded request's tokens change with
+    where it sits in the batch, and with every preemption that moves it."""
+
+    def _decode(self, batch: list[Request], scheduler: Scheduler) -> None:
+        for row, request in enumerate(batch):
+            request.generator = _slot_generator(request, row)
+        super()._decode(batch, scheduler)
+
+
+class ReseedingEngine(Engine):
+    """A readmitted request gets a fresh generator from its seed (the sampler state made when a
+    request is scheduled): after each preemption its random stream starts over."""
+
+    def _prefill(self, request: Request) -> bool:
+        if request.num_preemptions:
+            request.generator = request.params.make_generator()
+        return super()._prefill(request)
+
+
+def _slot_generator(request: Request, row: int) -> torch.Generator | None:
+    seed = request.params.seed
+    if seed is None:
+        return request.generator
+    slots: dict[int, torch.Generator] = request.__dict__.setdefault("_slot_generators", {})
+    if row not in slots:
+        slots[row] = torch.Generator(device="cpu").manual_seed(seed + row)
+    return slots[row]
+
+
+SCHEDULE_ENGINES: dict[str, tuple[str, type[Engine], str]] = {
+    "scheduler_admits_one_too_many": (SCHEDULE_BUG_CLASSES[0], OverAdmittingEngine, " ".join((OverAdmittingScheduler.__doc__ or "").split())),
+    "preempted_to_back_of_queue": (SCHEDULE_BUG_CLASSES[1], BackOfQueueEngine, " ".join((BackOfQueueScheduler.__doc__ or "").split())),
+    "sampler_seeded_by_batch_slot": (SCHEDULE_BUG_CLASSES[2], SlotSeededEngine, " ".join((SlotSeededEngine.__doc__ or "").split())),
+    "sampler_reseeded_on_readmission": (SCHEDULE_BUG_CLASSES[2], ReseedingEngine, " ".join((ReseedingEngine.__doc__ or "").split())),
+}
+
+__all__ = ["SCHEDULE_BUG_CLASSES", "SCHEDULE_ENGINES", "BackOfQueueScheduler", "OverAdmittingScheduler", "ReseedingEngine", "SlotSeededEngine"]

@@ -1,0 +1,197 @@
+"""The scheduling contract of a multi-request engine, under a KV budget small enough to preempt.
+
+* **limits** (``engine_trace``): at every decode step at most ``max_batch`` requests run, whatever
+  the mix of prompt lengths; every request runs.
+* **first-come first-served through preemption** (``engine_trace``): requests first run in arrival
+  order; a preempted request waits ahead of every request that never ran, and runs again before
+  any of them starts.
+* **seeded tokens are the request's own** (``engine_generate``): a seeded sampled request gives
+  the same tokens and logits alone (one at a time, an ample pool), in a batch that a small pool
+  forces to preempt, and with the requests sent in reverse order.
+
+The expected schedule is the rule itself, stated in the checks; the expected tokens are the
+request's alone (float64: logits within 1e-9, tokens equal). Models have no EOS in their
+vocabulary, so every request generates ``max_new_tokens`` and decodes at least once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infer_ref.conformance import case_models
+from infer_ref.conformance.checkpoints.snapshots import tiny_config
+from infer_ref.conformance.interface.adapter import Adapter, EngineOutput, EngineSpec, EngineStep
+from infer_ref.conformance.strategies import ModelCase
+from infer_ref.conformance.tests.test_engine import _fewer, _run, compare_runs
+
+BLOCK = 2
+NO_EOS = 10_000  # outside the tiny vocabulary: nothing stops early
+# The tiny random model's next-token distribution is peaked (at temperature 1 nearly every draw is
+# the argmax, so a wrong generator would go unseen); at 4 the draws vary (checked below).
+SEEDED_TEMPERATURE = 4.0
+
+
+def _model(adapter: Adapter) -> Any:
+    case = ModelCase("llama", {**tiny_config("llama"), "eos_token_id": [NO_EOS]}, seed=11)
+    return case_models.load(adapter, case)
+
+
+def blocks_needed(prompt: list[int], max_new: int) -> int:
+    """Blocks of ``BLOCK`` one request can hold at its longest: prompt + max_new - 1 positions
+    (the last token is never fed)."""
+    return -(-(len(prompt) + max_new - 1) // BLOCK)
+
+
+@st.composite
+def workloads(draw: st.DrawFn) -> tuple[list[list[int]], EngineSpec]:
+    """2-6 prompts of 1-7 tokens, a batch limit of 1-3 and a pool of the largest request's blocks
+    plus 0-4: most draws cannot hold every request at once, so decode steps preempt."""
+    prompts = draw(st.lists(st.lists(st.integers(0, 127), min_size=1, max_size=7), min_size=2, max_size=6), label="prompts")
+    max_new = draw(st.integers(2, 5), label="max_new_tokens")
+    pool = max(blocks_needed(p, max_new) for p in prompts) + draw(st.integers(0, 4), label="spare blocks")
+    spec = EngineSpec(max_new_tokens=max_new, block_size=BLOCK, num_blocks=pool, max_batch=draw(st.integers(1, 3), label="max_batch"),
+                      enable_prefix_caching=draw(st.booleans(), label="prefix caching"))  # fmt: skip
+    return prompts, spec
+
+
+def _trace(adapter: Adapter, model: Any, prompts: list[list[int]], spec: EngineSpec) -> list[EngineStep]:
+    assert adapter.engine_trace is not None
+    outputs, steps = adapter.engine_trace(model, prompts, spec)
+    assert len(outputs) == len(prompts), f"{len(prompts)} prompts gave {len(outputs)} results"
+    for i, r in enumerate(outputs):
+        assert len(r.token_ids) == spec.max_new_tokens, f"request {i}: {len(r.token_ids)} tokens, asked {spec.max_new_tokens}"
+    return steps
+
+
+def check_limits(steps: list[EngineStep], num_requests: int, max_batch: int, params: dict[str, Any]) -> None:
+    """Every step runs 1..max_batch distinct requests, none of them also waiting; every request runs."""
+    for t, step in enumerate(steps):
+        if not 1 <= len(step.running) <= max_batch:
+            raise AssertionError(f"step {t} ran {len(step.running)} requests {step.running}; max_batch is {max_batch} ({params})")
+        if len(set(step.running)) != len(step.running) or set(step.running) & set(step.waiting):
+            raise AssertionError(f"step {t}: running {step.running}, waiting {step.waiting}: a request counted twice ({params})")
+    ran = {i for step in steps for i in step.running}
+    if ran != set(range(num_requests)):
+        raise AssertionError(f"requests {sorted(set(range(num_requests)) - ran)} never ran a decode step ({params})")
+
+
+def check_first_come_first_served(steps: list[EngineStep], params: dict[str, Any]) -> int:
+    """Requests first run in arrival order; at every step the waiting queue holds the preempted
+    requests ahead of those that never ran (these in arrival order), and no new request starts
+    while a preempted one waits. Returns the number of preemptions seen."""
+    ran: set[int] = set()
+    first_runs: list[int] = []
+    preemptions = 0
+    for t, step in enumerate(steps):
+        new = [i for i in step.running if i not in ran]
+        first_runs += new
+        waiting_ran = [i for i in step.waiting if i in ran]
+        preemptions += sum(1 for i in waiting_ran if t and i in steps[t - 1].running)
+        fresh = [i for i in step.waiting if i not in ran]
+        if step.waiting[: len(waiting_ran)] != tuple(waiting_ran):
+            raise AssertionError(f"step {t}: waiting queue {step.waiting} puts requests that never ran {fresh} ahead of preempted {waiting_ran} ({params})")
+        if fresh != sorted(fresh):
+            raise AssertionError(f"step {t}: requests that never ran wait out of arrival order: {fresh} ({params})")
+        if new and waiting_ran:
+            raise AssertionError(f"step {t}: {new} started while preempted {waiting_ran} still waited ({params})")
+        ran.update(step.running)
+    if first_runs != sorted(first_runs):
+        raise AssertionError(f"requests first ran in the order {first_runs}, not in arrival order ({params})")
+    return preemptions
+
+
+# A fixed workload that must preempt: four 3-token prompts generating 6 tokens each (4 blocks of 2
+# at their longest) over 6 blocks, 3 at a time: the first three fill the pool at admission (2 blocks
+# each) and the first decode step that crosses a block boundary has no block to spare.
+FIXED_PROMPTS = [[5, 6, 7], [8, 9, 10], [11, 12, 13], [14, 15, 16]]
+FIXED_SPEC = EngineSpec(max_new_tokens=6, block_size=BLOCK, num_blocks=6, max_batch=3, enable_prefix_caching=False)
+
+
+@pytest.mark.ir_requires("engine.schedule")
+@given(case=workloads())
+@_fewer(5)
+def test_running_requests_never_exceed_max_batch(ir_adapter: Adapter, case: tuple[list[list[int]], EngineSpec]) -> None:
+    """Per decode step, the engine's own account of who ran: never more than ``max_batch``.
+
+    Guards: *more sequences running than the batch limit*.
+    """
+    prompts, spec = case
+    params = {"prompts": prompts, "spec": spec}
+    steps = _trace(ir_adapter, _model(ir_adapter), prompts, spec)
+    check_limits(steps, len(prompts), spec.max_batch, params)
+
+
+@pytest.mark.ir_requires("engine.schedule")
+@given(case=workloads())
+@_fewer(5)
+def test_preemption_keeps_first_come_first_served(ir_adapter: Adapter, case: tuple[list[list[int]], EngineSpec]) -> None:
+    """Arrival order is kept through preemption: see :func:`check_first_come_first_served`.
+
+    Guards: *preempted request requeued behind new arrivals*.
+    """
+    prompts, spec = case
+    params = {"prompts": prompts, "spec": spec}
+    steps = _trace(ir_adapter, _model(ir_adapter), prompts, spec)
+    check_limits(steps, len(prompts), spec.max_batch, params)
+    check_first_come_first_served(steps, params)
+
+
+@pytest.mark.ir_requires("engine.schedule")
+def test_the_fixed_workload_preempts_in_order(ir_adapter: Adapter) -> None:
+    """The workload built to preempt does (so the checks above met a preemption), and in order.
+
+    Guards: *preempted request requeued behind new arrivals*, *more sequences running than the batch limit*.
+    """
+    params = {"prompts": FIXED_PROMPTS, "spec": FIXED_SPEC}
+    steps = _trace(ir_adapter, _model(ir_adapter), FIXED_PROMPTS, FIXED_SPEC)
+    check_limits(steps, len(FIXED_PROMPTS), FIXED_SPEC.max_batch, params)
+    assert check_first_come_first_served(steps, params) > 0, f"no request was preempted: {steps}"
+
+
+def _alone(adapter: Adapter, model: Any, prompts: list[list[int]], spec: EngineSpec) -> list[EngineOutput]:
+    """Each request on its own: one at a time, an ample pool, no prefix cache."""
+    ample = replace(spec, max_batch=1, enable_prefix_caching=False, num_blocks=64)
+    return [_run(adapter, model, [p], replace(ample, seeds=(s,)))[0] for p, s in zip(prompts, spec.seeds, strict=True)]
+
+
+def check_seeded_schedules(adapter: Adapter, model: Any, prompts: list[list[int]], spec: EngineSpec, params: dict[str, Any]) -> None:
+    """Tokens and logits of every request: alone == in the preempting batch == in reverse order
+    (float64: logits within 1e-9, as in ``test_engine.py``)."""
+    alone = _alone(adapter, model, prompts, spec)
+    compare_runs(_run(adapter, model, prompts, spec), alone, "seeded request in a preempting batch vs alone", params)
+    backwards = _run(adapter, model, prompts[::-1], replace(spec, seeds=spec.seeds[::-1]))[::-1]
+    compare_runs(backwards, alone, "seeded request sent in reverse order vs alone", params)
+
+
+@pytest.mark.ir_requires("engine")
+@given(case=workloads(), seeds=st.lists(st.integers(0, 2**31), min_size=6, max_size=6))
+@_fewer(3, fraction=4)
+def test_seeded_tokens_do_not_depend_on_preemption_batch_or_order(
+    ir_adapter: Adapter, case: tuple[list[list[int]], EngineSpec], seeds: list[int]
+) -> None:
+    """Seeded sampling under drawn batch limits and small pools.
+
+    Guards: *seeded tokens depend on preemption or the batch*.
+    """
+    prompts, spec = case
+    spec = replace(spec, temperature=SEEDED_TEMPERATURE, seeds=tuple(seeds[: len(prompts)]), max_batch=max(2, spec.max_batch))
+    check_seeded_schedules(ir_adapter, _model(ir_adapter), prompts, spec, {"prompts": prompts, "spec": spec})
+
+
+@pytest.mark.ir_requires("engine")
+def test_seeded_tokens_survive_the_fixed_preempting_workload(ir_adapter: Adapter) -> None:
+    """The workload built to preempt (``test_the_fixed_workload_preempts_in_order``), seeded.
+
+    Guards: *seeded tokens depend on preemption or the batch*.
+    """
+    spec = replace(FIXED_SPEC, temperature=SEEDED_TEMPERATURE, seeds=(101, 202, 303, 404))
+    model = _model(ir_adapter)
+    check_seeded_schedules(ir_adapter, model, FIXED_PROMPTS, spec, {"prompts": FIXED_PROMPTS, "spec": spec})
+    sampled = [r.token_ids for r in _alone(ir_adapter, model, FIXED_PROMPTS, spec)]
+    greedy = [r.token_ids for r in _alone(ir_adapter, model, FIXED_PROMPTS, replace(spec, temperature=0.0))]
+    assert sampled != greedy, "the seeded draws all equal the greedy tokens: a wrong generator would go unseen"
