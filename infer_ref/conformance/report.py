@@ -171,6 +171,7 @@ class Collector:
         self.after_loss = 0  # failures in a process whose CUDA context an earlier test lost
         self.adapter = adapter
         self.failed_guards: dict[str, list[str]] = {}  # failed test (not a refusal) -> the bug classes it guards
+        self.passed_guards: dict[str, list[str]] = {}  # passed test -> the bug classes it guards
         self.report = Report(
             impl=impl,
             adapter=adapter.name,
@@ -212,8 +213,8 @@ class Collector:
             if len(self.report.refusals) < 50:
                 self.report.refusals.append(f"{report.nodeid}: {props['ir_refusal']}")
             return  # a refusal says nothing about which bug class the implementation has
-        if outcome == "failed":
-            self.failed_guards[report.nodeid] = list(props.get("ir_bug_classes", []))
+        if outcome in ("failed", "passed"):
+            (self.failed_guards if outcome == "failed" else self.passed_guards)[report.nodeid] = list(props.get("ir_bug_classes", []))
         for bug in props.get("ir_bug_classes", []):
             self.report.by_bug_class.setdefault(bug, Tally()).add(outcome, repro, unsupported)
 
@@ -252,7 +253,7 @@ class Collector:
             else:
                 for family in blame.probe_families(failed, FAMILIES):
                     results += run_probes(runner, family)
-        findings, note = blame.narrow(failed, results)
+        findings, note = blame.narrow(failed, results, self.passed_guards)
         self.report.blame = OrderedDict((c, {"verdict": f.verdict, "why": f.why}) for c, f in findings.items())
         self.report.probes = [r.describe() for r in results]
         if note:

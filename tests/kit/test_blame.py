@@ -155,3 +155,20 @@ def test_each_planted_model_bug_is_blamed_on_its_class_alone(mutant: object, one
     implicated = [c for c, f in findings.items() if f.verdict == blame.IMPLICATED]
     assert (implicated, note) == ([mutant.bug_class], None), [r.describe() for r in results if r.failed]
     assert all(f.verdict == blame.NOT_IMPLICATED for c, f in findings.items() if c != mutant.bug_class)
+
+
+def test_a_passing_test_that_checks_a_class_alone_clears_it_unless_probes_judge_it() -> None:
+    """The FCFS test (guarding both scheduling classes) failed, the batch-limit test passed: the
+    batch limit is not implicated, and requeueing is the only class left. A model-level class is
+    never cleared this way: a passing component test says nothing of the model."""
+    limit, requeue = "more sequences running than the batch limit", "preempted request requeued behind new arrivals"
+    findings, note = blame.narrow({"test_fcfs": [requeue, limit]}, [], {"test_limit[x]": [limit]})
+    assert note is None
+    assert findings[limit].verdict == blame.NOT_IMPLICATED and "test_limit[x]" in findings[limit].why
+    assert findings[requeue].verdict == blame.IMPLICATED
+    findings, _ = blame.narrow({"test_fcfs": [requeue, limit]}, [], {"test_limit[x]": [limit], "test_limit[y]": [limit]} | {})
+    assert findings[limit].verdict == blame.NOT_IMPLICATED
+    findings, _ = blame.narrow({"test_fcfs": [requeue, limit], "test_limit[y]": [limit]}, [], {"test_limit[x]": [limit]})
+    assert findings[limit].verdict == blame.IMPLICATED  # another case of the same test failed
+    findings, _ = blame.narrow({"test_full": [sig.V_ROTATED, sig.SCALE]}, [], {"test_masks": [sig.V_ROTATED]})
+    assert findings[sig.V_ROTATED].verdict == blame.POSSIBLE

@@ -4,7 +4,9 @@ A failed conformance test guards several bug classes (``Guards: *...*`` in its d
 that listed them all would blame a norm's rounding on "V rotated by RoPE". After a run with failures,
 the report narrows them:
 
-1. The *candidates* are the classes guarded by a failed test (refusals excluded).
+1. The *candidates* are the classes guarded by a failed test (refusals excluded). A class no probe
+   can see (a cache's, the scheduler's, the sampler's) is not implicated when a test that checks it
+   alone passed in every case.
 2. If a candidate can show in a model run, the follow-up probes run (:mod:`.suite`) on the families
    whose tests failed, and each candidate is checked against their outcomes with the table of
    :mod:`.signatures`, assuming one bug: a candidate is *not implicated* when a probe it always
@@ -87,18 +89,35 @@ def _support(cls: str, results: Sequence[ProbeResult], failed_tests: Mapping[str
     return None
 
 
-def narrow(failed_tests: Mapping[str, Sequence[str]], results: Sequence[ProbeResult]) -> tuple[dict[str, Finding], str | None]:
+def _cleared_by_a_passing_test(cls: str, failed_tests: Mapping[str, Sequence[str]], passed_tests: Mapping[str, Sequence[str]]) -> str | None:
+    """A class no probe can see is ruled out by a test that checks it alone and passed in every case."""
+    if cls in SIGNATURES:
+        return None  # model-level classes: a component test passing says nothing of the model (the probes do)
+    failed_bases = {node.partition("[")[0] for node in failed_tests}
+    for node, guarded in passed_tests.items():
+        if list(guarded) == [cls] and node.partition("[")[0] not in failed_bases:
+            return f"`{node}` checks this class alone and passes"
+    return None
+
+
+def narrow(
+    failed_tests: Mapping[str, Sequence[str]], results: Sequence[ProbeResult], passed_tests: Mapping[str, Sequence[str]] | None = None
+) -> tuple[dict[str, Finding], str | None]:
     """Each candidate's finding, and a note when one bug does not explain the outcomes.
 
-    ``failed_tests``: node id -> the bug classes the test guards; ``results``: the probes that ran."""
+    ``failed_tests`` / ``passed_tests``: node id -> the bug classes the test guards; ``results``: the
+    probes that ran."""
     candidates = list(dict.fromkeys(c for guarded in failed_tests.values() for c in guarded))
+    passed = passed_tests or {}
     ruled_out = {c: why for c in candidates if (why := _contradiction(c, results, sound_only=False))}
+    ruled_out |= {c: why for c in candidates if c not in ruled_out and (why := _cleared_by_a_passing_test(c, failed_tests, passed))}
     note = None
     if len(ruled_out) == len(candidates) and candidates:
         if not any(r.failed for r in results):
             return {c: Finding(NOT_IMPLICATED, why) for c, why in ruled_out.items()}, NO_PROBE_FAILS
         note = NO_SINGLE_CLASS
         ruled_out = {c: why for c in candidates if (why := _contradiction(c, results, sound_only=True))}
+        ruled_out |= {c: why for c in candidates if c not in ruled_out and (why := _cleared_by_a_passing_test(c, failed_tests, passed))}
     survivors = {c for c in candidates if c not in ruled_out}
     findings: dict[str, Finding] = {}
     for c in candidates:
