@@ -20,6 +20,18 @@ class TokenDecoder(Protocol):
     def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = True) -> str: ...
 
 
+def generated_text(tokenizer: TokenDecoder, ids: Sequence[int]) -> str:
+    """The text of generated ``ids``, special tokens dropped.
+
+    A model whose embedding table is larger than its tokenizer (a vocabulary padded to a round size,
+    as Qwen's is) can sample an id that no text belongs to. It stays in the token ids and adds no
+    text, as transformers' ``decode`` treats it; the tokenizer's own ``decode`` refuses such ids,
+    because from a caller they are a mistake."""
+    size = getattr(tokenizer, "vocab_size", None)
+    known = [i for i in ids if size is None or i < size]
+    return tokenizer.decode(known, skip_special_tokens=True)
+
+
 @dataclass
 class GenerationTiming:
     prefill_time_s: float = 0.0
@@ -95,7 +107,7 @@ class TokenCollector:
             self.finish = "eos"
             return True
         if self._stop:
-            text = self._tokenizer.decode(self.generated, skip_special_tokens=True)
+            text = generated_text(self._tokenizer, self.generated)
             cut = first_stop(text, self._stop)
             if cut is not None:
                 self._text, self.finish = text[:cut], "stop"
@@ -103,7 +115,7 @@ class TokenCollector:
         return len(self.generated) >= self._max_new_tokens
 
     def result(self, timing: GenerationTiming, cache_memory_bytes: int | None) -> GenerationResult:
-        text = self._text if self._text is not None else self._tokenizer.decode(self.generated, skip_special_tokens=True)
+        text = self._text if self._text is not None else generated_text(self._tokenizer, self.generated)
         return GenerationResult(
             token_ids=self.generated,
             text=text,

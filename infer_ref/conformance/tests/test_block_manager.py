@@ -231,6 +231,13 @@ HASHES = {"xxh64": block_hash, "all_equal": collide_all}
 
 @pytest.mark.parametrize("hash_name", sorted(HASHES))
 def test_allocator_state_machine(ir_adapter: Adapter, hash_name: str) -> None:
+    """The allocator driven by random admissions, prefills, decodes and frees beside a model of the
+    specification, its invariants checked after every step.
+
+    Guards: *block hash not chained to its parent*, *hit accepted without verifying token ids*,
+    *stale map entry on block reuse*, *revived block loses its hash*, *full-prompt hit computes
+    nothing*, *own hit evicted*, *failed allocation leaks a ref*, *hash published before the write*.
+    """
     hits = []
 
     def make() -> AllocatorMachine:
@@ -280,6 +287,7 @@ def test_free_order_is_tail_first_then_least_recently_freed(ir_adapter: Adapter)
 
 
 def test_own_hit_is_claimed_before_new_blocks(ir_adapter: Adapter) -> None:
+    """Guards: *own hit evicted*."""
     alloc = _allocator(ir_adapter, 4, 2)
     assert _run(alloc, 0, [0, 0, 1]) == ([0, 1], 0)
     alloc.free(0)  # free: 2, 3, 1, 0
@@ -290,6 +298,7 @@ def test_own_hit_is_claimed_before_new_blocks(ir_adapter: Adapter) -> None:
 
 
 def test_hit_never_covers_the_last_prompt_token(ir_adapter: Adapter) -> None:
+    """Guards: *full-prompt hit computes nothing*."""
     alloc = _allocator(ir_adapter, 8, 2)
     _run(alloc, 0, [3, 4, 5, 6])
     table, cached = alloc.allocate(1, [3, 4, 5, 6])  # block-aligned repeat: the second block is recomputed
@@ -298,6 +307,10 @@ def test_hit_never_covers_the_last_prompt_token(ir_adapter: Adapter) -> None:
 
 
 def test_evicting_block_i_of_a_chain_stops_hits_at_i(ir_adapter: Adapter) -> None:
+    """Hits stop where a chain's block was taken for new content (the ids follow the claim order).
+
+    Guards: *own hit evicted*.
+    """
     alloc = _allocator(ir_adapter, 5, 1)
     assert _run(alloc, 0, [1, 2, 3, 4]) == ([0, 1, 2, 3], 0)
     alloc.free(0)  # free: 4, 3, 2, 1, 0

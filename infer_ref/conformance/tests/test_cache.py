@@ -145,8 +145,9 @@ def test_update_writes_at_the_layer_length_and_returns_what_was_written(ir_adapt
     (a static buffer: its first ``length + n`` positions; a window layer: at least the positions the
     chunk's queries need).
 
-    Guards: *unwritten cache slots attended* (a returned view longer than what was written) and
-    *advance skipped or doubled* (a length not moving by exactly n).
+    Guards: *unwritten cache slots attended* (a returned view longer than what was written),
+    *advance skipped or doubled* (a length not moving by exactly n) and *decode slot off by one in
+    the block table* (a write landing one slot early).
     """
     spec, chunks = draw_case(data, ir_adapter, ir_device)
     contract = ir_adapter.cache_contract

@@ -31,7 +31,7 @@ def test_snapshot_is_frozen_and_restores_anywhere(ir_adapter: Adapter, ir_device
     and materializes into a new one holding exactly what was written before it, and both take the
     next write at the right position.
 
-    Guards: *a snapshot that aliases the live buffers* (a shallow copy), restore that leaves the old
+    Guards: *snapshot aliases the live buffers* (a shallow copy), restore that leaves the old
     length or contents behind.
     """
     assert ir_adapter.snapshot and ir_adapter.restore and ir_adapter.materialize
@@ -71,7 +71,8 @@ def test_restore_copies_into_the_existing_storage(ir_adapter: Adapter, ir_device
     """A pre-allocated cache restores in place: its storage tensors keep their addresses (a captured
     CUDA graph that reads them stays valid).
 
-    Guards: *restore that rebinds the buffers* to new tensors.
+    Guards: *restore rebinds the buffers (a captured graph reads stale memory)*: new tensors
+    instead of a copy into the existing ones.
     """
     assert ir_adapter.snapshot and ir_adapter.restore and ir_adapter.cache_storage
     spec = CacheSpec(num_layers=2, batch_size=1, num_kv_heads=2, head_dim=4, max_seq_len=8, device=ir_device)

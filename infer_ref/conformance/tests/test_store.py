@@ -64,7 +64,7 @@ def _cache(case: dict[str, object]) -> tuple[Tensor, Tensor]:
 def test_store_writes_exactly_the_mapped_slots(ir_adapter: Adapter, case: dict[str, object]) -> None:
     """Each live slot holds its row bitwise; every other slot, the last one included, keeps the sentinel.
 
-    Guards: *slot -1 used as an index* (wraps to the last slot), rows written to the wrong slot or
+    Guards: *slot -1 used as an index (wraps to the last slot)*, rows written to the wrong slot or
     the wrong half of a strided layout, K and V swapped.
     """
     assert ir_adapter.store_kvcache is not None
