@@ -19,13 +19,13 @@ GROUPS = {
     "test_logprobs": "logprob semantics",
 }
 MARKS = {"passed": "✓", "xfailed": "x", "failed": "✗", "skipped": "–"}
-NOT_RUN = "·"  # the engine was not run on any checkpoint of this family
+NOT_RUN = "·"  # the engine's results hold no case of this test on this family
 MEANINGS = {
     "✓": "every case passed",
     "x": "expected failure (listed, with its cause, in the engine's xfails file)",
     "✗": "failed",
     "–": "not supported by the engine, or not applicable to the checkpoint",
-    NOT_RUN: "not run on this family",
+    NOT_RUN: "no result: the run covered no checkpoint of this family, or predates the test",
 }
 
 
@@ -85,6 +85,6 @@ def build_grid(engines: Sequence[EngineResult], family: Callable[[str], str] = f
 
 def totals(result: EngineResult) -> str:
     """``93 passed, 8 expected failures, 11 not supported or skipped`` for one engine."""
-    words = {"passed": "passed", "xfailed": "expected failures", "failed": "failed", "skipped": "not supported or skipped"}
+    words = {"passed": "passed", "xfailed": "expected failure", "failed": "failed", "skipped": "not supported or skipped"}
     counts = [(sum(c.outcome == o for c in result.cases), words[o]) for o in OUTCOMES]
-    return ", ".join(f"{n} {w}" for n, w in counts if n)
+    return ", ".join(f"{n} {w}" + ("s" if w == "expected failure" and n > 1 else "") for n, w in counts if n)

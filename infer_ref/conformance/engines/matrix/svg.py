@@ -8,8 +8,8 @@ from xml.sax.saxutils import escape, quoteattr
 from infer_ref.conformance.engines.matrix.grid import MARKS, MEANINGS, NOT_RUN, Grid
 
 COLOURS = {"passed": "#b7e1b0", "xfailed": "#f6d58e", "failed": "#f08c8c", "skipped": "#dcdcdc", "not run": "#ffffff"}
-CELL_W, CELL_H = 52, 20
-LABEL_W = 360  # the property names' column
+CELL_W, CELL_H = 60, 20
+MONO_W = 6.1  # a rough width of one 10 px monospace character: the property names' column fits the longest
 HEADER_H = 78  # engine, version (two lines), family rows
 GAP = 8  # between engines' column blocks
 CHAR_W = 6.2  # a rough width of one 11 px character, to fit the version under its block
@@ -19,14 +19,15 @@ def matrix_svg(grid: Grid) -> str:
     n_fam = len(grid.families)
     block_w = n_fam * CELL_W
     rows = sum(1 + len(tests) for _, tests in grid.groups)
-    width = LABEL_W + len(grid.engines) * (block_w + GAP)
+    label_w = int(12 + MONO_W * max((len(t) for _, tests in grid.groups for t in tests), default=20) + 12)
+    width = label_w + len(grid.engines) * (block_w + GAP)
     legend_y = HEADER_H + rows * CELL_H + 16
     height = legend_y + (len(MEANINGS) + 1) * 16 + 8
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
            f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
            f'<rect width="{width}" height="{height}" fill="white"/>']  # fmt: skip
     for index, result in enumerate(grid.engines):
-        x = LABEL_W + index * (block_w + GAP)
+        x = label_w + index * (block_w + GAP)
         out.append(_text(x + block_w / 2, 16, result.engine, anchor="middle", weight="bold"))
         for line, text in enumerate(_wrap(result.version, block_w)):
             out.append(_text(x + block_w / 2, 30 + 13 * line, text, anchor="middle", title=result.version))
@@ -39,7 +40,7 @@ def matrix_svg(grid: Grid) -> str:
         for test in tests:
             out.append(_text(12, y + 14, test, family="monospace", size=10))
             for index, result in enumerate(grid.engines):
-                x = LABEL_W + index * (block_w + GAP)
+                x = label_w + index * (block_w + GAP)
                 for f, family in enumerate(grid.families):
                     cell = grid.cell(test, index, family)
                     out.append(f'<rect class="cell" data-property={quoteattr(test)} data-engine={quoteattr(result.engine)} '
