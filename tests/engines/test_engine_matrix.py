@@ -181,3 +181,14 @@ def test_bad_pair_option(results: Path, tmp_path: Path, capsys: pytest.CaptureFi
     assert main(["--results", str(results), "--version", "alpha", "--md", str(tmp_path / "m.md"), "--svg", str(tmp_path / "m.svg")]) == 2
     assert "--version 'alpha': expected ENGINE=VALUE" in capsys.readouterr().err
     assert not (tmp_path / "m.md").exists()
+
+
+def test_run_mode_says_what_a_failing_exit_status_meant(tmp_path: Path) -> None:
+    def failing_tier(command: Sequence[str], log: Path) -> int:
+        _write(log.parent, "infer_ref", BETA)
+        (log.parent / "infer_ref.json").write_text(json.dumps({"totals": {"counts": {"failed": 2}}, "stale_xfails": ["a"]}))
+        return 1
+
+    said: list[str] = []
+    assert run_engines(["infer_ref"], tmp_path, runner=failing_tier, say=said.append) == ["infer_ref"]
+    assert "exit status 1: 2 failed, 1 stale xfail entries" in said[0]

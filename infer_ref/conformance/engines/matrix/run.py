@@ -4,6 +4,7 @@ folder, with the engine's expected failures; an engine whose venv is missing is 
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -95,7 +96,19 @@ def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = 
         if not (out / f"{engine}.xml").is_file():
             say(f"{engine}: left out: the tier wrote no results (exit status {status}; see {out / f'{engine}.log'})")
             continue
-        verdict = "no unexpected failure" if status == 0 else f"exit status {status}: failures or a stale xfail entry"
-        say(f"{engine}: ran in {seconds:.0f} s, {verdict} (log: {out / f'{engine}.log'})")
+        say(f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: {out / f'{engine}.log'})")
         ran.append(engine)
     return ran
+
+
+def _verdict(status: int, report: Path) -> str:
+    """What the exit status meant, from the run's report where it wrote one."""
+    if status == 0:
+        return "no unexpected failure"
+    try:
+        written = json.loads(report.read_text())
+        failed, stale = int(written["totals"]["counts"]["failed"]), len(written["stale_xfails"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"exit status {status}"
+    # stale entries are expected when --model-dir leaves out checkpoints the xfails file names
+    return f"exit status {status}: {failed} failed, {stale} stale xfail entries"
