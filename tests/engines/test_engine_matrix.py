@@ -135,7 +135,7 @@ def test_missing_venv_is_one_line_and_nothing_runs(tmp_path: Path, monkeypatch: 
     monkeypatch.setenv("INFER_REF_VLLM_PYTHON", str(tmp_path / "no-venv" / "bin" / "python"))
     ran: list[Sequence[str]] = []
     said: list[str] = []
-    assert run_engines(["vllm"], tmp_path / "out", runner=lambda cmd, log: ran.append(cmd) or 0, say=said.append) == []
+    assert run_engines(["vllm"], tmp_path / "out", runner=lambda cmd, log: ran.append(cmd) or 0, say=said.append) == {}
     assert ran == [] and len(said) == 1
     assert said[0].startswith("vllm: left out: $INFER_REF_VLLM_PYTHON names ") and "install_vllm.sh" in said[0]
     # the command: that line, then one error line (nothing else to draw), no traceback
@@ -153,7 +153,7 @@ def test_run_mode_runs_each_tier_with_its_xfails_then_draws(tmp_path: Path, monk
         _write(log.parent, "infer_ref", BETA, BETA_NOTES)
         return 0
 
-    assert run_engines(["infer_ref"], tmp_path, runner=fake_tier, say=lambda _: None) == ["infer_ref"]
+    assert run_engines(["infer_ref"], tmp_path, runner=fake_tier, say=lambda _: None) == {"infer_ref": 0}
     [command] = ran
     assert command[command.index("--engine") + 1] == "infer_ref" and "--xfails" not in command
     assert command[command.index("--report") + 1] == str(tmp_path / "infer_ref.json")
@@ -190,5 +190,21 @@ def test_run_mode_says_what_a_failing_exit_status_meant(tmp_path: Path) -> None:
         return 1
 
     said: list[str] = []
-    assert run_engines(["infer_ref"], tmp_path, runner=failing_tier, say=said.append) == ["infer_ref"]
+    assert run_engines(["infer_ref"], tmp_path, runner=failing_tier, say=said.append) == {"infer_ref": 1}
     assert "exit status 1: 2 failed, 1 stale xfail entries" in said[0]
+
+
+def test_run_mode_draws_then_fails_when_a_tier_failed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from infer_ref.conformance.engines.matrix import main as command
+
+    def tier_exits(status: int):  # type: ignore[no-untyped-def]
+        def fake(engines: Sequence[str], out: Path, model_dirs: Sequence[Path]) -> dict[str, int]:
+            _write(out, "infer_ref", BETA, BETA_NOTES)
+            return {"infer_ref": status}
+        return fake
+
+    argv = ["--engines", "infer_ref", "--out", str(tmp_path / "r"), "--md", str(tmp_path / "m.md"), "--svg", str(tmp_path / "m.svg")]
+    monkeypatch.setattr(command, "run_engines", tier_exits(1))
+    assert main(argv) == 1 and (tmp_path / "m.md").is_file() and (tmp_path / "m.svg").is_file()
+    monkeypatch.setattr(command, "run_engines", tier_exits(0))
+    assert main(argv) == 0

@@ -80,11 +80,12 @@ def run_with_log(command: Sequence[str], log: Path) -> int:
 
 
 def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = (), runner: Runner = run_with_log,
-                say: Callable[[str], None] = print) -> list[str]:  # fmt: skip
-    """Run the tier on each engine that can run here; the engines whose results are in ``out``."""
+                say: Callable[[str], None] = print) -> dict[str, int]:  # fmt: skip
+    """Run the tier on each engine that can run here: the engines whose results are in ``out``,
+    with their tiers' exit statuses."""
     check_engines(engines)
     out.mkdir(parents=True, exist_ok=True)
-    ran = []
+    ran: dict[str, int] = {}
     for engine in engines:
         why_not = missing_venv(engine)
         if why_not is not None:
@@ -97,7 +98,7 @@ def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = 
             say(f"{engine}: left out: the tier wrote no results (exit status {status}; see {out / f'{engine}.log'})")
             continue
         say(f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: {out / f'{engine}.log'})")
-        ran.append(engine)
+        ran[engine] = status
     return ran
 
 
