@@ -64,8 +64,13 @@ def default_model_dirs() -> list[Path]:
     if not FIXTURE_CHECKPOINTS.is_dir():
         return []
     fixtures = sorted(p for p in FIXTURE_CHECKPOINTS.iterdir() if (p / "config.json").is_file())
-    root = os.environ.get(CHECKPOINTS_ENV) or Path.home() / ".cache" / "infer_ref" / "engine-checkpoints"
-    return fixtures + write_all(root)
+    return fixtures + write_all(engine_checkpoints_root())
+
+
+def engine_checkpoints_root() -> Path:
+    """Where the kit's engine checkpoints are written: ``$INFER_REF_ENGINE_CHECKPOINTS``, default
+    ``~/.cache/infer_ref/engine-checkpoints``."""
+    return Path(os.environ.get(CHECKPOINTS_ENV) or Path.home() / ".cache" / "infer_ref" / "engine-checkpoints")
 
 
 def load_factory(spec: str) -> Callable[[Path, EngineOptions], EngineHandle]:
@@ -121,6 +126,7 @@ class EngineTier:
     spreads: SpreadLog = field(default_factory=lambda: SpreadLog("between two schedules"))  # self-consistency
     distances: SpreadLog = field(default_factory=lambda: SpreadLog("from the oracle"))  # agreement
     consistency: ConsistencyTolerance = field(init=False)
+    first_name: str | None = None  # the first started engine's name for itself (its version): the report notes it
 
     def __post_init__(self) -> None:
         if self.endpoint is None:
@@ -163,6 +169,7 @@ class EngineTier:
         if key not in self.started:
             try:
                 self.started[key] = self._start(model_dir, kind)
+                self.first_name = self.first_name or self.started[key].name
             except Unsupported as e:  # the engine cannot run this kind of start: its tests are "not supported"
                 self.refused[key] = f"{self.name} ({kind} start): {_one_line(e)}"
                 raise Unsupported(self.refused[key]) from None

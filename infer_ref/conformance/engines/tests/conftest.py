@@ -92,15 +92,17 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """The run's largest differences from the oracle and between schedules, with the tolerances
-    they were judged at, into the report's notes (before it is written): what a tolerance for this
-    engine would be measured from."""
+    """The engine's name for itself, and the run's largest differences from the oracle and between
+    schedules with the tolerances they were judged at, into the report's notes (before it is
+    written): what a tolerance for this engine would be measured from."""
     from infer_ref.conformance.engines.oracle import agreement_tolerance
 
     collector = session.config.pluginmanager.get_plugin("infer_ref_report")
     tier = _TIER.get("tier")
     if collector is None or tier is None:
         return
+    if tier.first_name:
+        collector.report.notes.append(f"engine: {tier.first_name}")  # read back by the engine matrix
     if tier.distances.comparisons:
         collector.report.notes.append(tier.distances.summary(agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"))
     if tier.spreads.comparisons:

