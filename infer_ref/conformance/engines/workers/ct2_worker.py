@@ -24,7 +24,7 @@ import os
 import sys
 from typing import Any
 
-from worker_loop import NotInstalled, Refused, serve
+from worker_loop import NotInstalled, Refused, position_from_logits, serve
 
 # What CTranslate2's Generator can do for the tier (no prefix cache it reuses across calls by
 # itself, no chunked prefill, no KV budget, no stop strings: see docs/engines.md).
@@ -143,13 +143,7 @@ def _prompt_logprobs(prompt: list[int], k: int) -> list[dict[str, Any] | None]:
 
 
 def _position(token: int, logits: Any, k: int) -> dict[str, Any]:
-    """One position from its logits row (float32, as CTranslate2 computed it): log-softmax in float64."""
-    np = _engine["numpy"]
-    row = np.asarray(logits, dtype=np.float64).reshape(-1)
-    logprobs = row - row.max()
-    logprobs -= np.log(np.exp(logprobs).sum())
-    top = np.argsort(-logprobs, kind="stable")[:k]
-    return {"token": int(token), "logprob": float(logprobs[token]), "top": [[int(t), float(logprobs[t])] for t in top]}
+    return position_from_logits(_engine["numpy"], token, logits, k)
 
 
 def stop(args: dict[str, Any]) -> None:

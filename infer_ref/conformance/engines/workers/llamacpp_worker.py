@@ -23,7 +23,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from worker_loop import NotInstalled, Refused, serve
+from worker_loop import NotInstalled, Refused, position_from_logits, serve
 
 # Always: what Llama can do; "prefix_caching" joins when it is on.
 CAPABILITIES = ("prompt_logprobs", "seed", "stop_strings", "reset_prefix_cache", "chunked_prefill",
@@ -143,14 +143,7 @@ def _earliest_stop(text: str, stops: list[str]) -> int | None:
 
 
 def _position(token: int, logits: Any, k: int) -> dict[str, Any]:
-    """One position from its logits row (float32, as llama.cpp computed it): log-softmax in float64."""
-    np = _engine["numpy"]
-    row = logits.astype(np.float64)
-    logprobs = row - row.max()
-    logprobs -= np.log(np.exp(logprobs).sum())
-    top = np.argsort(-logprobs, kind="stable")[:k]
-    return {"token": int(token), "logprob": float(logprobs[token]),
-            "top": [[int(t), float(logprobs[t])] for t in top]}  # fmt: skip
+    return position_from_logits(_engine["numpy"], token, logits, k)
 
 
 def reset_prefix_cache(args: dict[str, Any]) -> None:

@@ -26,7 +26,7 @@ import os
 import sys
 from typing import Any
 
-from worker_loop import NotInstalled, Refused, serve
+from worker_loop import NotInstalled, Refused, position_from_logits, serve
 
 CAPABILITIES = ("prompt_logprobs", "seed", "top_k_top_p", "top_logprobs", "chunked_prefill")
 
@@ -136,14 +136,7 @@ def _eos_ids(config: dict[str, Any]) -> set[int]:
 
 
 def _position(token: int, logits: Any, k: int) -> dict[str, Any]:
-    """One position from its logits row (float32, as the engine computed it): log-softmax in float64."""
-    np = _engine["numpy"]
-    row = logits.astype(np.float64)
-    logprobs = row - row.max()
-    logprobs -= np.log(np.exp(logprobs).sum())
-    top = np.argsort(-logprobs, kind="stable")[:k]
-    return {"token": int(token), "logprob": float(logprobs[token]),
-            "top": [[int(t), float(logprobs[t])] for t in top]}  # fmt: skip
+    return position_from_logits(_engine["numpy"], token, logits, k)
 
 
 def stop(args: dict[str, Any]) -> None:

@@ -109,3 +109,13 @@ def _die_with_parent() -> None:
         os._exit(3)
 
     threading.Thread(target=watch, name="parent-watchdog", daemon=True).start()
+
+
+def position_from_logits(np: Any, token: int, logits: Any, k: int) -> dict[str, Any]:
+    """One position from its logits row (as the engine computed it): log-softmax in float64, the
+    chosen token's logprob and the top ``k`` (ties in index order). ``np`` is the engine venv's numpy."""
+    row = np.asarray(logits, dtype=np.float64).reshape(-1)
+    logprobs = row - row.max()
+    logprobs -= np.log(np.exp(logprobs).sum())
+    top = np.argsort(-logprobs, kind="stable")[:k]
+    return {"token": int(token), "logprob": float(logprobs[token]), "top": [[int(t), float(logprobs[t])] for t in top]}
