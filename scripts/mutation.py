@@ -1,0 +1,214 @@
+"""Mutation testing of the reference core and of the kit's checkers, with mutmut 3 (docs/mutation.md).
+
+    python scripts/mutation.py run [--part P ...] [--jobs 2]   mutate and test, part by part
+    python scripts/mutation.py figures [--json FILE]           the table per part, from mutants/
+    python scripts/mutation.py survivors [--part P]            survivors not listed as equivalent
+    python scripts/mutation.py check --sample N --floor F      CI's bounded check (a fixed sample)
+
+mutmut reads its settings from ``[tool.mutmut]`` in pyproject.toml (the files it mutates, the tests
+it may run) and keeps its state in ``mutants/``: a second ``run`` retests only what changed.
+Install it with ``pip install -e '.[mutation]'``. Run from the repository root.
+
+A part is a set of mutmut mutant-name globs; each part finishes within an hour on 2 cores. The
+equivalent mutants (no test can tell them from the original) are listed with their reasons in
+scripts/mutation_equivalent.txt: they count neither as killed nor as survived.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EQUIVALENT_FILE = ROOT / "scripts" / "mutation_equivalent.txt"
+
+# Part name -> mutant-name globs (mutmut names a mutant module.function__mutmut_N).
+PARTS: dict[str, list[str]] = {
+    "cache": ["infer_ref.cache.*"],
+    "engine": ["infer_ref.engine.*", "infer_ref.sampling.*", "infer_ref.results.*"],
+    "attention": ["infer_ref.attention.*", "infer_ref.masks.*", "infer_ref.rotary.*"],
+    "checkers": ["infer_ref.conformance.*"],
+}
+
+# mutmut's exit codes, grouped into the columns of docs/mutation.md. Anything else (a crash of the
+# test process that is not a test failure) is "suspicious" and shown on its own.
+KILLED_CODES = {1, 3, 37}  # a test failed; pytest's internal error; caught by the type checker
+SURVIVED_CODES = {0}
+NO_TESTS_CODES = {5, 33}  # no selected test reaches the mutated function: a survivor too
+TIMEOUT_CODES = {24, -24, 36, 152, 255}
+NOT_RUN_CODES = {None, 2, 34}
+
+
+def _mutmut_env() -> dict[str, str]:
+    # One thread per test process: mutmut runs --jobs of them side by side.
+    env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1")
+    env.setdefault("CI", "true")  # the derandomized Hypothesis profile: a verdict is reproducible
+    return env
+
+
+def _run_mutmut(names: list[str], jobs: int) -> None:
+    cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(jobs), *names]
+    done = subprocess.run(cmd, cwd=ROOT, env=_mutmut_env())
+    # mutmut exits non-zero when survivors remain; a missing results folder is the real failure.
+    if not (ROOT / "mutants").is_dir():
+        raise SystemExit(f"mutmut produced no mutants/ folder (exit {done.returncode}): see its output above")
+
+
+def results() -> dict[str, int | None]:
+    """Every mutant mutmut generated -> the exit code of its test run (None: not run yet)."""
+    out: dict[str, int | None] = {}
+    for meta in sorted((ROOT / "mutants").rglob("*.py.meta")):
+        out.update(json.loads(meta.read_text())["exit_code_by_key"])
+    return out
+
+
+def equivalent() -> dict[str, str]:
+    """Mutant name -> why it is equivalent, from scripts/mutation_equivalent.txt (``name  reason``)."""
+    out: dict[str, str] = {}
+    for line in EQUIVALENT_FILE.read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            name, _, reason = line.partition(" ")
+            if not reason.strip():
+                raise SystemExit(f"{EQUIVALENT_FILE.name}: {name} has no reason; each line is 'name  reason'")
+            out[name] = reason.strip()
+    return out
+
+
+def part_of(name: str) -> str | None:
+    from fnmatch import fnmatch
+
+    return next((part for part, globs in PARTS.items() if any(fnmatch(name, g) for g in globs)), None)
+
+
+def status(code: int | None, name: str, equivalents: dict[str, str]) -> str:
+    if code in KILLED_CODES:
+        return "killed"
+    if name in equivalents:
+        return "equivalent"
+    if code in SURVIVED_CODES or code in NO_TESTS_CODES:
+        return "survived" if code in SURVIVED_CODES else "no tests"
+    if code in TIMEOUT_CODES:
+        return "timed out"
+    if code in NOT_RUN_CODES:
+        return "not run"
+    return "suspicious"
+
+
+COLUMNS = ["generated", "killed", "survived", "no tests", "timed out", "equivalent", "suspicious", "not run"]
+
+
+def figures(only: list[str] | None = None) -> dict[str, Counter[str]]:
+    """Part -> counts per column. The score is killed / (generated - equivalent - not run)."""
+    equivalents = equivalent()
+    table: dict[str, Counter[str]] = {}
+    for name, code in results().items():
+        part = part_of(name)
+        if part is None or (only and part not in only):
+            continue
+        row = table.setdefault(part, Counter())
+        row["generated"] += 1
+        row[status(code, name, equivalents)] += 1
+    return table
+
+
+def score(row: Counter[str]) -> float:
+    judged = row["generated"] - row["equivalent"] - row["not run"]
+    # A timeout counts as killed: the mutant made a test hang, which a run notices.
+    return (row["killed"] + row["timed out"]) / judged if judged else float("nan")
+
+
+def markdown(table: dict[str, Counter[str]]) -> str:
+    lines = ["| part | " + " | ".join(COLUMNS) + " | score |", "|---" * (len(COLUMNS) + 2) + "|"]
+    for part in PARTS:
+        if part in table:
+            row = table[part]
+            lines.append(f"| {part} | " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {score(row):.1%} |")
+    return "\n".join(lines)
+
+
+def survivors(only: list[str] | None = None) -> list[str]:
+    equivalents = equivalent()
+    return [name for name, code in results().items()
+            if (part := part_of(name)) and (not only or part in only)
+            and status(code, name, equivalents) in ("survived", "no tests", "suspicious")]
+
+
+def sample(parts: list[str], size: int) -> list[str]:
+    """A fixed, evenly spread sample of the parts' mutants (the same names on every machine)."""
+    names = sorted(n for n in results() if part_of(n) in parts)
+    if size >= len(names):
+        return names
+    step = len(names) / size
+    return [names[int(i * step)] for i in range(size)]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    for part in args.part or list(PARTS):
+        start = time.monotonic()
+        _run_mutmut(PARTS[part], args.jobs)
+        print(f"part {part}: {time.monotonic() - start:.0f} s", flush=True)
+    print(markdown(figures(args.part)))
+    return 0
+
+
+def cmd_figures(args: argparse.Namespace) -> int:
+    table = figures()
+    print(markdown(table))
+    if args.json:
+        Path(args.json).write_text(json.dumps({p: dict(r) | {"score": score(r)} for p, r in table.items()}, indent=2))
+    return 0
+
+
+def cmd_survivors(args: argparse.Namespace) -> int:
+    for name in survivors(args.part):
+        print(name)
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    parts = args.part or list(PARTS)
+    if not (ROOT / "mutants").is_dir():
+        _run_mutmut(["__no_mutant_matches_this__"], args.jobs)  # generate mutants and collect stats only
+    chosen = sample(parts, args.sample)
+    start = time.monotonic()
+    _run_mutmut(chosen, args.jobs)
+    equivalents = equivalent()
+    codes = results()
+    statuses = Counter(status(codes[n], n, equivalents) for n in chosen)
+    judged = len(chosen) - statuses["equivalent"] - statuses["not run"]
+    kill_rate = (statuses["killed"] + statuses["timed out"]) / judged if judged else 0.0
+    print(f"mutation check: {len(chosen)} sampled mutants of {', '.join(parts)} in {time.monotonic() - start:.0f} s: "
+          + ", ".join(f"{k} {v}" for k, v in sorted(statuses.items())) + f"; score {kill_rate:.1%} (floor {args.floor:.0%})")
+    for name in chosen:
+        if status(codes[name], name, equivalents) in ("survived", "no tests", "suspicious", "not run"):
+            print(f"  {status(codes[name], name, equivalents)}: {name}  (python -m mutmut show {name})")
+    return 0 if kill_rate >= args.floor else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="mutate and test, part by part")
+    run.add_argument("--part", action="append", choices=list(PARTS))
+    run.add_argument("--jobs", type=int, default=2)
+    fig = sub.add_parser("figures", help="the table per part from mutants/")
+    fig.add_argument("--json")
+    surv = sub.add_parser("survivors", help="survivors not listed as equivalent")
+    surv.add_argument("--part", action="append", choices=list(PARTS))
+    check = sub.add_parser("check", help="CI's bounded check: a fixed sample with a floor on the score")
+    check.add_argument("--part", action="append", choices=list(PARTS))
+    check.add_argument("--sample", type=int, required=True)
+    check.add_argument("--floor", type=float, required=True)
+    check.add_argument("--jobs", type=int, default=2)
+    args = parser.parse_args()
+    return {"run": cmd_run, "figures": cmd_figures, "survivors": cmd_survivors, "check": cmd_check}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
