@@ -172,3 +172,18 @@ def test_a_passing_test_that_checks_a_class_alone_clears_it_unless_probes_judge_
     assert findings[limit].verdict == blame.IMPLICATED  # another case of the same test failed
     findings, _ = blame.narrow({"test_full": [sig.V_ROTATED, sig.SCALE]}, [], {"test_masks": [sig.V_ROTATED]})
     assert findings[sig.V_ROTATED].verdict == blame.POSSIBLE
+
+
+def test_a_failed_case_of_a_family_without_the_feature_clears_a_family_only_class() -> None:
+    rms, gemma_w = "RMSNorm accumulated or scaled in low precision", "Gemma's 1 + w formed in low precision"
+    node = "test_low_precision.py::test_final_norm_is_its_definition_in_low_precision"
+    both = [rms, gemma_w]
+    findings, _ = blame.narrow({f"{node}[llama-torch.bfloat16]": both, f"{node}[gemma3_text-torch.bfloat16]": both}, [])
+    assert findings[gemma_w].verdict == blame.NOT_IMPLICATED and "llama" in findings[gemma_w].why
+    assert findings[rms].verdict == blame.IMPLICATED
+    findings, _ = blame.narrow({f"{node}[gemma3_text-torch.bfloat16]": both}, [])  # Gemma alone: not separated
+    assert findings[gemma_w].verdict == blame.POSSIBLE and findings[rms].verdict == blame.POSSIBLE
+    # A model-level class of one family (the attention scalar: Gemma only) likewise.
+    scale = BUG_CLASSES[11]
+    findings, _ = blame.narrow({"test_model.py::test_full_forward_matches_transformers[llama]": [scale, BUG_CLASSES[9]]}, [])
+    assert findings[scale].verdict == blame.NOT_IMPLICATED

@@ -6,7 +6,8 @@ the report narrows them:
 
 1. The *candidates* are the classes guarded by a failed test (refusals excluded). A class no probe
    can see (a cache's, the scheduler's, the sampler's) is not implicated when a test that checks it
-   alone passed in every case.
+   alone passed in every case, and a class of one family's feature (Gemma's 1 + w) is not implicated
+   when a test case of a family without that feature failed.
 2. If a candidate can show in a model run, the follow-up probes run (:mod:`.suite`) on the families
    whose tests failed, and each candidate is checked against their outcomes with the table of
    :mod:`.signatures`, assuming one bug: a candidate is *not implicated* when a probe it always
@@ -28,7 +29,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from infer_ref.conformance.blame.probes import ProbeResult
-from infer_ref.conformance.blame.signatures import SIGNATURES
+from infer_ref.conformance.blame.signatures import SIGNATURES, family_feature
+from infer_ref.conformance.checkpoints.snapshots import FAMILIES
 
 IMPLICATED, POSSIBLE, NOT_IMPLICATED = "implicated", "possible", "not implicated"
 NO_SINGLE_CLASS = (
@@ -100,6 +102,21 @@ def _cleared_by_a_passing_test(cls: str, failed_tests: Mapping[str, Sequence[str
     return None
 
 
+def _failed_outside_its_families(cls: str, failed_tests: Mapping[str, Sequence[str]]) -> str | None:
+    """One bug of a class that concerns one family's feature (Gemma's 1 + w) cannot fail a test case
+    of a family without it: such a failed case guarding the class rules it out."""
+    feature = family_feature(cls)
+    if feature is None:
+        return None
+    applies, name = feature
+    for node, guarded in failed_tests.items():
+        params = node.partition("[")[2].rstrip("]").split("-")
+        families = [f for f in FAMILIES if f in params]
+        if cls in guarded and families and not any(applies(f) for f in families):
+            return f"`{node}` failed, and {families[0]} has no {name}"
+    return None
+
+
 def narrow(
     failed_tests: Mapping[str, Sequence[str]], results: Sequence[ProbeResult], passed_tests: Mapping[str, Sequence[str]] | None = None
 ) -> tuple[dict[str, Finding], str | None]:
@@ -111,6 +128,7 @@ def narrow(
     passed = passed_tests or {}
     ruled_out = {c: why for c in candidates if (why := _contradiction(c, results, sound_only=False))}
     ruled_out |= {c: why for c in candidates if c not in ruled_out and (why := _cleared_by_a_passing_test(c, failed_tests, passed))}
+    ruled_out |= {c: why for c in candidates if c not in ruled_out and (why := _failed_outside_its_families(c, failed_tests))}
     note = None
     if len(ruled_out) == len(candidates) and candidates:
         if not any(r.failed for r in results):

@@ -130,3 +130,20 @@ SIGNATURES: dict[str, Signature] = {
     ),
     OVERFLOW: Signature(never=ALL),  # the probes' caches have room to spare
 }
+
+# Classes no probe can see (low precision, float64 probes cannot show it) that still concern one
+# family's feature: a failed test case of another family cannot be theirs.
+FAMILY_ONLY: dict[str, tuple[Callable[[str], bool], str]] = {
+    "Gemma's 1 + w formed in low precision": (_gemma, "Gemma's 1 + w norm"),
+}
+
+
+def family_feature(cls: str) -> tuple[Callable[[str], bool], str] | None:
+    """(the families that have the feature ``cls`` concerns, that feature), or None when every family has it."""
+    if cls in FAMILY_ONLY:
+        return FAMILY_ONLY[cls]
+    signature = SIGNATURES.get(cls)
+    if signature is None or signature.applies is _every:
+        return None
+    return signature.applies, signature.feature
+

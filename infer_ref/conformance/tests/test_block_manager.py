@@ -317,3 +317,86 @@ def test_evicting_block_i_of_a_chain_stops_hits_at_i(ir_adapter: Adapter) -> Non
     assert _run(alloc, 1, [9, 9]) == ([4, 3], 0)  # block 3, depth 3 of the chain, is taken for new content
     alloc.free(1)  # free: 2, 1, 0, 3, 4
     assert alloc.allocate(2, [1, 2, 3, 4, 5]) == ([0, 1, 2, 3, 4], 3)  # hits stop at depth 3
+
+
+# -- one scenario per prefix-cache bug class ----------------------------------------------------
+#
+# The state machine guards all eight classes at once, so its failure alone cannot say which one
+# broke. Each scenario below exercises one mechanism and reads only what that mechanism decides, so
+# every bug of its class fails it and a passing scenario clears its class in the report's blame.
+
+
+def test_published_hashes_are_chained_to_their_parents(ir_adapter: Adapter) -> None:
+    """One request of two identical full blocks: the hash map holds ``h0 = hash(None, [1, 1])`` ->
+    block 0 and ``hash(h0, [1, 1])`` -> block 1 (two entries: an unchained hash gives both blocks
+    the same key).
+
+    Guards: *block hash not chained to its parent*."""
+    alloc = _allocator(ir_adapter, 4, 2)
+    assert _run(alloc, 0, [1, 1, 1, 1, 5]) == ([0, 1, 2], 0)
+    h0 = block_hash(None, [1, 1])
+    assert alloc.cached_blocks() == {h0: 0, block_hash(h0, [1, 1]): 1}, f"hash map {alloc.cached_blocks()}"
+
+
+def test_a_colliding_hash_is_not_a_hit(ir_adapter: Adapter) -> None:
+    """With every hash equal, a prompt whose first block has other token ids than the cached one
+    gets no hit (only comparing the token ids can tell them apart).
+
+    Guards: *hit accepted without verifying token ids*."""
+    assert ir_adapter.make_block_manager is not None
+    alloc = ir_adapter.make_block_manager(4, 2, collide_all)
+    _run(alloc, 0, [1, 1, 5])
+    _, cached = alloc.allocate(1, [0, 0, 5])
+    assert cached == 0, f"a hit of {cached} tokens on block 0, which holds [1, 1], for the prompt's [0, 0]"
+
+
+def test_a_block_taken_for_new_content_leaves_the_hash_map(ir_adapter: Adapter) -> None:
+    """Request 0 publishes block 0 ([1, 1]) and finishes; request 1 (no hit) takes every block, block
+    0 included, for new content: the map no longer sends ``hash(None, [1, 1])`` to block 0 (only the
+    old entry is read, so the hashing of request 1's blocks plays no part).
+
+    Guards: *stale map entry on block reuse*."""
+    alloc = _allocator(ir_adapter, 2, 2)
+    assert _run(alloc, 0, [1, 1, 5]) == ([0, 1], 0)
+    alloc.free(0)  # free: 1, 0
+    assert _run(alloc, 1, [0, 0, 0, 0]) == ([1, 0], 0)
+    stale = alloc.cached_blocks().get(block_hash(None, [1, 1]))
+    assert stale is None, f"the hash of [1, 1] still maps to block {stale}, which now holds [0, 0]"
+
+
+def test_a_revived_block_stays_published(ir_adapter: Adapter) -> None:
+    """Request 0 publishes block 0 ([1, 1]) and finishes; request 1 revives it by a hit: block 0 stays
+    in the hash map, and a third request hits it too.
+
+    Guards: *revived block loses its hash*."""
+    alloc = _allocator(ir_adapter, 8, 2)
+    assert _run(alloc, 0, [1, 1, 5]) == ([0, 1], 0)
+    alloc.free(0)
+    assert _run(alloc, 1, [1, 1, 7])[1] == 2
+    assert alloc.cached_blocks().get(block_hash(None, [1, 1])) == 0, f"hash map {alloc.cached_blocks()}"
+    assert alloc.allocate(2, [1, 1, 8])[1] == 2
+
+
+def test_a_refused_allocation_gives_back_its_hits(ir_adapter: Adapter) -> None:
+    """A two-block pool: request 1 hits request 0's freed block 0 but needs two new blocks where one is
+    free, so it is refused, and the pool, ref counts and map are as before.
+
+    Guards: *failed allocation leaks a ref*."""
+    alloc = _allocator(ir_adapter, 2, 2)
+    _run(alloc, 0, [1, 1, 5])
+    alloc.free(0)
+    before = snapshot(alloc)
+    with pytest.raises(Exception):  # noqa: B017 - any refusal, as long as nothing changed
+        alloc.allocate(1, [1, 1, 9, 9, 9])
+    assert snapshot(alloc) == before, f"after the refusal {snapshot(alloc)}, before {before}"
+
+
+def test_an_unwritten_block_is_not_a_hit(ir_adapter: Adapter) -> None:
+    """Request 0 is allocated but nothing of it is computed yet: request 1 with the same first block
+    gets no hit (its K/V do not exist).
+
+    Guards: *hash published before the write*."""
+    alloc = _allocator(ir_adapter, 8, 2)
+    alloc.allocate(0, [1, 1, 5])
+    _, cached = alloc.allocate(1, [1, 1, 6])
+    assert cached == 0, f"a hit of {cached} tokens on request 0's block, whose K/V were never written"

@@ -64,11 +64,15 @@ def _far_norm_snapshot(case: irst.ModelCase, weights: dict[str, torch.Tensor]) -
     return case_models.write_custom_snapshot(name, case.hf_config, state)
 
 
-def _check_norm(ir_adapter: Adapter, data: st.DataObject, family: str, dtype: torch.dtype, device: str) -> None:
+def _check_norm(ir_adapter: Adapter, data: st.DataObject, family: str, dtype: torch.dtype, device: str, *, exact_one_plus_w: bool = False) -> None:
     case = data.draw(irst.model_configs(family), label="case")
     gemma = family == "gemma3_text"
     hidden = case.hf_config["hidden_size"]
     weight = data.draw(irst.far_norm_weights(hidden, gemma), label="final norm weight")
+    if exact_one_plus_w:
+        # Multiples of 1/64 in 0.6-2.5: w and 1 + w (1.6-3.5, bf16 spacing 1/128 below 2 and 1/64
+        # above) are exact in bf16 and fp16, so forming 1 + w in the low dtype changes nothing.
+        weight = torch.round(weight * 64) / 64
     x = data.draw(irst.hidden_states(8, hidden, dtype), label="x").to(device)
     folder = _far_norm_snapshot(case, {"model.norm.weight": weight})
     assert ir_adapter.load_model is not None and ir_adapter.rms_norm is not None
@@ -105,6 +109,19 @@ def test_final_norm_is_its_definition_in_low_precision(ir_adapter: Adapter, fami
     Guards: *RMSNorm accumulated or scaled in low precision*, *Gemma's 1 + w formed in low precision*.
     """
     _check_norm(ir_adapter, data, family, dtype, "cpu")
+
+
+@pytest.mark.ir_requires("norm")
+@pytest.mark.parametrize("dtype", irst.LOW_DTYPES, ids=str)
+@given(data=st.data())
+def test_gemma_final_norm_with_one_plus_w_exact_in_the_dtype(ir_adapter: Adapter, dtype: torch.dtype, data: st.DataObject) -> None:
+    """Gemma 3's final norm as above, with weights whose ``1 + w`` is exact in bf16 and fp16: where
+    ``1 + w`` is formed cannot matter, the accumulation and scaling still do. Gemma's norm is the
+    one both classes share, so a Gemma-only accumulation bug fails it too.
+
+    Guards: *RMSNorm accumulated or scaled in low precision*.
+    """
+    _check_norm(ir_adapter, data, "gemma3_text", dtype, "cpu", exact_one_plus_w=True)
 
 
 def _rope_checks(case: irst.ModelCase) -> list[tuple[int, Any]]:

@@ -128,18 +128,11 @@ def _run(ir_adapter: Adapter, run: dict[str, Any], folder: Path, stop: tuple[str
     return ir_adapter.generate_stopping(model, folder, list(run["prompt"]), run["steps"], stop)
 
 
-@pytest.mark.parametrize("family", FAMILIES)
-@given(data=st.data())
-def test_every_eos_source_stops_generation_like_transformers(ir_adapter: Adapter, family: str, data: st.DataObject) -> None:
-    """An EOS id from config.json (second of a list), generation_config.json or the tokenizer's
-    ``eos_token`` ends generation exactly where transformers' ``generate`` with those ids ends it
-    (the EOS token included); with no EOS reached, exactly ``max_new_tokens`` tokens.
-
-    Guards: *EOS ignored or only partly honoured*, *one token too many or too few*.
-    """
-    run = data.draw(stopping_runs(family), label="run")
+def _eos_case(data: st.DataObject, run: dict[str, Any], sources: list[str]) -> tuple[Path, list[int], dict[int, str], dict[str, Any]]:
+    """A snapshot whose EOS id (from one of ``sources``) is the greedy token at a drawn step, and
+    transformers' tokens for it: (folder, expected tokens, special tokens, params)."""
     greedy, steps = run["greedy"], run["steps"]
-    source = data.draw(st.sampled_from(["config", "generation_config", "tokenizer", "none"]), label="EOS source")
+    source = data.draw(st.sampled_from(sources), label="EOS source")
     at_step = data.draw(st.one_of(st.just(0), st.integers(0, steps - 1)), label="EOS step")
     eos = greedy[at_step] if source != "none" else None
     config = dict(run["case"].hf_config)
@@ -161,12 +154,73 @@ def test_every_eos_source_stops_generation_like_transformers(ir_adapter: Adapter
               "EOS id": eos, "greedy continuation": greedy}
     if eos is not None and expected[-1] != eos:
         fail(f"oracle check: transformers did not stop on the forced EOS {eos}: {expected}", params=params)
+    return folder, expected, special, params
+
+
+EOS_SOURCES = ["config", "generation_config", "tokenizer"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@given(data=st.data())
+def test_every_eos_source_stops_generation_like_transformers(ir_adapter: Adapter, family: str, data: st.DataObject) -> None:
+    """An EOS id from config.json (second of a list), generation_config.json or the tokenizer's
+    ``eos_token`` ends generation exactly where transformers' ``generate`` with those ids ends it
+    (the EOS token included); with no EOS reached, exactly ``max_new_tokens`` tokens.
+
+    Guards: *EOS ignored or only partly honoured*, *one token too many or too few*.
+    """
+    run = data.draw(stopping_runs(family), label="run")
+    folder, expected, special, params = _eos_case(data, run, [*EOS_SOURCES, "none"])
     tokens, text = _run(ir_adapter, run, folder)
-    assert_tokens_equal(tokens, expected, what=f"generate_stopping with EOS from {source} vs transformers' generate", params=params)
+    assert_tokens_equal(tokens, expected, what=f"generate_stopping with EOS from {params['EOS source']} vs transformers' generate", params=params)
     if len(tokens) != len(expected):
         fail(f"{len(tokens)} tokens generated, transformers generates exactly {len(expected)}", params=params)
     if text != decode(expected, special):
         fail(f"text {text!r}, expected {decode(expected, special)!r} (EOS not in the text)", params=params)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@given(data=st.data())
+def test_nothing_is_generated_after_an_eos_from_any_source(ir_adapter: Adapter, family: str, data: st.DataObject) -> None:
+    """Whatever its source, an EOS ends generation: the tokens are a prefix of transformers' (which
+    end with the EOS), so nothing follows it. Whether the EOS itself is returned, and the length
+    limit, are the count's business (the next test), not this one's: no count bug can fail it.
+
+    Guards: *EOS ignored or only partly honoured*.
+    """
+    run = data.draw(stopping_runs(family), label="run")
+    folder, expected, _, params = _eos_case(data, run, EOS_SOURCES)
+    tokens, _ = _run(ir_adapter, run, folder)
+    if tokens != expected[: len(tokens)] or len(tokens) > len(expected):
+        fail(f"tokens {tokens} go on past transformers' {expected}, which end at the EOS {params['EOS id']}", params=params)
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@given(data=st.data())
+def test_the_token_count_is_exact_where_generation_stops(ir_adapter: Adapter, family: str, data: st.DataObject) -> None:
+    """Where generation stops, the count is exact: ``max_new_tokens`` tokens with no EOS reached; the
+    EOS token included when an EOS ends it; the token containing a stop string (one within a single
+    token, so no boundary and no order of a list is involved) included when it ends it. A run that
+    does not stop on the EOS or the stop string at all, but runs to ``max_new_tokens``, passes here:
+    that is the EOS and stop-string tests' business, so no bug of theirs can fail this one.
+
+    Guards: *one token too many or too few*.
+    """
+    run = data.draw(stopping_runs(family), label="run")
+    greedy, steps = run["greedy"], run["steps"]
+    if data.draw(st.booleans(), label="stop string rather than EOS"):
+        j = data.draw(st.integers(0, len(greedy) - 1), label="token holding the stop string")
+        stop = piece(greedy[j])  # one whole piece: first and second characters come from disjoint sets, so it
+        # can only occur as a whole piece, never across a boundary
+        folder = write_stopping_snapshot(dict(run["case"].hf_config), run["state"], {}, None, None)
+        expected = greedy[: next(n for n in range(1, len(greedy) + 1) if stop in decode(greedy[:n], {}))]
+        params = {"model": run["case"].describe(), "prompt": run["prompt"], "max_new_tokens": steps, "stop": stop, "greedy continuation": greedy}
+        tokens, _ = _run(ir_adapter, run, folder, (stop,))
+    else:
+        folder, expected, _, params = _eos_case(data, run, [*EOS_SOURCES, "none"])
+        tokens, _ = _run(ir_adapter, run, folder)
+    if tokens not in (expected, greedy[:steps]):
+        fail(f"{len(tokens)} tokens {tokens}: expected exactly {len(expected)} {expected} (or, not stopped at all, {greedy[:steps]})", params=params)
 
 
 def _stop_string(text: str, start: int, length: int) -> str:
