@@ -65,7 +65,7 @@ def _committed(blocks: BlockManager, tokens: list[int]) -> TokenSequence:
 def test_hit_counters_accumulate_over_requests() -> None:
     blocks = BlockManager.with_blocks(16, 4)
     first = _committed(blocks, list(range(10)))  # 10 tokens: (10-1)//4 = 2 blocks queried, none cached
-    second = TokenSequence(list(range(9)) + [99])  # same first 8 tokens: 2 queried, 2 hit, 8 tokens cached
+    second = TokenSequence([*range(9), 99])  # same first 8 tokens: 2 queried, 2 hit, 8 tokens cached
     blocks.allocate(second)
     third = TokenSequence([50, 51, 52, 53, 54])  # (5-1)//4 = 1 queried, no hit
     blocks.allocate(third)
