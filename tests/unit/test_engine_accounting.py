@@ -17,6 +17,7 @@ from infer_ref.engine.block_manager import block_hash
 from infer_ref.engine.engine import Engine
 from infer_ref.engine.generate import check_request
 from infer_ref.engine.scheduler import ScheduleStep
+from infer_ref.fast.modules import FAST_CLASSES
 from infer_ref.loader import load_model
 from infer_ref.models import DecoderLM
 from infer_ref.results import GenerationTiming
@@ -36,6 +37,11 @@ def llama() -> tuple[DecoderLM, ModelConfig]:
     return load_model(FIXTURES / "llama-tiny", dtype=torch.float32, device="cpu")
 
 
+def _has_kernel_modules(model: torch.nn.Module) -> bool:
+    """Whether any module was swapped to its kernel-backed class (done only for a CUDA model)."""
+    return any(type(m) in FAST_CLASSES.values() for m in model.modules())
+
+
 class _Decoder:
     """A tokenizer with no text, optionally declaring extra EOS ids."""
 
@@ -50,6 +56,7 @@ def test_engine_defaults(llama: tuple[DecoderLM, ModelConfig]) -> None:
     model, _ = llama
     engine = Engine(model, num_blocks=4)
     assert (engine.block_size, engine.max_batch, engine.model) == (16, 8, model)
+    assert not _has_kernel_modules(model)  # a CPU engine leaves the reference modules alone
 
 
 def test_counters_of_two_requests_sharing_one_block(llama: tuple[DecoderLM, ModelConfig]) -> None:
@@ -125,6 +132,7 @@ def test_generate_accepts_a_request_that_ends_at_max_position_embeddings(llama: 
     prompt = [1] * (config.max_position_embeddings - 2)
     result = generate(model, _Decoder(), prompt, SamplingParams(temperature=0.0, max_new_tokens=2))
     assert len(result.token_ids) >= 1
+    assert not _has_kernel_modules(model)  # a CPU run leaves the reference modules alone
 
 
 def test_check_request_without_a_config_takes_any_int64_id() -> None:
