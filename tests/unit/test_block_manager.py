@@ -23,7 +23,7 @@ def _spec_hash(parent: int | None, tokens: list[int]) -> int:
 
 @pytest.mark.parametrize("parent", [None, 0, 1, 2**64 - 1, 0x0123456789ABCDEF])
 def test_block_hash_is_the_documented_xxh64_of_little_endian_bytes(parent: int | None) -> None:
-    tokens = [0, 1, 255, 256, 2**40 + 7]
+    tokens = [0, 1, 255, 256, 2**40 + 7, 2**63 - 1]
     assert block_hash(parent, tokens) == _spec_hash(parent, tokens)
 
 
@@ -33,10 +33,15 @@ def test_block_hash_refuses_a_parent_outside_u64(parent: int) -> None:
         block_hash(parent, [1])
 
 
-@pytest.mark.parametrize("bad", [-1, True, False, 1.5, "3"])
+@pytest.mark.parametrize("bad", [-1, True, False, 1.5, "3", 2**63, 2**64])
 def test_block_hash_refuses_a_token_that_is_not_a_non_negative_int(bad: object) -> None:
     with pytest.raises(ValueError, match="non-negative integers"):
         block_hash(None, [2, bad])  # type: ignore[list-item]
+
+
+def test_a_manager_caches_prefixes_unless_told_not_to() -> None:
+    pool = BlockManager.with_blocks(2, 2).pool
+    assert BlockManager(pool).enable_prefix_caching is True
 
 
 def test_chain_hashes_folds_the_full_blocks_and_skips_the_partial_one() -> None:

@@ -140,3 +140,22 @@ def test_check_request_without_a_config_takes_any_int64_id() -> None:
     assert check_request([2**63 - 2, 0], params, None, _Decoder()) == [2**63 - 2, 0]
     with pytest.raises(TokenIdError, match=str(2**63 - 1)):
         check_request([2**63 - 1], params, None, _Decoder())
+
+
+def test_generate_sizes_a_paged_cache_in_the_block_size_it_is_given(llama: tuple[DecoderLM, ModelConfig]) -> None:
+    model, config = llama
+    params = SamplingParams(temperature=0.0, max_new_tokens=2)
+    result = generate(model, _Decoder(), [1, 2, 3, 4, 5, 6], params, cache="paged", block_size=4)
+    # 6 + 2 positions at most: 2 blocks of 4; K and V per position: layers * kv heads * head dim float32s.
+    per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * config.computed_head_dim * 4
+    assert result.cache_memory_bytes == 2 * 4 * per_position
+
+
+def test_forced_tokens_end_the_request_whatever_max_new_tokens_and_eos_say(llama: tuple[DecoderLM, ModelConfig]) -> None:
+    model, config = llama
+    eos = sorted(config.eos_token_ids)[0]
+    forced = [eos, 7, eos]  # an EOS id is fed like any other token, and 3 < max_new_tokens
+    [result] = Engine(model, num_blocks=4, block_size=4).generate(
+        [[1, 2]], SamplingParams(temperature=0.0, max_new_tokens=6), forced_tokens=[forced]
+    )
+    assert (result.token_ids, result.finish_reason) == (forced, "length")

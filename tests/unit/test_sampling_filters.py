@@ -28,6 +28,12 @@ def test_top_k_and_top_p_of_everything_keep_everything() -> None:
     assert filter_top_k_top_p(logits, 2, None).tolist() == [0.5, float("-inf"), 3.0]
 
 
+def test_top_p_of_one_keeps_a_token_whose_probability_underflows() -> None:
+    # exp(-200) ~ 1e-87 is 0 in float32: its cumulative probability is 0, yet top_p = 1 keeps it.
+    logits = torch.tensor([0.0, -200.0])
+    assert torch.equal(filter_top_k_top_p(logits, None, 1.0), logits)
+
+
 def test_top_p_of_one_is_a_valid_setting() -> None:
     assert SamplingParams(top_p=1.0).top_p == 1.0
     assert SamplingParams(top_p=1).top_p == 1

@@ -77,3 +77,8 @@ def test_every_preemption_of_a_request_is_counted() -> None:
     assert scheduler.schedule_decode() == []
     assert (second.num_preemptions, first.num_preemptions, scheduler.num_preemptions) == (2, 0, 2)
     assert scheduler.peak_blocks_used == 2
+
+
+def test_a_request_keeps_no_logits_and_no_blocks_unless_asked() -> None:
+    request = Request.new(0, [1, 2], SamplingParams(max_new_tokens=2), None, ())
+    assert (request.keep_logits, request.seq, request.forced) == (False, None, None)
