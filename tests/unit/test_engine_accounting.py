@@ -113,8 +113,8 @@ def test_the_engine_hashes_with_the_function_it_is_given(llama: tuple[DecoderLM,
 
 
 def test_sliding_window_layers_attend_within_their_window() -> None:
-    """Gemma-tiny's window is 8: a 20-token prompt's logits equal the model's own full forward
-    (float64) only if the engine gives its paged cache the per-layer windows."""
+    """Gemma-tiny's window is 8: a 20-token prompt's logits through the engine's paged blocks
+    equal the model's own full forward (float64), where the mask applies the windows."""
     model, config = load_model(FIXTURES / "gemma3-tiny", dtype=torch.float64, device="cpu")
     assert config.sliding_window == 8
     prompt = [(7 * i + 3) % config.vocab_size for i in range(20)]
