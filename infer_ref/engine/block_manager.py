@@ -65,8 +65,8 @@ def block_hash(parent: int | None, token_ids: Sequence[int]) -> int:
     if parent is not None and not 0 <= parent < 2**64:
         raise ValueError(f"parent hash must be an unsigned 64-bit integer, got {parent!r}")
     ids = list(token_ids)
-    if any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in ids):
-        raise ValueError(f"token ids must be non-negative integers, got {ids[:16]}")
+    if any(isinstance(t, bool) or not isinstance(t, int) or not 0 <= t < 2**63 for t in ids):
+        raise ValueError(f"token ids must be non-negative integers below 2**63 (int64), got {ids[:16]}")
     h = xxhash.xxh64()
     if parent is not None:
         h.update(parent.to_bytes(8, "little"))
