@@ -9,11 +9,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import pytest
 import torch
 from torch import Tensor
 
 from infer_ref.conformance.oracles.golden import Tolerance
-from infer_ref.conformance.oracles.golden.verification import verify_case
+from infer_ref.conformance.oracles.golden.errors import GoldenMetadataMismatch
+from infer_ref.conformance.oracles.golden.verification import check_metadata, verify, verify_case
+from infer_ref.conformance.oracles.golden.writing import device_name, run_versions
 
 LOGITS = torch.tensor([1.0, 0.0, -1.0, -2.0], dtype=torch.float32)  # [V=4]: token 0 first, 3 last
 LP = [float(v) for v in torch.log_softmax(LOGITS.double(), dim=-1)]  # the float64 oracle
@@ -78,3 +81,48 @@ def test_failures_are_kept_up_to_the_cap() -> None:
     tol = Tolerance(1e-12, 1e-12)
     assert len(verify_case(_case(wrong, wrong, wrong), _start, tol, max_failures=2).failures) == 2
     assert len(verify_case(_case(*[wrong] * 1001), _start, tol).failures) == 1000  # the default cap
+
+
+class _Config:
+    model_type = "llama"
+
+    def fingerprint(self) -> str:
+        return "fp"
+
+
+class _Source:
+    """A model source whose weights digest names the dtype and device it was asked for."""
+
+    config = _Config()
+
+    def digest(self, dtype: torch.dtype, device: str) -> str:
+        return f"{dtype}@{device}"
+
+
+def _doc(**model: str) -> dict[str, Any]:
+    run = {"dtype": "float32", "device": "cpu", "device_name": device_name("cpu"), **run_versions()}
+    fields = {"config_fingerprint": "fp", "model_type": "llama", "weights_digest": "torch.float32@cpu", **model}
+    return {"run": run, "model": fields, "cases": [_case((0, [0, 1], [LP[0], LP[1]]))]}
+
+
+def test_metadata_digest_is_taken_in_the_run_dtype_on_the_run_device() -> None:
+    assert check_metadata(_doc(), _Source(), dtype="float32", device="cpu") == []  # type: ignore[arg-type]
+
+
+def test_a_model_type_mismatch_names_both_types() -> None:
+    with pytest.raises(GoldenMetadataMismatch) as caught:
+        check_metadata(_doc(model_type="qwen3"), _Source(), dtype="float32", device="cpu", path="g.json")  # type: ignore[arg-type]
+    assert caught.value.fields == {"model_type": ("qwen3", "llama")} and caught.value.path == "g.json"
+
+
+def test_a_differing_device_name_is_a_note_naming_both() -> None:
+    doc = _doc()
+    doc["run"]["device_name"] = "another cpu"
+    notes = check_metadata(doc, _Source(), dtype="float32", device="cpu")  # type: ignore[arg-type]
+    assert notes == [f"device_name: golden file 'another cpu', this run {device_name('cpu')!r}"]
+
+
+def test_verify_reports_what_it_ran() -> None:
+    report = verify(_doc(), _start, impl="mine", device="cpu", path="g.json", tolerance=Tolerance(1e-12, 1e-12))
+    assert (report.path, report.impl, report.dtype, report.device) == ("g.json", "mine", "float32", "cpu")
+    assert report.ok and report.tolerance == Tolerance(1e-12, 1e-12) and len(report.cases) == 1
