@@ -101,3 +101,54 @@ def test_largest_difference_over_what_both_runs_judge() -> None:
                 prompt=(None, _step(3, -1.0 + 2e-5)))  # fmt: skip
     assert abs(largest_difference(a, b) - 5e-5) < 1e-12
     assert largest_difference(a, a) == 0.0
+
+
+# Edges of each decision, with numbers exactly representable in binary so "equal to the bound" is exact.
+
+
+def test_a_difference_equal_to_the_tolerance_is_inside_it() -> None:
+    a = _output(_step(5, -1.0))
+    b = _output(_step(5, -1.5))
+    assert compare_outputs(a, b, 0.5) == []
+    assert compare_outputs(a, b, 0.25) != []
+
+
+def test_a_flip_whose_gap_equals_the_tolerance_is_a_near_tie() -> None:
+    # Listed alternatives: the second run's token is 0.5 below the first's in the first run's list.
+    a = _output(_step(1, -1.0, (2, -1.5)))
+    b = _output(_step(2, -1.0, (1, -1.5)))
+    assert compare_outputs(a, b, 0.5) == []
+    # No alternatives listed: the two chosen logprobs, each its run's maximum, are 0.5 apart.
+    assert compare_outputs(_output(TokenLogprobs(1, -1.0, ())), _output(TokenLogprobs(2, -1.5, ())), 0.5) == []
+
+
+def test_an_early_disagreement_is_kept_when_later_steps_agree() -> None:
+    a = _output(_step(5, -1.0), _step(6, -1.0))
+    b = _output(_step(5, -2.0), _step(6, -1.0))
+    [problem] = compare_outputs(a, b, 0.5)
+    assert problem.startswith("step 0: token 5")
+
+
+def test_a_flip_without_near_tie_names_the_first_three_alternatives() -> None:
+    a = _output(_step(1, -0.5, (2, -1.0), (3, -2.0), (4, -3.0)))
+    b = _output(_step(9, -0.5))
+    [problem] = compare_outputs(a, b, 0.25)
+    assert problem.endswith("(first run's top: 1: -0.5000, 2: -1.0000, 3: -2.0000)")
+
+
+def test_largest_difference_of_nothing_shared_is_zero() -> None:
+    assert largest_difference(_output(), _output()) == 0.0
+
+
+def test_largest_difference_counts_prompt_positions() -> None:
+    a = _output(_step(5, -1.0), prompt=(None, _step(3, -2.0)))
+    b = _output(_step(5, -1.0), prompt=(None, _step(3, -2.75)))
+    assert largest_difference(a, b) == 0.75
+
+
+def test_largest_difference_skips_prompt_logprobs_one_run_lacks_or_counts_differently() -> None:
+    a = _output(_step(5, -1.0), prompt=(None, _step(3, -2.0)))
+    b = _output(_step(5, -1.25), prompt=(None, _step(3, -2.0), _step(4, -9.0)))
+    assert largest_difference(a, b) == 0.25
+    assert largest_difference(_output(_step(5, -1.0)), b) == 0.25
+    assert largest_difference(b, _output(_step(5, -1.0))) == 0.25
