@@ -44,3 +44,10 @@ def test_prompt_logprobs_score_each_next_prompt_token_with_its_row() -> None:
         assert entry.token == prompt[position]
         assert entry.logprob == pytest.approx(expected[prompt[position]], abs=1e-12)
         assert entry.top == ((max(range(4), key=lambda t: expected[t]), pytest.approx(max(expected), abs=1e-12)),)
+
+
+def test_tied_logprobs_come_lower_id_first() -> None:
+    """Ties in the top k are ordered by id, lower first, whatever order ``torch.topk`` returns them in
+    (it gives [1, 2] for the top 2 of [0, 1, 0, -1]): the oracle's list must not depend on it."""
+    entry = token_logprobs(torch.tensor((0.0, 1.0, 0.0, -1.0, 0.0), dtype=torch.float32), 0, k=4)
+    assert [t for t, _ in entry.top] == [1, 0, 2, 4]

@@ -12,9 +12,11 @@ from infer_ref.conformance.engines.protocol import TokenLogprobs
 
 def token_logprobs(logits: Tensor, token: int, k: int) -> TokenLogprobs:
     """``token``'s logprob and the top ``k`` of one row of ``logits`` ``[V]`` (log-softmax in float64),
-    sorted from the most likely down (ties: the lower id first, as ``torch.topk`` on CPU gives them)."""
+    sorted from the most likely down, ties the lower id first (a stable sort: ``torch.topk`` leaves
+    the order of ties unspecified, and gives [1, 2] for the top 2 of [0, 1, 0, -1])."""
     row = torch.log_softmax(logits.detach().double().cpu(), dim=-1)  # [V]
-    values, ids = torch.topk(row, min(k, row.shape[0]))
+    values, ids = torch.sort(row, descending=True, stable=True)  # [V] each
+    values, ids = values[:k], ids[:k]
     top = tuple((int(i), float(v)) for i, v in zip(ids.tolist(), values.tolist(), strict=True))
     return TokenLogprobs(int(token), float(row[int(token)]), top)
 
