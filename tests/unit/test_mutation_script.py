@@ -1,0 +1,80 @@
+"""scripts/mutation.py: how parts are sliced and scored (docs/mutation.md), without running mutmut."""
+
+from __future__ import annotations
+
+import importlib.util
+from collections import Counter
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mutation.py"
+
+
+@pytest.fixture(scope="module")
+def mutation():
+    spec = importlib.util.spec_from_file_location("mutation_script", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _names(mutation, part: str) -> list[str]:
+    # One synthetic function per glob of the part, mutants numbered 1..137 as mutmut numbers them.
+    return [glob.replace("*", "f") + f"__mutmut_{n}" for glob in mutation.PARTS[part] for n in range(1, 138)]
+
+
+@pytest.mark.parametrize("count", [1, 2, 5, 10])
+def test_the_slices_of_a_part_cover_each_mutant_exactly_once(mutation, count):
+    for part in mutation.PARTS:
+        names = _names(mutation, part)
+        slices = [mutation.slice_globs(part, index, count) for index in range(count)]
+        for name in names:
+            hits = [i for i, globs in enumerate(slices) if any(fnmatch(name, g) for g in globs)]
+            number = int(name.rpartition("_")[2])
+            assert hits == [number % count], (name, hits)
+
+
+def test_a_slice_holds_a_tenth_of_every_function_for_ten_slices(mutation):
+    names = _names(mutation, "engine")
+    globs = mutation.slice_globs("engine", 7, 10)
+    chosen = [n for n in names if any(fnmatch(n, g) for g in globs)]
+    # numbers 1..137 ending in 7: 7, 17, ..., 137 = 14 per function
+    assert len(chosen) == 14 * len(mutation.PARTS["engine"])
+    assert chosen == [n for n in names if n.endswith("7")]
+
+
+@pytest.mark.parametrize(("index", "count"), [(0, 3), (0, 4), (2, 2), (-1, 5), (10, 10)])
+def test_a_slice_that_cannot_be_written_as_digit_globs_is_refused(mutation, index, count):
+    with pytest.raises(SystemExit, match="count must be 1, 2, 5 or 10"):
+        mutation.slice_globs("cache", index, count)
+
+
+def test_every_part_has_a_slice_count_that_divides_ten(mutation):
+    assert set(mutation.SLICES) == set(mutation.PARTS)
+    assert all(10 % n == 0 for n in mutation.SLICES.values())
+
+
+def test_the_score_counts_timeouts_as_killed_and_leaves_out_equivalents_and_unrun(mutation):
+    row = Counter({"generated": 20, "killed": 12, "timed out": 1, "survived": 2, "no tests": 1,
+                   "equivalent": 3, "not run": 1})
+    assert mutation.score(row) == pytest.approx(13 / 16)
+    assert mutation.score(Counter({"generated": 2, "equivalent": 2})) != mutation.score(Counter())  # NaN
+
+
+@pytest.mark.parametrize(("code", "listed", "expected"), [
+    (1, True, "killed"), (0, True, "equivalent"), (0, False, "survived"), (33, False, "no tests"),
+    (5, False, "no tests"), (-24, False, "timed out"), (None, False, "not run"), (2, False, "not run"),
+    (99, False, "suspicious"),
+])
+def test_each_exit_code_lands_in_its_column(mutation, code, listed, expected):
+    name = "infer_ref.cache.paged.x_f__mutmut_1"
+    assert mutation.status(code, name, {name: "why"} if listed else {}) == expected
+
+
+def test_every_listed_equivalent_names_a_mutant_of_some_part(mutation):
+    equivalents = mutation.equivalent()
+    assert equivalents, "scripts/mutation_equivalent.txt lists no mutant"
+    stray = [name for name in equivalents if "__mutmut_" not in name or mutation.part_of(name) is None]
+    assert not stray, f"not a mutant of any part (a typo?): {stray}"
