@@ -13,7 +13,10 @@ import json
 import threading
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+from tokenizers import Tokenizer
 
 TABLE = [(64, -0.5), (65, -1.25), (66, -2.0), (67, -3.0), (68, -4.0), (69, -5.0)]  # 'a'..'f'
 TEXT = {64: "a", 65: "b", 66: "c", 67: "d", 68: "e", 69: "f", 87: "x"}  # as the fixture's tokenizer decodes them
@@ -29,6 +32,35 @@ class Stub:
     id_shift: int = 0  # answer token ids shifted by this (another model's vocabulary)
     tokenize_shift: int = 0  # /tokenize answers ids shifted by this (another tokenizer)
     text_prompts_only: bool = False  # refuse token-id prompts (HTTP 422), answer text ones (llama_cpp.server)
+    extras_tokenize: bool = False  # offer /extras/tokenize (BOS first, as llama_cpp.server) and answer token texts
+    empty_text_top: bool = False  # an empty token text among the top logprobs (a control token, rendered empty)
+
+
+BOS = 433  # llama-tiny's <|begin_of_text|>, which llama_cpp.server puts before a text prompt
+TOKENIZER = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints" / "llama-tiny" / "tokenizer.json"
+
+
+def server_tokens(text: str) -> list[int]:
+    """The stub's tokenizer: llama-tiny's, after a BOS (llama_cpp.server's /extras/tokenize)."""
+    return [BOS, *Tokenizer.from_file(str(TOKENIZER)).encode(text, add_special_tokens=False).ids]
+
+
+def text_completion(stub: Stub, body: dict[str, Any]) -> dict[str, Any]:
+    """llama_cpp.server's layout: token texts, top logprobs keyed by text, the chosen one last."""
+    k = int(body.get("logprobs") or 0)
+    prompt = server_tokens(body["prompt"])[1:] if body.get("echo") else []  # the BOS is not echoed
+    shown = [*prompt, *[TABLE[0][0]] * int(body["max_tokens"])]
+    tops: list[dict[str, float] | None] = []
+    for t in shown:
+        top = {TEXT[u]: lp for u, lp in TABLE[:k]}
+        if stub.empty_text_top:
+            top = {"": -0.25, **top}
+        top[TEXT.get(t, f"<{t}>")] = logprob_of(t)
+        tops.append(top)
+    logprobs = {"tokens": [TEXT.get(t, f"<{t}>") for t in shown], "token_logprobs": [logprob_of(t) for t in shown],
+                "top_logprobs": tops, "text_offset": list(range(len(shown)))}  # fmt: skip
+    choice = {"index": 0, "text": "a" * int(body["max_tokens"]), "finish_reason": "length", "logprobs": logprobs}
+    return {"id": "cmpl-stub", "object": "text_completion", "model": MODEL, "choices": [choice]}
 
 
 def logprob_of(token: int) -> float:
@@ -116,8 +148,12 @@ class StubServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])) or b"{}")
                 server.requests.append({"path": self.path, **body})
                 stub = server.stub
-                if self.path == "/v1/completions" and stub.text_prompts_only:
-                    if isinstance(body["prompt"], str):
+                if self.path == "/extras/tokenize" and stub.extras_tokenize:
+                    self._send(200, {"tokens": server_tokens(body["input"])})
+                elif self.path == "/v1/completions" and stub.text_prompts_only:
+                    if isinstance(body["prompt"], str) and stub.extras_tokenize:
+                        self._send(200, text_completion(stub, body))
+                    elif isinstance(body["prompt"], str):
                         self._send(200, {"choices": [{"index": 0, "text": "a", "finish_reason": "length"}]})
                     else:
                         self._send(422, {"detail": [{"loc": ["body", "prompt"], "msg": "Input should be a valid string"}]})

@@ -114,8 +114,20 @@ def test_a_kv_budget_below_the_context_is_unsupported(llamacpp_interpreter: str)
         start_llamacpp(MODEL_DIR, EngineOptions(max_model_len=256, kv_cache_tokens=128), python=llamacpp_interpreter)
 
 
-def test_the_server_takes_text_prompts_only(llamacpp_interpreter: str) -> None:
-    # llama_cpp.server validates "prompt" as str | list[str] (and answers only the first string):
-    # the tier's token-id prompts cannot reach it, and the server is stopped again.
-    with pytest.raises(Unsupported, match="takes prompts as text only"):
-        start_llamacpp_server(MODEL_DIR, EngineOptions(dtype="float32", max_model_len=256), python=llamacpp_interpreter)
+def test_the_server_judges_prompts_whose_text_round_trips(llamacpp_interpreter: str, whole: BridgedEngine) -> None:
+    # llama_cpp.server takes text prompts only: a canonical prompt (BOS, then the tokenizer's own
+    # ids) round-trips through its /extras/tokenize and is answered as in-process; random ids do
+    # not, and that request alone is refused, naming both id lists.
+    canonical = EngineRequest(prompt=(433, 17, 10, 220), max_tokens=3, logprobs=2)  # "<|begin_of_text|>2+ "
+    random_ids = EngineRequest(prompt=prompt(9, 2), max_tokens=3, logprobs=2)
+    server = start_llamacpp_server(MODEL_DIR, EngineOptions(dtype="float32", max_model_len=256), python=llamacpp_interpreter)
+    try:
+        [served] = server.generate([canonical])
+        with pytest.raises(Unsupported, match=r"does not tokenize back to its ids: the request's \[433, 2, 9,"):
+            server.generate([random_ids])
+    finally:
+        server.stop()
+    [alone] = whole.generate([canonical])
+    assert served.token_ids == alone.token_ids and served.finish_reason == alone.finish_reason == "length"
+    gaps = [abs(a.logprob - b.logprob) for a, b in zip(served.logprobs, alone.logprobs, strict=True)]
+    assert max(gaps) <= PATHS_TOLERANCE and max(oracle_gaps(canonical, served)) <= ORACLE_TOLERANCE

@@ -97,3 +97,39 @@ def test_a_server_that_takes_text_prompts_only_is_not_supported() -> None:
     with StubServer(Stub(text_prompts_only=True)) as url, pytest.raises(Unsupported, match="takes prompts as text only .*HTTP 422") as info:
         connect(url, MODEL_DIR)
     assert "\n" not in str(info.value)
+
+
+# llama_cpp.server's dialect: text prompts, checked through its /extras/tokenize (BOS first), token texts back.
+ROUND_TRIPS = (433, 64, 330)  # "<|begin_of_text|>" then "a b": llama-tiny's tokenizer gives these ids back
+SPLIT = (433, 64, 220, 65)  # "a", " ", "b": the same text, which the tokenizer gives back as "a", " b"
+
+
+def test_text_prompts_only_server_judges_a_prompt_whose_text_round_trips() -> None:
+    server = StubServer(Stub(extras=False, text_prompts_only=True, extras_tokenize=True))
+    with server as url:
+        engine = connect(url, MODEL_DIR)
+        assert engine.dialect.text_prompts and "prompt_logprobs" not in engine.capabilities
+        [out] = engine.generate([EngineRequest(prompt=ROUND_TRIPS, max_tokens=2, logprobs=3)])
+    assert out.token_ids == (64, 64) and out.finish_reason == "length"
+    assert all((s.token, s.logprob, s.top) == (64, -0.5, expected_top(3)) for s in out.logprobs)
+    sent = server.requests[-1]
+    assert sent["prompt"] == "a b" and (sent["repeat_penalty"], sent["min_p"], sent["top_k"]) == (1.0, 0.0, 0)
+
+
+def test_text_prompts_only_server_refuses_that_request_alone_when_its_text_does_not_round_trip() -> None:
+    with StubServer(Stub(extras=False, text_prompts_only=True, extras_tokenize=True)) as url:
+        engine = connect(url, MODEL_DIR)
+        with pytest.raises(Unsupported, match=r"the request's \[433, 64, 220, 65\] became \[433, 64, 330\]") as info:
+            engine.generate([EngineRequest(prompt=SPLIT, max_tokens=1, logprobs=1)])
+        with pytest.raises(Unsupported, match=r"the request's \[64, 330\] became \[433, 64, 330\]"):
+            engine.generate([EngineRequest(prompt=ROUND_TRIPS[1:], max_tokens=1, logprobs=1)])  # the BOS it adds
+        [out] = engine.generate([EngineRequest(prompt=ROUND_TRIPS, max_tokens=1, logprobs=1)])  # the next is judged
+    assert "\n" not in str(info.value) and out.token_ids == (64,)
+
+
+def test_text_prompts_only_server_refuses_a_token_text_several_tokens_render_to() -> None:
+    # an empty text: a control token (rendered without its text) or bytes that are no valid UTF-8
+    with StubServer(Stub(extras=False, text_prompts_only=True, extras_tokenize=True, empty_text_top=True)) as url:
+        engine = connect(url, MODEL_DIR)
+        with pytest.raises(Unsupported, match="the server answered the token text '', which several of .* its id is not known exactly"):
+            engine.generate([EngineRequest(prompt=ROUND_TRIPS, max_tokens=1, logprobs=3)])

@@ -4,7 +4,8 @@ the HTTP adapter.
 ``start_llamacpp_server`` converts the folder as the in-process adapter does (llama.cpp's own
 converter, cached), runs ``engines/workers/llamacpp_serve.py`` (``python -m llama_cpp.server`` with
 the options mapped exactly as in-process) with llama-cpp-python's interpreter on a free port, and
-returns the HTTP adapter on it; the handle's ``stop`` kills the server's process group.
+returns the HTTP adapter on it (its text dialect: the server takes prompts as text only); the
+handle's ``stop`` kills the server's process group.
 """
 
 from __future__ import annotations
@@ -36,11 +37,16 @@ def start_llamacpp_server(
             kv_cache_type or options.dtype, str(threads), str(port)]  # fmt: skip
     server = launch_server(argv, port, label="llama.cpp server", env=worker_env(), start_timeout=start_timeout,
                            not_installed=lambda reason: not_installed_message(interpreter, reason))  # fmt: skip
-    return serve_and_connect(server, Path(model_dir), options, request_timeout=request_timeout)
+    engine = serve_and_connect(server, Path(model_dir), options, request_timeout=request_timeout)
+    engine.name = f"llama_cpp.server (at {engine.client.endpoint})"  # it names itself by no version
+    return engine
 
 
 # The server serves one sequence at a time (no batch, no KV pool) and always reuses the previous
-# request's prefix; what else it offers the HTTP adapter's probe finds.
+# request's prefix. It takes prompts as text (the HTTP adapter's text dialect judges the requests
+# whose text round-trips). No prompt logprobs: its ``echo`` pairs logits rows with prompt tokens
+# as if a BOS led the prompt (without one, every row is one position off) and answers none for
+# the first token after the BOS (docs/engines.md).
 start_llamacpp_server.capabilities = frozenset(  # type: ignore[attr-defined]
-    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "chunked_prefill", "top_k_top_p", "top_logprobs"}
+    {"seed", "stop_strings", "prefix_caching", "chunked_prefill", "top_k_top_p", "top_logprobs"}
 )  # fmt: skip

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infer_ref.conformance.engines.adapters.openai_client import EndpointError, HttpClient
+from infer_ref.conformance.engines.adapters.openai_text import TextPrompts
 from infer_ref.conformance.engines.adapters.openai_tokens import TokenTable, order_top
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest, TokenLogprobs
 from infer_ref.conformance.interface.contract import Unsupported
@@ -27,6 +28,7 @@ class Dialect:
     vllm_extras: bool  # tokens as ids, prompt_logprobs, top_k, ignore_eos honoured
     prompt_logprobs: str | None  # "vllm", "echo" or None (not offered)
     cached_tokens: bool  # usage.prompt_tokens_details.cached_tokens is reported
+    text_prompts: bool = False  # prompts as text only (llama_cpp.server): openai_text.py's dialect
 
 
 class OpenAIEngine:
@@ -41,6 +43,7 @@ class OpenAIEngine:
         self.capabilities = capabilities
         self.name = name
         self.on_stop: Callable[[], None] | None = None  # set by whoever started the server
+        self.text_prompts: TextPrompts | None = None  # set by connect for a server of text prompts only
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
         bodies = [self.request_body(r) for r in requests]
@@ -60,7 +63,7 @@ class OpenAIEngine:
     def request_body(self, request: EngineRequest) -> dict[str, Any]:
         k = request.logprobs
         body: dict[str, Any] = {
-            "model": self.model, "prompt": list(request.prompt), "max_tokens": request.max_tokens,
+            "model": self.model, "prompt": self._prompt(request), "max_tokens": request.max_tokens,
             "temperature": request.temperature, "top_p": request.top_p, "logprobs": k,
         }  # fmt: skip
         if request.stop:
@@ -69,6 +72,12 @@ class OpenAIEngine:
             body["seed"] = request.seed
         if self.dialect.vllm_extras:
             body.update(return_tokens_as_token_ids=True, top_k=request.top_k, ignore_eos=request.ignore_eos)
+        elif self.dialect.text_prompts:
+            if request.ignore_eos:
+                raise Unsupported(f"{self.name} takes no ignore_eos")
+            # llama_cpp.server's own sampler fields; its defaults (repeat_penalty 1.1, min_p 0.05,
+            # top_k 40) would change the chosen tokens, so they are set as the in-process adapter sets them
+            body.update(top_k=request.top_k, repeat_penalty=1.0, min_p=0.0)
         elif request.top_k or request.ignore_eos:
             raise Unsupported(f"{self.name} takes neither top_k nor ignore_eos (OpenAI's completions API has neither)")
         if request.prompt_logprobs is not None:
@@ -82,6 +91,11 @@ class OpenAIEngine:
             else:
                 raise Unsupported(f"{self.name} returns no prompt logprobs (neither prompt_logprobs nor echo)")
         return body
+
+    def _prompt(self, request: EngineRequest) -> str | list[int]:
+        if self.text_prompts is not None:
+            return self.text_prompts.to_text(request.prompt)
+        return list(request.prompt)
 
     def parse_answer(self, answer: dict[str, Any], request: EngineRequest) -> EngineOutput:
         try:
@@ -115,6 +129,9 @@ class OpenAIEngine:
         finish = choice["finish_reason"]
         if finish not in ("stop", "length"):
             raise ValueError(f"finish_reason {finish!r}")
+        if self.dialect.text_prompts and finish == "stop" and not _stop_string_met(legacy["tokens"][skip:], request):
+            raise Unsupported(f"{self.name} ended the request at an end-of-generation token it does not return "
+                              "(llama-cpp-python's create_completion drops it): which id is not known")  # fmt: skip
         return EngineOutput(
             token_ids=tuple(step.token for step in steps), text=text, logprobs=tuple(steps), finish_reason=finish,
             prompt_logprobs=prompt, cached_tokens=self._cached_tokens(answer),
@@ -139,6 +156,13 @@ class OpenAIEngine:
         details = (answer.get("usage") or {}).get("prompt_tokens_details") or {}
         cached = details.get("cached_tokens")
         return int(cached) if self.dialect.cached_tokens and cached is not None else None
+
+
+def _stop_string_met(token_texts: Sequence[str], request: EngineRequest) -> bool:
+    """Whether the generated tokens' texts hold one of the request's stop strings (a stop string's
+    tokens come back; an end-of-generation token does not)."""
+    generated = "".join(token_texts)
+    return any(stop in generated for stop in request.stop)
 
 
 def body_logprobs(request: EngineRequest, dialect: Dialect) -> int:

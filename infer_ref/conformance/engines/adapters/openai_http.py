@@ -9,7 +9,9 @@ Requests go to ``/v1/completions`` with the prompt as token ids, one HTTP reques
 request, sent together so that the server batches them. The answer's dialect is found by the
 probe (:class:`Dialect`): vLLM's extras (tokens as ids, its own ``prompt_logprobs``, ``top_k``,
 ``ignore_eos``) where the server honours them, else the legacy ``echo`` for prompt logprobs and
-token strings mapped back to ids through the folder's tokenizer.
+token strings mapped back to ids through the folder's tokenizer. A server that takes prompts as
+text only and tokenizes for its clients (``/extras/tokenize``: llama_cpp.server) is judged in the
+text dialect (openai_text.py): a prompt goes out as text only where that text gives its ids back.
 """
 
 from __future__ import annotations
@@ -20,6 +22,12 @@ from typing import Any
 
 from infer_ref.conformance.engines.adapters.openai_client import EndpointError, HttpClient, ServerRefused
 from infer_ref.conformance.engines.adapters.openai_engine import Dialect, OpenAIEngine
+from infer_ref.conformance.engines.adapters.openai_text import (
+    TOKENIZE_PATH,
+    RenderedTokens,
+    TextPrompts,
+    server_tokenize,
+)
 from infer_ref.conformance.engines.adapters.openai_tokens import ID_PREFIX, TokenTable
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
@@ -29,6 +37,7 @@ PROBE_TEXT = "The quick brown fox jumps over the lazy dog 0123456789."
 VLLM_EXTRAS = {"return_tokens_as_token_ids": True}
 # What any server that passes the probe can be asked; the rest depends on the dialect or on the
 # options it was started with (known only for a server the kit launched).
+TEXT_ONLY: dict[str, Any] = {}  # _first_answer's answer from a server of text prompts only
 BASE_CAPABILITIES = ("seed", "stop_strings", "batch", "top_logprobs")  # connect refuses a server without logprobs
 
 
@@ -46,6 +55,8 @@ def connect(endpoint: str, model_dir: Path, *, options: EngineOptions | None = N
     served = served_model(client, model_dir, model)
     probe = EngineRequest(prompt=probe_prompt(tokens.vocab_size), max_tokens=2, logprobs=PROBE_LOGPROBS)
     answer, vllm_extras = _first_answer(client, served, probe)
+    if answer is TEXT_ONLY:
+        return _connect_text_only(client, served, model_dir, options)
     dialect = Dialect(vllm_extras=vllm_extras, prompt_logprobs=_prompt_logprobs_dialect(client, served, probe, answer),
                       cached_tokens=isinstance((answer.get("usage") or {}).get("prompt_tokens_details"), dict))  # fmt: skip
     engine = OpenAIEngine(client, served, tokens, dialect, frozenset(), name=_name(client))
@@ -83,7 +94,8 @@ def probe_prompt(vocab_size: int) -> tuple[int, ...]:
 
 
 def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tuple[dict[str, Any], bool]:
-    """The probe's answer with vLLM's extras asked, or without them where the server refuses them."""
+    """The probe's answer with vLLM's extras asked, or without them where the server refuses them;
+    :data:`TEXT_ONLY` from a server that takes text prompts and tokenizes text for its clients."""
     body = {"model": served, "prompt": list(probe.prompt), "max_tokens": probe.max_tokens, "temperature": 0.0,
             "logprobs": probe.logprobs}  # fmt: skip
     try:
@@ -92,7 +104,8 @@ def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tupl
         try:
             answer = client.post("/completions", body)
         except ServerRefused as err:
-            _refuse_text_only(client, served, err)
+            if _takes_text_only(client, served, err):
+                return TEXT_ONLY, False
             raise EndpointError(f"{client.endpoint} refuses a plain /completions request with logprobs="
                                 f"{probe.logprobs} (HTTP {err.status}: {err.server_message}); a server must "
                                 "allow logprobs to be judged (vLLM: --max-logprobs 20)") from None  # fmt: skip
@@ -100,18 +113,45 @@ def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tupl
     return answer, bool(tokens) and all(str(t).startswith(ID_PREFIX) for t in tokens)
 
 
-def _refuse_text_only(client: HttpClient, served: str, refusal: ServerRefused) -> None:
-    """A server that takes the same request with the prompt as text cannot be judged on token ids.
+def _takes_text_only(client: HttpClient, served: str, refusal: ServerRefused) -> bool:
+    """Whether a server that refused a token-id prompt takes the same request with the prompt as text.
 
-    The tier sends prompts as token ids so that every engine sees the same tokens (a text prompt is
-    re-tokenized by the server, and the workload's token sequences are no tokenizer's output).
+    Such a server is judged in the text dialect (openai_text.py) where it tokenizes text for its
+    clients (``/extras/tokenize``): the tier's prompts are token ids, sent as text only where the
+    server's tokenizer gives those ids back. Without that endpoint it cannot be judged.
     """
     try:
         client.post("/completions", {"model": served, "prompt": "a", "max_tokens": 1, "temperature": 0.0, "logprobs": 1})
     except (ServerRefused, EndpointError):
-        return
-    raise Unsupported(f"{client.endpoint} takes prompts as text only (a token-id prompt: HTTP {refusal.status}: "
-                      f"{refusal.server_message[:160]}); the tier judges on token ids")  # fmt: skip
+        return False
+    if server_tokenize(client, served, "a") is None:
+        raise Unsupported(f"{client.endpoint} takes prompts as text only (a token-id prompt: HTTP {refusal.status}: "
+                          f"{refusal.server_message[:160]}) and offers no {TOKENIZE_PATH} to check that a text "
+                          "gives the tier's token ids back; the tier judges on token ids")  # fmt: skip
+    return True
+
+
+def _connect_text_only(client: HttpClient, served: str, model_dir: Path, options: EngineOptions | None) -> OpenAIEngine:
+    """The text dialect: the server's tokenizer must be the folder's; prompt logprobs are not asked."""
+    tokens = RenderedTokens(model_dir)
+    lead = server_tokenize(client, served, "") or []
+    theirs = server_tokenize(client, served, PROBE_TEXT)
+    if theirs != [*lead, *tokens.encode(PROBE_TEXT)]:
+        raise EndpointError(f"{client.endpoint} tokenizes text differently from {model_dir}/tokenizer.json "
+                            f"({PROBE_TEXT!r}: {theirs}): it serves another model")  # fmt: skip
+    dialect = Dialect(vllm_extras=False, prompt_logprobs=None, cached_tokens=False, text_prompts=True)
+    engine = OpenAIEngine(client, served, tokens, dialect, frozenset(), name=_name(client))
+    engine.text_prompts = TextPrompts(client, served, tokens, lead)
+    probe = EngineRequest(prompt=tuple(theirs), max_tokens=1, logprobs=PROBE_LOGPROBS)
+    # echoed: the prompt's positions answer logprobs even where the model ends at once
+    answer = client.post("/completions", {**engine.request_body(probe), "echo": True})
+    legacy = answer["choices"][0].get("logprobs") or {}
+    values = [v for top in legacy.get("top_logprobs") or [] for v in (top or {}).values()]
+    if not values or not all(math.isfinite(v) and v <= 1e-6 for v in values):
+        raise EndpointError(f"{client.endpoint} answered no finite log-probabilities ({values[:6]}): start it "
+                            "with logits for every position")  # fmt: skip
+    engine.capabilities = _capabilities(client, dialect, options) - {"batch"}  # it serves one request at a time
+    return engine
 
 
 def _prompt_logprobs_dialect(client: HttpClient, served: str, probe: EngineRequest, answer: dict[str, Any]) -> str | None:

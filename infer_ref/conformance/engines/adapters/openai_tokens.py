@@ -25,6 +25,7 @@ class TokenTable:
         self.model_dir = model_dir
         self.vocab_size = _vocab_size(model_dir)
         self._by_text: dict[str, int | None] | None = None  # None value: several ids decode to it
+        self._loaded: Tokenizer | None = None
 
     def to_id(self, token: str) -> int:
         if token.startswith(ID_PREFIX):
@@ -47,6 +48,14 @@ class TokenTable:
     def encode(self, text: str) -> list[int]:
         return list(self._tokenizer().encode(text, add_special_tokens=False).ids)
 
+    def decode(self, ids: Sequence[int]) -> str:
+        """The folder's text of ``ids``, special tokens written out."""
+        return str(self._tokenizer().decode(list(ids), skip_special_tokens=False))
+
+    def special_ids(self) -> list[int]:
+        """The tokenizer's added tokens marked special (BOS, EOS, chat markers)."""
+        return sorted(i for i, added in self._tokenizer().get_added_tokens_decoder().items() if added.special)
+
     def _decoded(self) -> dict[str, int | None]:
         if self._by_text is None:
             tokenizer = self._tokenizer()
@@ -58,10 +67,12 @@ class TokenTable:
         return self._by_text
 
     def _tokenizer(self) -> Tokenizer:
-        path = self.model_dir / "tokenizer.json"
-        if not path.is_file():
-            raise EndpointError(f"{self.model_dir} has no tokenizer.json to read the server's token texts with")
-        return Tokenizer.from_file(str(path))
+        if self._loaded is None:
+            path = self.model_dir / "tokenizer.json"
+            if not path.is_file():
+                raise EndpointError(f"{self.model_dir} has no tokenizer.json to read the server's token texts with")
+            self._loaded = Tokenizer.from_file(str(path))
+        return self._loaded
 
 
 def _vocab_size(model_dir: Path) -> int:
