@@ -126,3 +126,28 @@ def test_verify_reports_what_it_ran() -> None:
     report = verify(_doc(), _start, impl="mine", device="cpu", path="g.json", tolerance=Tolerance(1e-12, 1e-12))
     assert (report.path, report.impl, report.dtype, report.device) == ("g.json", "mine", "float32", "cpu")
     assert report.ok and report.tolerance == Tolerance(1e-12, 1e-12) and len(report.cases) == 1
+
+
+def test_a_step_whose_top_k_lists_differ_in_length_is_refused_not_truncated() -> None:
+    # Judging only the pairs both lists have would drop golden tokens from the check unnoticed.
+    case = _case((0, [0, 1, 2], [LP[0], LP[1]]))
+    with pytest.raises(ValueError, match="shorter"):
+        verify_case(case, _start, Tolerance(10.0, 10.0))
+
+
+def test_without_a_path_the_file_is_named_golden_in_placeholder_brackets() -> None:
+    with pytest.raises(GoldenMetadataMismatch) as caught:
+        check_metadata(_doc(model_type="qwen3"), _Source(), dtype="float32", device="cpu")  # type: ignore[arg-type]
+    assert caught.value.path == "<golden>"
+    assert verify(_doc(), _start, impl="mine", device="cpu").path == "<golden>"
+
+
+@pytest.mark.parametrize(("tokens", "failing_step", "free_match"), [((1, 0, 0), 0, 0), ((0, 0, 1), 2, 2)])
+def test_a_wrong_token_at_the_first_or_last_step_is_named_there(
+    tokens: tuple[int, ...], failing_step: int, free_match: int
+) -> None:
+    # Our argmax is always token 0; a golden token 1 is LP[0] - LP[1] below it, beyond eps = 1e-12.
+    result = verify_case(_case(*[(t, [0, 1], [LP[0], LP[1]]) for t in tokens]), _start, Tolerance(1e-12, 1e-12))
+    [failure] = result.failures
+    assert (failure.step, failure.position, failure.golden_token, failure.our_token) == (failing_step, 3 + failing_step, 1, 0)
+    assert failure.deficit == LP[0] - LP[1] and result.free_match == free_match
