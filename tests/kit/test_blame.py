@@ -187,3 +187,21 @@ def test_a_failed_case_of_a_family_without_the_feature_clears_a_family_only_clas
     scale = BUG_CLASSES[11]
     findings, _ = blame.narrow({"test_model.py::test_full_forward_matches_transformers[llama]": [scale, BUG_CLASSES[9]]}, [])
     assert findings[scale].verdict == blame.NOT_IMPLICATED
+
+
+def test_a_failed_test_of_one_class_clears_a_class_it_explains_everywhere() -> None:
+    """A restore that adopts the snapshot's tensors fails the in-place test (guarding both snapshot
+    classes) and the sharing test (guarding sharing alone): one sharing bug explains both, one
+    rebinding bug not the second, so rebinding is not implicated. Where the rebinding class is also
+    guarded by a failed test that does not guard sharing, neither explains everything: both stay."""
+    rebinds, shares = "restore rebinds the buffers (a captured graph reads stale memory)", "restored cache shares the snapshot's storage"
+    failed = {"test_restore_in_place": [rebinds, shares], "test_shares_nothing": [shares]}
+    findings, note = blame.narrow(failed, [])
+    assert note is None
+    assert findings[rebinds].verdict == blame.NOT_IMPLICATED and "test_shares_nothing" in findings[rebinds].why
+    assert findings[shares].verdict == blame.IMPLICATED
+    findings, _ = blame.narrow({**failed, "test_rebinds_alone": [rebinds]}, [])
+    assert findings[rebinds].verdict == blame.IMPLICATED and findings[shares].verdict == blame.IMPLICATED
+    # A model-level class is never cleared this way: the probes judge it.
+    findings, _ = blame.narrow({"test_chunks": [sig.TOP_LEFT, sig.UNWRITTEN], "test_update": [sig.UNWRITTEN]}, [])
+    assert findings[sig.TOP_LEFT].verdict == blame.POSSIBLE

@@ -85,7 +85,7 @@ def test_a_cache_that_validates_nothing_is_skipped_not_failed_on_errors(tmp_path
     assert run.returncode == 0, run.output[-3000:]
     errors = run.report["by_capability"]["cache.errors"]["counts"]
     assert errors["not supported"] == 17 and errors["passed"] == errors["failed"] == 0
-    assert run.report["by_capability"]["cache"]["counts"]["passed"] == 4
+    assert run.report["by_capability"]["cache"]["counts"]["passed"] == 5
     assert "does not validate" in run.report["capabilities"]["cache.errors"]
 
 

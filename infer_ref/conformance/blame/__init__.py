@@ -6,8 +6,10 @@ the report narrows them:
 
 1. The *candidates* are the classes guarded by a failed test (refusals excluded). A class no probe
    can see (a cache's, the scheduler's, the sampler's) is not implicated when a test that checks it
-   alone passed in every case, and a class of one family's feature (Gemma's 1 + w) is not implicated
-   when a test case of a family without that feature failed.
+   alone passed in every case, or when a failed test checks another class alone and every failed
+   test that guards it guards that other class too (one bug of the other class explains every
+   failure; one of this class cannot fail that test); a class of one family's feature (Gemma's
+   1 + w) is not implicated when a test case of a family without that feature failed.
 2. If a candidate can show in a model run, the follow-up probes run (:mod:`.suite`) on the families
    whose tests failed, and each candidate is checked against their outcomes with the table of
    :mod:`.signatures`, assuming one bug: a candidate is *not implicated* when a probe it always
@@ -117,6 +119,22 @@ def _failed_outside_its_families(cls: str, failed_tests: Mapping[str, Sequence[s
     return None
 
 
+def _explained_by_a_class_checked_alone(cls: str, failed_tests: Mapping[str, Sequence[str]], survivors: set[str]) -> str | None:
+    """A class no probe can see is ruled out by a failed test that checks another class alone and
+    does not guard it, when every failed test that guards it guards that other class too: one bug
+    of the other class explains every failure, one of this class not that test's."""
+    if cls in SIGNATURES:
+        return None  # model-level classes: the probes judge them
+    guarding = [set(guarded) for guarded in failed_tests.values() if cls in guarded]
+    for node, guarded in failed_tests.items():
+        if len(guarded) != 1 or guarded[0] == cls or guarded[0] not in survivors:
+            continue
+        other = guarded[0]
+        if all(other in g for g in guarding):
+            return f"`{node}` failed and checks {other} alone, which also explains every failed test that guards this class"
+    return None
+
+
 def narrow(
     failed_tests: Mapping[str, Sequence[str]], results: Sequence[ProbeResult], passed_tests: Mapping[str, Sequence[str]] | None = None
 ) -> tuple[dict[str, Finding], str | None]:
@@ -129,6 +147,8 @@ def narrow(
     ruled_out = {c: why for c in candidates if (why := _contradiction(c, results, sound_only=False))}
     ruled_out |= {c: why for c in candidates if c not in ruled_out and (why := _cleared_by_a_passing_test(c, failed_tests, passed))}
     ruled_out |= {c: why for c in candidates if c not in ruled_out and (why := _failed_outside_its_families(c, failed_tests))}
+    left = {c for c in candidates if c not in ruled_out}
+    ruled_out |= {c: why for c in candidates if c not in ruled_out and (why := _explained_by_a_class_checked_alone(c, failed_tests, left))}
     note = None
     if len(ruled_out) == len(candidates) and candidates:
         if not any(r.failed for r in results):

@@ -388,7 +388,7 @@ MUTANTS: dict[str, Mutant] = {
         Mutant("shallow_snapshot", CACHE_BUG_CLASSES[3], "snapshot() returns views of the live K/V buffers instead of a copy.",
                Knobs(cache_cls=caches.ShallowSnapshotCache), _SNAPSHOT + _STORAGE),
         Mutant("restore_rebinds_buffers", CACHE_BUG_CLASSES[4], "restore() rebinds k/v to new tensors instead of copying into the existing ones.",
-               Knobs(cache_cls=caches.RebindingRestoreCache), _SNAPSHOT),
+               Knobs(cache_cls=caches.RebindingRestoreCache), _SNAPSHOT + _STORAGE),
         Mutant("restore_adopts_snapshot", CACHE_BUG_CLASSES[6], "restore() and materialize() take the snapshot's own tensors as the cache's storage instead of copying them.",
                Knobs(cache_cls=caches.AdoptingRestoreCache), _CACHE + _SNAPSHOT + _STORAGE),
         Mutant("rms_norm_low_precision", EXTRA_BUG_CLASSES[0], "RMSNorm's mean of squares, rsqrt and scaling computed in the activation dtype (no fp32 upcast).",

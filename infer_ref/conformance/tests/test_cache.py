@@ -10,6 +10,7 @@ only their last ``window`` positions).
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -192,6 +193,29 @@ def test_earlier_positions_never_change(ir_adapter: Adapter, ir_device: str, dat
     for c, n in enumerate(chunks):
         fill(ir_adapter, cache, spec, record, [n], seed * 100 + c)
         check_all_layers(ir_adapter, cache, record, params, f"after chunk {c}")
+
+
+@given(data=st.data(), prefill=st.integers(1, 9), steps=st.integers(1, 6), seed=st.integers(0, 1000))
+def test_each_single_token_step_lands_at_the_layer_length(
+    ir_adapter: Adapter, ir_device: str, data: st.DataObject, prefill: int, steps: int, seed: int
+) -> None:
+    """A prefill, then single-token steps (a decode): after each step, every layer read back with
+    ``read_cache`` holds exactly what was written, the new token at the position after the ones
+    before it. Only what the cache stores is read (never ``update``'s returned view, never
+    attention over it), so an over-long view or a read past the written slots cannot fail this test.
+
+    Guards: *decode slot off by one in the block table* (a decode token written over its
+    predecessor, its own slot left unwritten).
+    """
+    spec, _ = draw_case(data, ir_adapter, ir_device)
+    spec = replace(spec, max_seq_len=prefill + steps)
+    params = {"spec": spec, "prefill": prefill, "steps": steps, "seed": seed}
+    cache = make(ir_adapter, spec)
+    record = Record(spec)
+    fill(ir_adapter, cache, spec, record, [prefill], seed * 100)
+    for step in range(steps):
+        fill(ir_adapter, cache, spec, record, [1], seed * 100 + 1 + step)
+        check_all_layers(ir_adapter, cache, record, params, f"after decode step {step} (position {prefill + step})")
 
 
 @given(data=st.data(), order=st.randoms(use_true_random=False))

@@ -157,6 +157,21 @@ def test_the_fixed_workload_preempts_in_order(ir_adapter: Adapter) -> None:
     assert check_first_come_first_served(steps, params) > 0, f"no request was preempted: {steps}"
 
 
+@pytest.mark.ir_requires("engine.schedule")
+def test_preemption_keeps_arrival_order_where_the_batch_limit_never_binds(ir_adapter: Adapter) -> None:
+    """The fixed workload with a batch limit of all four requests: only the pool (three requests'
+    blocks at admission) holds the fourth back and forces the preemption, so a batch limit read
+    one too high or too low changes nothing here, and the order through the preemption is checked alone.
+
+    Guards: *preempted request requeued behind new arrivals*.
+    """
+    spec = replace(FIXED_SPEC, max_batch=len(FIXED_PROMPTS))
+    params = {"prompts": FIXED_PROMPTS, "spec": spec}
+    steps = _trace(ir_adapter, _model(ir_adapter), FIXED_PROMPTS, spec)
+    check_limits(steps, len(FIXED_PROMPTS), len(FIXED_PROMPTS), params)  # no bound: every request may run at once
+    assert check_first_come_first_served(steps, params) > 0, f"no request was preempted: {steps}"
+
+
 def _alone(adapter: Adapter, model: Any, prompts: list[list[int]], spec: EngineSpec) -> list[EngineOutput]:
     """Each request on its own: one at a time, an ample pool, no prefix cache."""
     ample = replace(spec, max_batch=1, enable_prefix_caching=False, num_blocks=64)

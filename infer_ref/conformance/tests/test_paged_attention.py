@@ -77,8 +77,9 @@ def test_paged_decode_equals_attention_over_the_contiguous_prefix(ir_adapter: Ad
     entries: the output equals float64 attention over each sequence's own keys, window applied.
 
     Guards: *paged read past the sequence's last written slot* (past ``ceil(len/bs)`` blocks or past
-    ``len`` in the last block), *decode slot off by one in the block table*, the window not applied
-    (or off by one) on decode, GQA heads mapped to the wrong KV head.
+    ``len`` in the last block), the window not applied (or off by one) on decode, GQA heads mapped to
+    the wrong KV head. The test places every key itself: where a cache writes a decode token is
+    judged by ``test_cache.py``, not here.
     """
     assert ir_adapter.paged_decode_attention is not None
     ks, vs, q, k_pool, v_pool, table, lengths = _build(case)  # type: ignore[misc]

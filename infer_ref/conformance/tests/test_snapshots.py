@@ -72,7 +72,8 @@ def test_restore_copies_into_the_existing_storage(ir_adapter: Adapter, ir_device
     CUDA graph that reads them stays valid).
 
     Guards: *restore rebinds the buffers (a captured graph reads stale memory)*: new tensors
-    instead of a copy into the existing ones.
+    instead of a copy into the existing ones; and *restored cache shares the snapshot's storage*,
+    since a restore that adopts the snapshot's tensors leaves the existing ones too.
     """
     assert ir_adapter.snapshot and ir_adapter.restore and ir_adapter.cache_storage
     spec = CacheSpec(num_layers=2, batch_size=1, num_kv_heads=2, head_dim=4, max_seq_len=8, device=ir_device)
