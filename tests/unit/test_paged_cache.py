@@ -248,11 +248,12 @@ def test_a_step_carries_t_and_the_tables_and_lengths_as_int32() -> None:
     step = cache.plan_step(2, [None, None])  # 2 positions: one block, taken from the head
     assert step.t == 2 and step.block_tables.dtype == torch.int32 and step.lengths.dtype == torch.int32
     assert step.block_tables.tolist() == [[5]] and step.lengths.tolist() == [2]
+    assert step.positions.tolist() == [0, 1]  # [T]: every row alike
     assert pool.acquire(4) == [2, 7, 0, 1]
     view = PagedKVCache.over_blocks(pool, [[2, 7, 0], [1]], [7, 2])  # rows of 3 and 1 blocks
     step = view.plan_step(1, [None, None])
     assert step.block_tables.tolist() == [[2, 7, 0], [1, -1, -1]]  # -1 past a row's blocks
-    assert step.lengths.tolist() == [8, 3]
+    assert step.lengths.tolist() == [8, 3] and step.positions.tolist() == [[7], [2]]  # [B, T]: per row
 
 
 def test_the_slots_are_computed_once_per_forward() -> None:
