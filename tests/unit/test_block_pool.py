@@ -7,6 +7,7 @@ import torch
 
 from infer_ref.cache import BlockPool, PoolExhaustedError
 from infer_ref.cache.errors import KVCacheOverflowError
+from infer_ref.cache.pool import free_gpu_budget
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.checkpoints.snapshots import tiny_config
 
@@ -108,3 +109,100 @@ def test_k_and_v_must_not_share_memory() -> None:
     buf = torch.zeros(1, 2, 2, 1, 4)
     with pytest.raises(ValueError, match="overlap in memory"):
         BlockPool(buf, buf)
+
+
+def test_acquire_of_nothing_takes_nothing() -> None:
+    pool = _pool(4)
+    before = _state(pool)
+    assert pool.acquire(0) == [] and _state(pool) == before
+
+
+@pytest.mark.parametrize("bad", [True, 1.0])
+def test_a_block_id_must_be_an_int(bad: object) -> None:
+    pool = _pool(4)
+    with pytest.raises(IndexError, match=f"block id {bad!r} out of range"):
+        pool.is_free(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("order", [[True, 0], [0, 1.0]], ids=["bool", "float"])
+def test_free_order_entries_must_be_ints(order: list[object]) -> None:
+    with pytest.raises(ValueError, match="permutation of 0..1"):
+        _pool(2, free_order=order)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("dim", ["num_layers", "num_kv_heads", "head_dim", "num_blocks", "block_size"])
+def test_allocate_refuses_each_empty_dimension_by_name(dim: str) -> None:
+    dims = {"num_layers": 2, "num_kv_heads": 1, "head_dim": 4, "num_blocks": 3, "block_size": 2, dim: 0}
+    with pytest.raises(ValueError, match=f"cache dimensions must be positive integers, got {{'{dim}': 0}}"):
+        BlockPool.allocate(**dims, dtype=torch.float32, device="cpu")
+
+
+def test_k_and_v_of_the_wrong_rank_are_refused_naming_the_layout() -> None:
+    with pytest.raises(ValueError, match=r"must both be \[num_layers, num_blocks, block_size, num_kv_heads, head_dim\]"):
+        BlockPool(torch.zeros(2, 3, 2, 4), torch.zeros(2, 3, 2, 4))
+
+
+def test_a_double_free_of_several_blocks_names_each() -> None:
+    pool = _pool(4)
+    with pytest.raises(ValueError, match=r"block 0 held 0 time\(s\), released 1, block 1 held 0 time\(s\), released 1$"):
+        pool.release([0, 1])
+
+
+def test_constructors_pass_their_settings_on_and_default_to_blocks_of_16() -> None:
+    config = ModelConfig.from_hf_dict(tiny_config("qwen3"))
+    assert BlockPool.allocate(1, 1, 1, 2, device="cpu").block_size == 16
+    pool = BlockPool.from_model_config(config, 3, free_order=[2, 0, 1], device="cpu")
+    assert pool.block_size == 16 and pool.free_block_ids() == [2, 0, 1]
+    per_block = 2 * config.num_hidden_layers * 16 * config.num_key_value_heads * config.computed_head_dim * 2  # bf16, bs 16
+    assert BlockPool.from_memory_budget(config, 2 * per_block, device="cpu").block_size == 16
+    for pool in (
+        BlockPool.allocate(1, 1, 1, 2, device="meta"),
+        BlockPool.from_model_config(config, 2, device="meta"),
+        BlockPool.from_memory_budget(config, 2 * per_block, device="meta"),
+    ):
+        assert pool.k.device.type == pool.v.device.type == "meta"
+
+
+@pytest.mark.parametrize(
+    ("budget", "match"),
+    [
+        (0, "budget_bytes must be a positive integer, got 0"),
+        (-1, "budget_bytes must be a positive integer, got -1"),
+        (1e9, "budget_bytes must be a positive integer, got 1000000000.0"),
+        (True, "budget_bytes must be a positive integer, got True"),
+        (1, "a budget of 1 bytes holds no block"),
+    ],
+)
+def test_memory_budget_refusals(budget: object, match: str) -> None:
+    config = ModelConfig.from_hf_dict(tiny_config("qwen3"))
+    with pytest.raises(ValueError, match=match):
+        BlockPool.from_memory_budget(config, budget, 4, dtype=torch.float64, device="cpu")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("fraction", [0, -0.5, 1.5])
+def test_free_gpu_budget_refuses_a_fraction_outside_0_1(fraction: float) -> None:
+    with pytest.raises(ValueError, match=f"fraction must be in \\(0, 1\\], got {fraction}"):
+        free_gpu_budget(fraction)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal of a machine without CUDA")
+@pytest.mark.parametrize("fraction", [None, 0.5, 1.0])
+def test_free_gpu_budget_needs_cuda(fraction: float | None) -> None:
+    """Every fraction in (0, 1], 1 included, and the default, passes the check and meets the CUDA one."""
+    with pytest.raises(RuntimeError, match="free_gpu_budget needs a CUDA device"):
+        free_gpu_budget() if fraction is None else free_gpu_budget(fraction)
+
+
+def test_free_gpu_budget_is_the_fraction_of_the_free_memory_of_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With CUDA's report stood in (free 4000 of 8000 bytes): fraction * free, of the device asked for."""
+    asked: list[torch.device] = []
+
+    def mem_get_info(device: torch.device) -> tuple[int, int]:
+        asked.append(device)
+        return 4000, 8000
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    assert free_gpu_budget() == 3600  # the default fraction 0.9
+    assert free_gpu_budget(0.25, "cuda:1") == 1000
+    assert asked == [torch.device("cuda"), torch.device("cuda:1")]
