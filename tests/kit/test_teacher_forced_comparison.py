@@ -87,7 +87,13 @@ def test_exact_steps_count_each_step_where_both_argmaxes_are_the_forced_token() 
 
 @pytest.mark.parametrize(
     ("reference", "forced", "other"),
-    [(torch.zeros(2, 3), [0, 1], torch.zeros(2, 4)), (torch.zeros(2, 3), [0], torch.zeros(2, 3))],
+    [
+        (torch.zeros(2, 3), [0, 1], torch.zeros(2, 4)),
+        (torch.zeros(2, 3), [0], torch.zeros(2, 3)),
+        (torch.zeros(2), [0, 1], torch.zeros(2)),  # one row's logits without the step axis
+        (torch.zeros(2, 1, 3), [0, 1], torch.zeros(2, 1, 3)),  # a batch axis left in
+    ],
+    ids=["vocabularies-differ", "steps-differ-from-forced", "1-d", "3-d"],
 )
 def test_mismatched_shapes_are_refused(reference: torch.Tensor, forced: list[int], other: torch.Tensor) -> None:
     with pytest.raises(ValueError, match=r"need logits of equal shape \[n, V\]"):
