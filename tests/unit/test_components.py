@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from infer_ref import KVCache, ModelConfig
+from infer_ref.attention import HeadTransform, grouped_query_attention
 from infer_ref.config import RopeConfig
 from infer_ref.conformance.checkpoints.snapshots import tiny_config
-from infer_ref.attention import HeadTransform, grouped_query_attention
 from infer_ref.masks import attention_mask, visible_keys
 from infer_ref.models.common import (
     Attention,
