@@ -71,6 +71,8 @@ class HeadTransform(NamedTuple):
 
     def apply(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """q ``[B, H, T, D]``, k ``[B, Hkv, T, D]`` -> both normed (per head) and rotated. V is never touched."""
-        if self.q_norm is not None and self.k_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)  # per-head norm, before RoPE
+        if self.q_norm is not None:
+            q = self.q_norm(q)  # per-head norm, before RoPE
+        if self.k_norm is not None:
+            k = self.k_norm(k)
         return apply_rope_to_pair(q, k, self.cos, self.sin)

@@ -40,6 +40,15 @@ def test_spread_log_keeps_the_largest_and_where() -> None:
     assert log.summary(1e-5, "given").startswith("largest difference between two schedules: 4e-06 nats (b, 3 answers)")
 
 
+def test_spread_log_names_the_first_place_of_a_tied_largest() -> None:
+    log = SpreadLog("from the oracle")
+    log.record("a", 0.0)  # nothing above zero yet: no place to name
+    assert (log.largest, log.where) == (0.0, "")
+    for test in ("b", "c"):
+        log.record(test, 3e-6)
+    assert (log.largest, log.where, log.comparisons) == (3e-6, "b", 3)
+
+
 
 def test_the_oracle_tolerance_itself_may_be_given_and_says_where_it_came_from() -> None:
     ceiling = agreement_tolerance("float32")

@@ -51,3 +51,13 @@ def test_tied_logprobs_come_lower_id_first() -> None:
     (it gives [1, 2] for the top 2 of [0, 1, 0, -1]): the oracle's list must not depend on it."""
     entry = token_logprobs(torch.tensor((0.0, 1.0, 0.0, -1.0, 0.0), dtype=torch.float32), 0, k=4)
     assert [t for t, _ in entry.top] == [1, 0, 2, 4]
+
+
+def test_ties_list_the_lower_id_first_over_a_vocabulary_of_real_size() -> None:
+    """128 equal logits but one: the best, then the tied rest in id order. An unstable sort keeps the
+    tie order only on short rows (up to about 16 here), so a short row cannot show it."""
+    logits = torch.zeros(128)
+    logits[64] = 1.0
+    entry = token_logprobs(logits, 0, k=5)
+    assert [t for t, _ in entry.top] == [64, 0, 1, 2, 3]
+    assert [lp for _, lp in entry.top][1:] == pytest.approx([-math.log(127 + math.e)] * 4, abs=1e-12)

@@ -72,11 +72,28 @@ def test_ok_holds_up_to_both_bounds_inclusive() -> None:
 def test_the_summary_reports_the_figures() -> None:
     text = TeacherForcedReport(steps=4, max_deficit=0.25, max_abs_dlogprob=0.5, exact_steps=3, tolerance=TOL).summary()
     assert text == "4 steps: max deficit 0.25 (eps 1.0), max |Δlogprob| top-k 0.5 (tol 2.0), argmax equal at 3/4 steps: ok"
+    failed = TeacherForcedReport(steps=4, max_deficit=1.5, max_abs_dlogprob=0.5, exact_steps=3, tolerance=TOL).summary()
+    assert failed == "4 steps: max deficit 1.5 (eps 1.0), max |Δlogprob| top-k 0.5 (tol 2.0), argmax equal at 3/4 steps: FAILED"
+
+
+def test_exact_steps_count_each_step_where_both_argmaxes_are_the_forced_token() -> None:
+    """Two equal runs forcing each step's argmax (token 0, then token 1): every step counts, and
+    nothing else differs. A step's argmax is taken over its own row, not over the whole [n, V]."""
+    logits = torch.tensor(REFERENCE)  # [2, 3]: argmax 0 then 1
+    report = compare_teacher_forced(logits, [0, 1], logits.clone(), TOL)
+    assert (report.exact_steps, report.max_deficit, report.max_abs_dlogprob) == (2, 0.0, 0.0)
+    assert compare_teacher_forced(logits, [0, 2], logits.clone(), TOL).exact_steps == 1  # step 1 forces a non-argmax
 
 
 @pytest.mark.parametrize(
     ("reference", "forced", "other"),
-    [(torch.zeros(2, 3), [0, 1], torch.zeros(2, 4)), (torch.zeros(2, 3), [0], torch.zeros(2, 3))],
+    [
+        (torch.zeros(2, 3), [0, 1], torch.zeros(2, 4)),
+        (torch.zeros(2, 3), [0], torch.zeros(2, 3)),
+        (torch.zeros(2), [0, 1], torch.zeros(2)),  # one row's logits without the step axis
+        (torch.zeros(2, 1, 3), [0, 1], torch.zeros(2, 1, 3)),  # a batch axis left in
+    ],
+    ids=["vocabularies-differ", "steps-differ-from-forced", "1-d", "3-d"],
 )
 def test_mismatched_shapes_are_refused(reference: torch.Tensor, forced: list[int], other: torch.Tensor) -> None:
     with pytest.raises(ValueError, match=r"need logits of equal shape \[n, V\]"):

@@ -60,6 +60,13 @@ def test_engine_refuses_forced_tokens_outside_one_to_max_new(
     assert engine.pool.num_free == engine.pool.num_blocks and engine.stats.generated_tokens == 0
 
 
+def test_engine_takes_a_single_forced_token(llama: tuple[DecoderLM, ModelConfig]) -> None:
+    """One forced token is the shortest forcing allowed (1..max_new_tokens): the request is that token."""
+    model, _ = llama
+    [result] = Engine(model, num_blocks=8, block_size=4).generate([[1, 2]], GREEDY2, forced_tokens=[[5]])
+    assert result.token_ids == [5]
+
+
 def test_engine_refuses_a_request_past_max_position_embeddings_and_runs_one_at_it(
     llama: tuple[DecoderLM, ModelConfig],
 ) -> None:

@@ -89,6 +89,11 @@ def test_logits_that_cannot_decide_raise_instead_of_token_0(logits: list[float],
         assert word in str(info.value)
 
 
+def test_logits_that_cannot_decide_name_the_sampled_position_by_default() -> None:
+    with pytest.raises(NonFiniteError, match=r"the sampled position\b"):
+        sample_token(torch.tensor([math.nan] * 4), [], SamplingParams(temperature=0.0))
+
+
 @pytest.mark.parametrize(
     "temperature", [1e-40, 1e-300, 5e-324], ids=["sampling-accepted-tiny-temperature-1e-40", "sampling-accepted-tiny-temperature-1e-300", "sampling-accepted-tiny-temperature-5e-324"]
 )

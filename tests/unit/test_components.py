@@ -8,9 +8,10 @@ import pytest
 import torch
 
 from infer_ref import KVCache, ModelConfig
+from infer_ref.attention import HeadTransform, grouped_query_attention
 from infer_ref.config import RopeConfig
 from infer_ref.conformance.checkpoints.snapshots import tiny_config
-from infer_ref.masks import attention_mask
+from infer_ref.masks import attention_mask, visible_keys
 from infer_ref.models.common import (
     Attention,
     GemmaRMSNorm,
@@ -115,6 +116,25 @@ def test_attention_matches_float64_formula() -> None:
     torch.testing.assert_close(attn(x, cos, sin, contiguous_step(0, 4, [None], "cpu")), expected, rtol=0, atol=1e-12)
 
 
+def test_gqa_without_a_mask_lets_every_query_see_every_key() -> None:
+    """mask None over T > 1 queries and G = 2 heads per KV head: each head's softmax(q k^T * scale) v
+    over all keys, written out per head (query head h reads KV head h // 2)."""
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 4, 3, 8, generator=g, dtype=DTYPE)  # [B, H, T, D]
+    k, v = (torch.randn(1, 2, 5, 8, generator=g, dtype=DTYPE) for _ in range(2))  # [B, Hkv, S, D]
+    expected = torch.stack([((q[0, h] @ k[0, h // 2].T) * 0.5).softmax(-1) @ v[0, h // 2] for h in range(4)])[None]
+    torch.testing.assert_close(grouped_query_attention(q, k, v, None, 0.5), expected, rtol=0, atol=1e-12)
+
+
+def test_head_transform_norms_each_of_q_and_k_that_has_a_norm() -> None:
+    """Each norm given applies to its own projection only, before RoPE (zero angles: RoPE is the identity)."""
+    q, k = torch.ones(1, 2, 3, 4, dtype=DTYPE), torch.ones(1, 1, 3, 4, dtype=DTYPE)
+    cos, sin = torch.ones(3, 4, dtype=DTYPE), torch.zeros(3, 4, dtype=DTYPE)
+    for q_norm, k_norm, q_out, k_out in ((lambda t: 2 * t, None, 2.0, 1.0), (None, lambda t: 3 * t, 1.0, 3.0), (lambda t: 2 * t, lambda t: 3 * t, 2.0, 3.0)):
+        q_got, k_got = HeadTransform(cos, sin, q_norm, k_norm).apply(q, k)
+        assert torch.equal(q_got, q_out * q) and torch.equal(k_got, k_out * k)
+
+
 # -- masks ---------------------------------------------------------------------------------------
 
 
@@ -143,6 +163,15 @@ def test_decode_mask_is_none_only_when_nothing_is_hidden() -> None:
     assert attention_mask(1, 3, 4, "cpu") is None  # 4 keys, window 4: all visible
     decode = attention_mask(1, 4, 4, "cpu")  # 5 keys, window 4: key 0 is out
     assert decode is not None and decode.tolist() == [[False, True, True, True, True]]
+
+
+def test_masks_are_built_on_the_device_of_their_queries() -> None:
+    """A mask made on another device than its attention's would fail there (or copy each step); the
+    meta device shows where a tensor was made without needing one."""
+    mask = attention_mask(2, 3, None, "meta")
+    assert mask is not None and mask.device.type == "meta" and mask.shape == (2, 5)
+    batched = visible_keys(torch.arange(6, device="meta").view(2, 3), 4, 2)  # [B=2, T=3] positions
+    assert batched.device.type == "meta" and batched.shape == (2, 3, 4)
 
 
 # -- RoPE ------------------------------------------------------------------------------------------

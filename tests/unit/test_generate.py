@@ -152,6 +152,17 @@ def test_runs_on_the_models_device_and_refuses_another() -> None:
             generate(model, TOK, [1], _greedy(2), device="cuda")
 
 
+def test_the_cache_is_made_on_the_models_device() -> None:
+    """A model on the meta device (parameters without storage): its cache is made there, not on the
+    default device. (The static caches' meta allocation first imports torch's compiler: seconds.)"""
+    from infer_ref.engine.generate import _eager_runner
+
+    model = torch.nn.Linear(1, 1, device="meta")
+    for kind in ("contiguous", "dynamic", "paged"):
+        runner, kv_cache = _eager_runner(model, _config(), kind, 8, 4)
+        assert (runner.device.type, kv_cache.device.type) == ("meta", "meta"), kind
+
+
 def test_prompt_too_long_for_model() -> None:
     config = _config(max_position_embeddings=8)
     with pytest.raises(ValueError, match=r"prompt \(5 tokens\) \+ max_new_tokens \(4\) = 9 exceeds .* \(8\)"):

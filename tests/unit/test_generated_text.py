@@ -23,3 +23,9 @@ def test_an_id_past_the_tokenizer_adds_no_text() -> None:
         tok.decode([5, padded])
     assert generated_text(tok, [5, padded, 6]) == tok.decode([5, 6])
     assert generated_text(tok, [padded]) == ""
+
+
+def test_the_first_id_past_the_tokenizer_adds_no_text() -> None:
+    tok = Tokenizer(QWEN / "tokenizer.json")  # ids 0 .. vocab_size - 1 have text
+    assert generated_text(tok, [5, tok.vocab_size, 6]) == tok.decode([5, 6])
+    assert generated_text(tok, [tok.vocab_size - 1]) == tok.decode([tok.vocab_size - 1], skip_special_tokens=True)

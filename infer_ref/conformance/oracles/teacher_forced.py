@@ -41,7 +41,7 @@ def compare_teacher_forced(
     reference: Tensor, forced_tokens: list[int], other: Tensor, tolerance: Tolerance, top_k: int = 5
 ) -> TeacherForcedReport:
     """``reference`` / ``other``: logits ``[n, V]`` of the two runs at the same ``n`` forced steps."""
-    if reference.shape != other.shape or reference.shape[0] != len(forced_tokens):
+    if reference.dim() != 2 or reference.shape != other.shape or reference.shape[0] != len(forced_tokens):
         raise ValueError(
             f"need logits of equal shape [n, V] for n = {len(forced_tokens)} forced tokens, got "
             f"{tuple(reference.shape)} and {tuple(other.shape)}"
