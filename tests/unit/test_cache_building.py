@@ -94,6 +94,17 @@ def test_steps_are_planned_on_the_cache_device(kind: str) -> None:
     assert plan_step(None, 2, [None, None], META).positions.device == META
 
 
+def test_an_outside_cache_is_planned_from_its_length_on_the_device_asked() -> None:
+    # A cache that is not one of ours (only the protocol's seq_len): the step starts after its
+    # length, on the device the caller names.
+    class Outside:
+        seq_len = 3
+
+    step = plan_step(Outside(), 2, [None, None], META)  # type: ignore[arg-type]
+    assert step.positions.device == META and step.mask(0).device == META
+    assert plan_step(Outside(), 2, [None], torch.device("cpu")).positions.tolist() == [3, 4]
+
+
 def test_restore_moves_the_snapshot_to_the_cache_device() -> None:
     source = DynamicKVCache(2, 1, 4, dtype=torch.float32, device="cpu")
     _write(source, 3)
