@@ -47,7 +47,7 @@ PARTS: dict[str, list[str]] = {
 
 # How many slices each part runs in, so that one slice finishes within an hour on 2 cores: the measured
 # minutes per part are in docs/mutation.md ("How long"). A slice is a residue of the mutant's number mod N.
-SLICES: dict[str, int] = {"cache-paged": 5, "cache": 2, "engine": 1, "attention": 1, "checkers": 2}
+SLICES: dict[str, int] = {"cache-paged": 2, "cache": 1, "engine": 1, "attention": 1, "checkers": 1}
 
 # mutmut's exit codes, grouped into the columns of docs/mutation.md. Anything else (a crash of the
 # test process that is not a test failure) is "suspicious" and shown on its own.
