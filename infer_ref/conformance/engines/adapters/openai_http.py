@@ -37,7 +37,6 @@ PROBE_TEXT = "The quick brown fox jumps over the lazy dog 0123456789."
 VLLM_EXTRAS = {"return_tokens_as_token_ids": True}
 # What any server that passes the probe can be asked; the rest depends on the dialect or on the
 # options it was started with (known only for a server the kit launched).
-TEXT_ONLY: dict[str, Any] = {}  # _first_answer's answer from a server of text prompts only
 BASE_CAPABILITIES = ("seed", "stop_strings", "batch", "top_logprobs")  # connect refuses a server without logprobs
 
 
@@ -55,7 +54,7 @@ def connect(endpoint: str, model_dir: Path, *, options: EngineOptions | None = N
     served = served_model(client, model_dir, model)
     probe = EngineRequest(prompt=probe_prompt(tokens.vocab_size), max_tokens=2, logprobs=PROBE_LOGPROBS)
     answer, vllm_extras = _first_answer(client, served, probe)
-    if answer is TEXT_ONLY:
+    if answer is None:  # a server of text prompts only
         return _connect_text_only(client, served, model_dir, options)
     dialect = Dialect(vllm_extras=vllm_extras, prompt_logprobs=_prompt_logprobs_dialect(client, served, probe, answer),
                       cached_tokens=isinstance((answer.get("usage") or {}).get("prompt_tokens_details"), dict))  # fmt: skip
@@ -93,9 +92,9 @@ def probe_prompt(vocab_size: int) -> tuple[int, ...]:
     return tuple(min(i, vocab_size - 1) for i in (1, 2, 3, 4))
 
 
-def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tuple[dict[str, Any], bool]:
+def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tuple[dict[str, Any] | None, bool]:
     """The probe's answer with vLLM's extras asked, or without them where the server refuses them;
-    :data:`TEXT_ONLY` from a server that takes text prompts and tokenizes text for its clients."""
+    None from a server that takes text prompts and tokenizes text for its clients."""
     body = {"model": served, "prompt": list(probe.prompt), "max_tokens": probe.max_tokens, "temperature": 0.0,
             "logprobs": probe.logprobs}  # fmt: skip
     try:
@@ -105,7 +104,7 @@ def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tupl
             answer = client.post("/completions", body)
         except ServerRefused as err:
             if _takes_text_only(client, served, err):
-                return TEXT_ONLY, False
+                return None, False
             raise EndpointError(f"{client.endpoint} refuses a plain /completions request with logprobs="
                                 f"{probe.logprobs} (HTTP {err.status}: {err.server_message}); a server must "
                                 "allow logprobs to be judged (vLLM: --max-logprobs 20)") from None  # fmt: skip
