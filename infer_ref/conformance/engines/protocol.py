@@ -11,6 +11,11 @@ An adapter is a factory ``(model_dir, options) -> EngineHandle``. What an engine
 a capability missing from :attr:`EngineHandle.capabilities` skips the properties that need it as
 "not supported", and an option it cannot honour makes the factory raise
 :class:`~infer_ref.conformance.interface.contract.Unsupported`, never a silently different engine.
+
+An engine that takes prompts as text only (it tokenizes them itself) says so with a true
+``takes_text_prompts`` attribute on its factory or handle: the tier then draws prompts whose text
+the folder's tokenizer turns back into the same ids (``text_stable.py``), and the adapter raises
+``Unsupported`` for any prompt the engine's own tokenizer would change.
 """
 
 from __future__ import annotations

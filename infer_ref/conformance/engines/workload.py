@@ -3,17 +3,20 @@ prompts that share prefixes, and (for the fixture checkpoints) the canonical pro
 answers end at an EOS token.
 
 All prompts are token ids, drawn from a seeded generator over the model's vocabulary (special ids
-excluded), so every engine sees exactly the same tokens whatever its tokenizer does with text.
+excluded), so every engine sees exactly the same tokens whatever its tokenizer does with text. For
+an engine that takes prompts as text only, the same lengths and structure are drawn text-stable
+(text_stable.py): ids whose text the folder's tokenizer turns back into exactly them.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from infer_ref.conformance.engines.protocol import EngineRequest
+from infer_ref.conformance.engines.text_stable import TextStable
 
 BLOCK_SIZE = 32  # the tier's KV block size: vLLM's CPU backend needs a multiple of 32
 GENERATED = 16  # tokens generated per request: decode crosses a block boundary from k*bs - 1
@@ -30,9 +33,12 @@ class ModelFacts:
     eos_ids: frozenset[int]  # config.json and generation_config.json, united
     special_ids: frozenset[int]
     canonical: tuple[tuple[int, ...], ...]  # prompts whose greedy answer ends at EOS (fixtures only)
+    text: TextStable | None = field(default=None, compare=False)  # set: prompts are drawn text-stable
 
 
-def model_facts(model_dir: Path) -> ModelFacts:
+def model_facts(model_dir: Path, *, text_prompts: bool = False) -> ModelFacts:
+    """What the tier reads from ``model_dir``; ``text_prompts``: the engine takes prompts as text
+    only, so every prompt is drawn text-stable and canonical prompts that are not are left out."""
     config = json.loads((model_dir / "config.json").read_text())
     eos: set[int] = set(_ids(config.get("eos_token_id")))
     generation = model_dir / "generation_config.json"
@@ -52,8 +58,10 @@ def model_facts(model_dir: Path) -> ModelFacts:
     provenance = model_dir / "PROVENANCE.json"
     if provenance.is_file():
         canonical = tuple(tuple(c["prompt_ids"]) for c in json.loads(provenance.read_text()).get("canonical", []))
-    name = model_dir.name
-    return ModelFacts(name, vocab_size, text_vocab_size, frozenset(eos), frozenset(special), canonical)
+    text = TextStable(model_dir) if text_prompts else None
+    if text is not None:
+        canonical = tuple(c for c in canonical if text.round_trips(c))
+    return ModelFacts(model_dir.name, vocab_size, text_vocab_size, frozenset(eos), frozenset(special), canonical, text)
 
 
 def _ids(value: object) -> list[int]:
@@ -62,9 +70,12 @@ def _ids(value: object) -> list[int]:
     return [int(v) for v in value] if isinstance(value, list) else [int(value)]  # type: ignore[call-overload]
 
 
-def random_prompt(facts: ModelFacts, length: int, rng: random.Random) -> tuple[int, ...]:
-    """``length`` ordinary (non-special) token ids."""
+def random_prompt(facts: ModelFacts, length: int, rng: random.Random, *, after: tuple[int, ...] = ()) -> tuple[int, ...]:
+    """``length`` ordinary (non-special) token ids; text-stable ones where ``facts.text`` is set (then
+    a prompt's first ids are the tokenizer's lead, and ``after + result`` round-trips)."""
     ordinary = [t for t in range(facts.text_vocab_size) if t not in facts.special_ids]
+    if facts.text is not None:
+        return facts.text.draw(length, ordinary, rng, after=after)
     return tuple(rng.choice(ordinary) for _ in range(length))
 
 
@@ -81,9 +92,22 @@ def shared_prefix_prompts(facts: ModelFacts, count: int = 4, seed: int = 0) -> l
     another first block, must never be a hit (a block's hash chains its parent's)."""
     rng = random.Random(f"{facts.name}/shared/{seed}")
     prefix = random_prompt(facts, SHARED_PREFIX, rng)
-    shared = [prefix + random_prompt(facts, 3 + 7 * i, rng) for i in range(count)]
-    moved = prefix[BLOCK_SIZE : 2 * BLOCK_SIZE] + random_prompt(facts, 9, rng)
-    return [*shared, moved]
+    shared = [prefix + random_prompt(facts, 3 + 7 * i, rng, after=prefix) for i in range(count)]
+    if facts.text is None:
+        moved = prefix[BLOCK_SIZE : 2 * BLOCK_SIZE]
+    else:  # text prompts start with the tokenizer's lead: the second block follows another first block
+        moved = _after_another_first_block(facts, facts.text, prefix[BLOCK_SIZE : 2 * BLOCK_SIZE], rng)
+    return [*shared, moved + random_prompt(facts, 9, rng, after=moved)]
+
+
+def _after_another_first_block(facts: ModelFacts, text: TextStable, block: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:
+    """A fresh first block, then ``block``: the same block content at the same depth after another
+    parent (still never a hit), drawn until the whole round-trips through text."""
+    for _ in range(100):
+        candidate = random_prompt(facts, BLOCK_SIZE, rng) + block
+        if text.round_trips(candidate):
+            return candidate
+    raise ValueError(f"{facts.name}: no first block of 100 drawn lets the shared second block round-trip through text")
 
 
 def greedy_requests(prompts: list[tuple[int, ...]], *, ignore_eos: bool, prompt_logprobs: int | None = None,
