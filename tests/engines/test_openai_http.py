@@ -55,6 +55,7 @@ def test_vllm_dialect_maps_ids_ranks_and_prompt_logprobs() -> None:
     with server as url:
         engine = connect(url, MODEL_DIR)
         assert engine.dialect.vllm_extras and engine.dialect.prompt_logprobs == "vllm"
+        assert not engine.takes_text_prompts
         assert {"prompt_logprobs", "top_k_top_p", "seed", "stop_strings", "batch"} <= engine.capabilities
         [out] = engine.generate([EngineRequest(prompt=PROMPT, max_tokens=3, logprobs=2, prompt_logprobs=3)])
     assert out.token_ids == (64, 64, 64) and out.text == "aaa" and out.finish_reason == "length"
@@ -109,6 +110,7 @@ def test_text_prompts_only_server_judges_a_prompt_whose_text_round_trips() -> No
     with server as url:
         engine = connect(url, MODEL_DIR)
         assert engine.dialect.text_prompts and "prompt_logprobs" not in engine.capabilities
+        assert engine.takes_text_prompts  # the tier draws text-stable prompts for it
         [out] = engine.generate([EngineRequest(prompt=ROUND_TRIPS, max_tokens=2, logprobs=3)])
     assert out.token_ids == (64, 64) and out.finish_reason == "length"
     assert all((s.token, s.logprob, s.top) == (64, -0.5, expected_top(3)) for s in out.logprobs)

@@ -16,6 +16,8 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+import re
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -28,7 +30,7 @@ from infer_ref.conformance.engines.protocol import (
     EngineOutput,
     EngineRequest,
 )
-from infer_ref.conformance.engines.workload import BLOCK_SIZE
+from infer_ref.conformance.engines.workload import BLOCK_SIZE, ModelFacts, model_facts
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import UsageError
 
@@ -127,6 +129,8 @@ class EngineTier:
     distances: SpreadLog = field(default_factory=lambda: SpreadLog("from the oracle"))  # agreement
     consistency: ConsistencyTolerance = field(init=False)
     first_name: str | None = None  # the first started engine's name for itself (its version): the report notes it
+    left_out: dict[str, str] = field(default_factory=dict)  # "checkpoint: request" -> why its answer cannot be read back
+    unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)  # judgeable's memo
 
     def __post_init__(self) -> None:
         if self.endpoint is None:
@@ -152,6 +156,20 @@ class EngineTier:
             return frozenset(self.handle(self.endpoint_model_dir, "plain").capabilities)
         except EngineStartError:
             return frozenset(CAPABILITIES)  # every test then fails with the connect error, in one line
+
+    def takes_text_prompts(self, model_dir: Path) -> bool:
+        """Whether the engine takes prompts as text only: its factory's ``takes_text_prompts``
+        (before any start), or a server's (the probe found out)."""
+        if self.factory is not None:
+            return bool(getattr(self.factory, "takes_text_prompts", False))
+        try:
+            return bool(getattr(self.handle(model_dir, "plain"), "takes_text_prompts", False))
+        except (EngineStartError, Unsupported):
+            return False  # the test that starts it fails (or is "not supported") with the reason
+
+    def facts(self, model_dir: Path) -> ModelFacts:
+        """What the workload is drawn from; text-stable prompts for an engine of text prompts only."""
+        return model_facts(model_dir, text_prompts=self.takes_text_prompts(model_dir))
 
     def handle(self, model_dir: Path, kind: str) -> EngineHandle:
         """The started engine of ``kind`` on ``model_dir`` (started on first use)."""
@@ -192,6 +210,48 @@ class EngineTier:
         if key not in self.alone_answers:
             [self.alone_answers[key]] = self.handle(model_dir, "plain").generate([request])
         return self.alone_answers[key]
+
+    def judgeable(self, model_dir: Path, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
+        """``requests`` less those whose answers the engine cannot show exactly, for an engine of
+        text prompts only; every request for any other engine.
+
+        A text API answers token texts, not ids, and llama_cpp.server does not return the end token
+        that stopped a request: an answer holding a token several tokens render to, or ended by
+        an end token, cannot be mapped back to ids. Each request is first run alone on the
+        stressed engine (the one the properties use; the answer is memoised); one whose answer
+        raises ``Unsupported`` is left out, with its reason kept for the report's notes. None
+        left: the test is "not supported" with the first reason.
+        """
+        if not self.takes_text_prompts(model_dir):
+            return list(requests)
+        handle = self.handle(model_dir, "stressed")  # a refused start is the test's "not supported", not a request's
+        kept, reasons = [], []
+        for request in requests:
+            key = (str(model_dir), request)
+            if key not in self.unreadable:
+                try:
+                    run(handle, [request])
+                    self.unreadable[key] = None
+                except Unsupported as e:
+                    self.unreadable[key] = _one_line(e)
+            why = self.unreadable[key]
+            if why is None:
+                kept.append(request)
+            else:
+                reasons.append(why)
+                self.left_out[f"{model_dir.name}: {len(request.prompt)}-token prompt {request.prompt[:6]}..."] = why
+        if not kept:
+            first = reasons[0] if reasons else "no requests were given"
+            raise Unsupported(f"none of the {len(requests)} requests has an answer {self.name} shows exactly ({first})")
+        return kept
+
+    def left_out_summary(self) -> str:
+        """One note: how many requests were left out as unreadable, of how many, and why (each
+        reason counted, with its server address and folder elided)."""
+        kinds = Counter(re.sub(r"\S*/\S*", "…", why) for why in self.left_out.values())
+        listed = "; ".join(f"{count}× {why[:160]}" for why, count in kinds.most_common(4))
+        return (f"requests left out because {self.name}'s answer cannot be read back as token ids: "
+                f"{len(self.left_out)} of {len(self.unreadable)} ({listed})")  # fmt: skip
 
     def stop_all(self) -> None:
         for handle in self.started.values():

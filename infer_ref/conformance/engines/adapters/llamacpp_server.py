@@ -43,10 +43,11 @@ def start_llamacpp_server(
 
 
 # The server serves one sequence at a time (no batch, no KV pool) and always reuses the previous
-# request's prefix. It takes prompts as text (the HTTP adapter's text dialect judges the requests
-# whose text round-trips). No prompt logprobs: its ``echo`` pairs logits rows with prompt tokens
+# request's prefix. It takes prompts as text: the tier draws text-stable prompts for it, and the HTTP
+# adapter's text dialect sends a prompt only where the server's tokenizer gives its ids back. No prompt logprobs: its ``echo`` pairs logits rows with prompt tokens
 # as if a BOS led the prompt (without one, every row is one position off) and answers none for
 # the first token after the BOS (docs/engines.md).
 start_llamacpp_server.capabilities = frozenset(  # type: ignore[attr-defined]
     {"seed", "stop_strings", "prefix_caching", "chunked_prefill", "top_k_top_p", "top_logprobs"}
 )  # fmt: skip
+start_llamacpp_server.takes_text_prompts = True  # type: ignore[attr-defined]

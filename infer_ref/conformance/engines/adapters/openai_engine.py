@@ -45,6 +45,11 @@ class OpenAIEngine:
         self.on_stop: Callable[[], None] | None = None  # set by whoever started the server
         self.text_prompts: TextPrompts | None = None  # set by connect for a server of text prompts only
 
+    @property
+    def takes_text_prompts(self) -> bool:
+        """The tier then draws text-stable prompts (engines/text_stable.py)."""
+        return self.text_prompts is not None
+
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
         bodies = [self.request_body(r) for r in requests]
         with ThreadPoolExecutor(max_workers=max(1, len(bodies))) as pool:  # together: the server batches

@@ -107,6 +107,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         collector.report.notes.append(tier.distances.summary(agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"))
     if tier.spreads.comparisons:
         collector.report.notes.append(tier.spreads.summary(tier.consistency.value, tier.consistency.source))
+    if tier.left_out:
+        collector.report.notes.append(tier.left_out_summary())
 
 
 @pytest.fixture(scope="session")

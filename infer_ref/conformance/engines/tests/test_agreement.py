@@ -26,7 +26,6 @@ from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import (
     boundary_prompts,
     greedy_requests,
-    model_facts,
     shared_prefix_prompts,
 )
 
@@ -34,9 +33,10 @@ pytestmark = pytest.mark.ir_oracle("transformers float64")
 
 
 def _workload(model_dir: Path, tier: EngineTier, *, prompt_logprobs: int | None = None) -> list[EngineRequest]:
-    facts = model_facts(model_dir)
+    facts = tier.facts(model_dir)
     prompts = boundary_prompts(facts) + shared_prefix_prompts(facts) + list(facts.canonical[:2])
-    return greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=prompt_logprobs)
+    requests = greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=prompt_logprobs)
+    return tier.judgeable(model_dir, requests)
 
 
 def _positions(model_dir: Path, request: EngineRequest, output: EngineOutput) -> list[tuple[str, TokenLogprobs, Tensor, bool]]:

@@ -9,7 +9,7 @@ import pytest
 
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import boundary_prompts, model_facts
+from infer_ref.conformance.engines.workload import boundary_prompts
 
 pytestmark = [pytest.mark.ir_oracle("self-consistency"), pytest.mark.ir_engine_requires("seed")]
 
@@ -22,9 +22,9 @@ def test_seeded_request_repeats(model_dir: Path, tier: EngineTier, started) -> N
     """The same seeded request twice alone: the same tokens.
 
     Guards: *seeded sampling not reproducible*."""
-    prompt = boundary_prompts(model_facts(model_dir))[0]
+    [request] = tier.judgeable(model_dir, [_sampled(boundary_prompts(tier.facts(model_dir))[0], 1234)])
     handle = started(model_dir)
-    first, second = (run(handle, [_sampled(prompt, 1234)])[0] for _ in range(2))
+    first, second = (run(handle, [request])[0] for _ in range(2))
     assert first.token_ids == second.token_ids, f"seed 1234 gave {first.token_ids} then {second.token_ids}"
 
 
@@ -34,12 +34,11 @@ def test_seeded_request_same_in_batch(model_dir: Path, tier: EngineTier, started
     same tokens, whichever row it sits in.
 
     Guards: *batch row samples with its neighbour's seed*."""
-    prompts = boundary_prompts(model_facts(model_dir))[:4]
+    prompts = boundary_prompts(tier.facts(model_dir))[:4]
     handle = started(model_dir)
-    target = _sampled(prompts[0], 77)
+    target, *others = tier.judgeable(model_dir, [_sampled(prompts[0], 77)] + [_sampled(p, 1000 + i) for i, p in enumerate(prompts[1:])])
     [alone] = run(handle, [target])
-    for row in range(len(prompts)):
-        others = [_sampled(p, 1000 + i) for i, p in enumerate(prompts[1:])]
+    for row in range(len(others) + 1):
         batch = [*others[:row], target, *others[row:]]
         got = run(handle, batch)[row]
         assert got.token_ids == alone.token_ids, f"row {row} of a batch of {len(batch)}: {got.token_ids}, alone: {alone.token_ids}"
@@ -52,7 +51,7 @@ def test_seeded_requests_same_under_preemption_and_arrival_order(model_dir: Path
     each request's tokens are those it gives alone on the plain engine.
 
     Guards: *seeded tokens change when the request is preempted*, *seeded tokens depend on preemption or the batch*."""
-    requests = [_sampled(p, 500 + i) for i, p in enumerate(boundary_prompts(model_facts(model_dir)))]
+    requests = tier.judgeable(model_dir, [_sampled(p, 500 + i) for i, p in enumerate(boundary_prompts(tier.facts(model_dir)))])
     alone = [tier.alone(model_dir, r).token_ids for r in requests]
     handle = started(model_dir, "stressed")
     for name, order in (("arrival", list(range(len(requests)))), ("reverse", list(range(len(requests)))[::-1])):

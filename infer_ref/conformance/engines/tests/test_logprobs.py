@@ -10,7 +10,7 @@ import pytest
 
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import boundary_prompts, model_facts
+from infer_ref.conformance.engines.workload import boundary_prompts
 
 pytestmark = pytest.mark.ir_oracle("the API's own promises")
 
@@ -23,7 +23,7 @@ def test_top_logprobs_count_order_and_chosen(model_dir: Path, tier: EngineTier, 
     list; a greedy choice is the list's first entry or tied with it.
 
     Guards: *top-k list unsorted or missing the chosen token*."""
-    requests = [EngineRequest(p, 8, logprobs=k) for p in boundary_prompts(model_facts(model_dir))[:4]]
+    requests = tier.judgeable(model_dir, [EngineRequest(p, 8, logprobs=k) for p in boundary_prompts(tier.facts(model_dir))[:4]])
     for i, out in enumerate(run(started(model_dir), requests)):
         for step, entry in enumerate(out.logprobs):
             where = f"request {i} step {step}"
@@ -49,8 +49,9 @@ def test_prompt_logprobs_aligned(model_dir: Path, tier: EngineTier, started) -> 
     """One entry per prompt position: None at position 0, then entry i is prompt token i's.
 
     Guards: *logprobs shifted by one position*."""
-    prompts = boundary_prompts(model_facts(model_dir))[:3]
-    outputs = run(started(model_dir), [EngineRequest(p, 2, prompt_logprobs=3) for p in prompts])
+    requests = tier.judgeable(model_dir, [EngineRequest(p, 2, prompt_logprobs=3) for p in boundary_prompts(tier.facts(model_dir))[:3]])
+    prompts = [r.prompt for r in requests]
+    outputs = run(started(model_dir), requests)
     for i, (prompt, out) in enumerate(zip(prompts, outputs, strict=True)):
         lp = out.prompt_logprobs
         assert lp is not None and len(lp) == len(prompt), f"request {i}: {None if lp is None else len(lp)} entries for {len(prompt)} prompt tokens"

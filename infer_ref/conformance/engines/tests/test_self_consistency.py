@@ -23,7 +23,6 @@ from infer_ref.conformance.engines.workload import (
     BLOCK_SIZE,
     boundary_prompts,
     greedy_requests,
-    model_facts,
     shared_prefix_prompts,
 )
 
@@ -32,7 +31,7 @@ pytestmark = pytest.mark.ir_oracle("self-consistency")
 
 def _requests(model_dir: Path, tier: EngineTier, prompts: list[tuple[int, ...]], prompt_logprobs: bool = False) -> list[EngineRequest]:
     wants = 5 if prompt_logprobs and "prompt_logprobs" in tier.capabilities else None
-    return greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=wants)
+    return tier.judgeable(model_dir, greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=wants))
 
 
 def _against_alone(model_dir: Path, tier: EngineTier, requests: list[EngineRequest], outputs: list[EngineOutput], what: str,
@@ -58,7 +57,7 @@ def test_batch_matches_alone(model_dir: Path, tier: EngineTier, started) -> None
     caching) answers as it does alone on the plain engine.
 
     Guards: *batch row reads a neighbour's cache*, *preemption resumes from a stale position*."""
-    facts = model_facts(model_dir)
+    facts = tier.facts(model_dir)
     requests = _requests(model_dir, tier, boundary_prompts(facts) + shared_prefix_prompts(facts))
     _against_alone(model_dir, tier, requests, run(started(model_dir), requests), "batched on the stressed engine",
                    "test_batch_matches_alone", [list(range(len(requests)))])  # fmt: skip
@@ -69,7 +68,7 @@ def test_permuted_order_matches(model_dir: Path, tier: EngineTier, started) -> N
     """The same requests sent in reverse order give the same answers, prompt logprobs included.
 
     Guards: *prompt logprobs of cached prefix positions stale or zero*."""
-    facts = model_facts(model_dir)
+    facts = tier.facts(model_dir)
     requests = _requests(model_dir, tier, shared_prefix_prompts(facts, seed=1), prompt_logprobs=True)
     handle = started(model_dir)
     reverse = run(handle, requests[::-1])[::-1]
@@ -83,7 +82,7 @@ def test_warm_prefix_cache_matches_cold(model_dir: Path, tier: EngineTier, start
     cold ones, and the warm pass really hit the cache (where the engine reports cached tokens).
 
     Guards: *prefix hit reuses another prompt's block*."""
-    facts = model_facts(model_dir)
+    facts = tier.facts(model_dir)
     requests = _requests(model_dir, tier, shared_prefix_prompts(facts, seed=2))
     handle = started(model_dir)
     handle.reset_prefix_cache()
@@ -109,7 +108,7 @@ def test_chunked_prefill_matches_whole(model_dir: Path, tier: EngineTier, starte
     chunks), answer as on the plain engine (prefilled whole).
 
     Guards: *causal mask top-left aligned for T>1 over a cache*."""
-    facts = model_facts(model_dir)
+    facts = tier.facts(model_dir)
     long_prompts = [p for p in boundary_prompts(facts, seed=3) if len(p) > 64]
     requests = _requests(model_dir, tier, long_prompts)
     handle = started(model_dir)
