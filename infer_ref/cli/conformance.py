@@ -47,6 +47,8 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
                    help="engine tier: judge a running OpenAI-compatible server (http://127.0.0.1:PORT/v1); needs --model-dir")
     p.add_argument("--model-dir", action="append", default=None, metavar="DIR",
                    help="engine tier: checkpoint folder(s) to judge on (default: the kit's checkpoints)")
+    p.add_argument("--engine-option", action="append", default=None, metavar="KEY=VALUE",
+                   help="engine tier: a keyword of the engine's factory, e.g. kv_cache_type=float16 for llama.cpp (repeatable)")
     p.add_argument("--consistency-tolerance", type=float, default=None, metavar="NATS",
                    help="engine tier: self-consistency tolerance for an engine the kit has not measured (default: the oracle's)")
     p.add_argument("--xfails", action="append", default=None, metavar="FILE",
@@ -67,6 +69,7 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
         out = ["--pyargs", "infer_ref.conformance.engines.tests", f"--ir-engine-dtype={args.dtype or 'float32'}"]
         out += [f"--ir-engine={args.engine}"] if args.engine else [f"--ir-endpoint={args.endpoint}"]
         out += [f"--ir-model-dir={d}" for d in args.model_dir or []]
+        out += [f"--ir-engine-option={o}" for o in args.engine_option or []]
         if args.consistency_tolerance is not None:
             out += [f"--ir-consistency-tolerance={args.consistency_tolerance!r}"]
     else:
@@ -98,6 +101,8 @@ def check_engine_args(args: argparse.Namespace) -> None:
         raise UsageError("--engine starts an engine, --endpoint judges a running one: give one of them")
     if args.endpoint and not args.model_dir:
         raise UsageError("--endpoint needs --model-dir DIR: the folder the server serves (the oracle reads it)")
+    if args.engine_option and not args.engine:
+        raise UsageError("--engine-option sets a keyword of an engine the tier starts: add --engine ENGINE")
     if args.model_dir and not (args.engine or args.endpoint):
         raise UsageError("--model-dir belongs to the engine tier: add --engine ENGINE or --endpoint URL")
     for folder in args.model_dir or []:

@@ -80,6 +80,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="engine tier: a checkpoint folder to judge on (repeatable; default: the kit's checkpoints)")
     group.addoption("--ir-engine-dtype", default="float32", choices=list(DTYPES),
                     help="engine tier: the dtype engines are started with (default float32)")
+    group.addoption("--ir-engine-option", action="append", default=None, metavar="KEY=VALUE",
+                    help="engine tier: a keyword of the engine's factory (llama.cpp: kv_cache_type=float16, threads=2; "
+                         "repeatable)")
     group.addoption("--ir-consistency-tolerance", default=None, type=float, metavar="NATS",
                     help="engine tier: self-consistency tolerance for an engine whose spread is not in the kit's table "
                          "(default: the measured one, else the oracle's)")

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
+from infer_ref.conformance.engines.factory_options import EngineOptionError, parse_engine_options
 from infer_ref.conformance.engines.protocol import (
     CAPABILITIES,
     EngineHandle,
@@ -120,7 +121,9 @@ class EngineTier:
     dtype: str
     endpoint_model_dir: Path | None = None  # the folder the endpoint serves
     consistency_given: float | None = None  # --ir-consistency-tolerance
-    factory: Callable[[Path, EngineOptions], EngineHandle] | None = None
+    engine_options: tuple[str, ...] = ()  # --ir-engine-option KEY=VALUE: the factory's own keywords
+    factory: Callable[..., EngineHandle] | None = None
+    factory_kwargs: dict[str, object] = field(default_factory=dict)  # engine_options, parsed and checked
     started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict)
     failed: dict[tuple[str, str], str] = field(default_factory=dict)
     refused: dict[tuple[str, str], str] = field(default_factory=dict)  # starts the engine declined (Unsupported)
@@ -135,6 +138,12 @@ class EngineTier:
     def __post_init__(self) -> None:
         if self.endpoint is None:
             self.factory = load_factory(self.engine or "infer_ref")
+            try:
+                self.factory_kwargs = parse_engine_options(self.engine_options, self.factory, self.engine or "infer_ref")
+            except EngineOptionError as e:
+                raise EngineStartError(str(e)) from None
+        elif self.engine_options:
+            raise EngineStartError("--engine-option sets an engine the tier starts; a running endpoint was started by you")
         registered = None if self.endpoint else (self.engine or "infer_ref")
         try:
             self.consistency = consistency_tolerance(registered if registered in ENGINES else None, self.dtype, self.consistency_given)
@@ -202,7 +211,7 @@ class EngineTier:
 
             return connect(self.endpoint, model_dir)
         assert self.factory is not None
-        return self.factory(model_dir, options_for(kind, self.dtype, self.capabilities))
+        return self.factory(model_dir, options_for(kind, self.dtype, self.capabilities), **self.factory_kwargs)
 
     def alone(self, model_dir: Path, request: EngineRequest) -> EngineOutput:
         """``request`` run alone on the plain engine (memoised): the self-consistency reference."""

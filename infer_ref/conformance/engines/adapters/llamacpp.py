@@ -24,7 +24,7 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     BridgedEngine,
     EngineNotInstalled,
 )
-from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.protocol import DTYPES, EngineOptions
 
 PYTHON_ENV = "INFER_REF_LLAMACPP_PYTHON"
 WORKER = WORKERS_DIR / "llamacpp_worker.py"
@@ -57,6 +57,7 @@ def start_llamacpp(
     kv_cache_type: str | None = None, threads: int = 1, start_timeout: float = 300.0, request_timeout: float = 300.0,
 ) -> BridgedEngine:  # fmt: skip
     """Convert ``model_dir`` with llama.cpp's converter and open it in ``llama_cpp.Llama`` in a worker."""
+    check_kv_cache_type(kv_cache_type)
     interpreter, converted = convert_for_llamacpp(model_dir, options, python=python, source=source, cache=cache)
     extra: dict[str, Any] = {"gguf": os.fspath(converted.path), "kv_cache_type": kv_cache_type or options.dtype,
                              "threads": threads}  # fmt: skip
@@ -70,6 +71,13 @@ def start_llamacpp(
     assert isinstance(engine, LlamaCppEngine)
     engine.converted = converted
     return engine
+
+
+def check_kv_cache_type(kv_cache_type: str | None) -> None:
+    """A K/V cache type must name a dtype (``--engine-option kv_cache_type=float16``); llama.cpp
+    itself refuses the ones it has no type for (float64)."""
+    if kv_cache_type is not None and kv_cache_type not in DTYPES:
+        raise ValueError(f"kv_cache_type {kv_cache_type!r}: expected one of {', '.join(DTYPES)} (None: the engine's dtype)")
 
 
 class LlamaCppEngine(BridgedEngine):

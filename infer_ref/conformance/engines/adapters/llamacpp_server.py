@@ -16,7 +16,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from infer_ref.conformance.engines.adapters.engine_venv import worker_env
-from infer_ref.conformance.engines.adapters.llamacpp import convert_for_llamacpp, not_installed_message
+from infer_ref.conformance.engines.adapters.llamacpp import (
+    check_kv_cache_type,
+    convert_for_llamacpp,
+    not_installed_message,
+)
 from infer_ref.conformance.engines.adapters.local_server import free_port, launch_server, serve_and_connect
 from infer_ref.conformance.engines.adapters.openai_engine import OpenAIEngine
 from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR
@@ -31,6 +35,7 @@ def start_llamacpp_server(
     kv_cache_type: str | None = None, threads: int = 1, start_timeout: float = 300.0, request_timeout: float = 600.0,
 ) -> OpenAIEngine:  # fmt: skip
     """An EngineFactory: ``llama_cpp.server`` on ``model_dir`` converted, behind the HTTP adapter."""
+    check_kv_cache_type(kv_cache_type)
     interpreter, converted = convert_for_llamacpp(model_dir, options, python=python, source=source, cache=cache)
     port = free_port()
     argv = [interpreter, os.fspath(SERVE_SCRIPT), os.fspath(converted.path), json.dumps(asdict(options)),

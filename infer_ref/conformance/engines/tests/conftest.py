@@ -3,6 +3,7 @@ folders (one test per folder), and capability skips (``@pytest.mark.ir_engine_re
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,6 +27,7 @@ def _tier(config: pytest.Config) -> EngineTier:
             dtype=config.getoption("--ir-engine-dtype"),
             endpoint_model_dir=Path(dirs[0]) if endpoint else None,
             consistency_given=config.getoption("--ir-consistency-tolerance"),
+            engine_options=tuple(config.getoption("--ir-engine-option") or ()),
         )
     return _TIER["tier"]
 
@@ -36,10 +38,21 @@ def pytest_configure(config: pytest.Config) -> None:
     if collector is not None:  # the report names the engine, not the in-process adapter
         engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
         report = collector.report
-        report.impl = f"--ir-endpoint={endpoint}" if endpoint else f"--ir-engine={engine or 'infer_ref'}"
+        report.impl = _selects(config)
         report.adapter, report.version = "engine tier:", engine or endpoint or "infer_ref"
         report.device, report.dtype = "the engine's", str(config.getoption("--ir-engine-dtype"))
         report.capabilities = {}
+
+
+def _selects(config: pytest.Config) -> str:
+    """The options a failure's repro command needs to run the same engine the same way."""
+    endpoint = config.getoption("--ir-endpoint")
+    parts = [f"--ir-endpoint={endpoint}" if endpoint else f"--ir-engine={config.getoption('--ir-engine') or 'infer_ref'}"]
+    parts += [f"--ir-model-dir={shlex.quote(str(d))}" for d in config.getoption("--ir-model-dir") or []]
+    if config.getoption("--ir-engine-dtype") != "float32":
+        parts.append(f"--ir-engine-dtype={config.getoption('--ir-engine-dtype')}")
+    parts += [f"--ir-engine-option={shlex.quote(o)}" for o in config.getoption("--ir-engine-option") or []]
+    return " ".join(parts)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -103,6 +116,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     if tier.first_name:
         collector.report.notes.append(f"engine: {tier.first_name}")  # read back by the engine matrix
+    if tier.factory_kwargs:
+        collector.report.notes.append("engine options: " + ", ".join(f"{k}={v!r}" for k, v in tier.factory_kwargs.items()))
     if tier.distances.comparisons:
         collector.report.notes.append(tier.distances.summary(agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"))
     if tier.spreads.comparisons:
