@@ -88,6 +88,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: the measured one, else the oracle's)")
 
 
+def engine_tier(config: pytest.Config) -> bool:
+    """Whether this run is the engine tier (an engine started or reached, not an adapter)."""
+    return bool(config.getoption("--ir-engine") or config.getoption("--ir-endpoint"))
+
+
 def worker_device(device: str, worker: str | None, count: int) -> str:
     """``cuda`` under xdist worker ``gwN`` -> ``cuda:(N mod count)``; explicit indices and CPUs unchanged."""
     if device != "cuda" or not worker or not worker.startswith("gw") or count < 1:
@@ -99,14 +104,15 @@ def impl_spec(config: pytest.Config) -> str:
     return config.getoption("--ir-impl") or os.environ.get(IMPL_ENV_VAR) or DEFAULT_IMPL
 
 
-def read_xfails(path: str | Path, device: str = "cpu") -> list[str]:
+def read_xfails(path: str | Path, device: str = "cpu", dtype: str | None = None) -> list[str]:
     """Test-id prefixes from an xfail file: blank lines and ``#`` comments ignored.
 
     An entry may end with conditions in brackets, all of which must hold for it to apply:
     ``[transformers<5.23]`` (an installed package's version: ``<``, ``<=``, ``==``, ``>=``, ``>``)
-    and ``[cuda]`` / ``[cpu]`` (the device under test). A behaviour a library fixed in a later
-    release, or one that only shows on a GPU, is then listed once and is never stale where it
-    does not apply.
+    and ``[cuda]`` / ``[cpu]`` (the device under test), and a dtype (``[float32]``: the dtype under
+    test, the engine's in the engine tier; with ``dtype`` None, as for results read back, a dtype
+    condition never holds). A behaviour a library fixed in a later release, one that only shows on
+    a GPU or only at one precision, is then listed once and is never stale where it does not apply.
     """
     entries = []
     for number, raw in enumerate(Path(path).read_text().splitlines(), start=1):
@@ -119,7 +125,7 @@ def read_xfails(path: str | Path, device: str = "cpu") -> list[str]:
         if tail is not None:
             conditions = re.findall(r"\[([^\[\]]*)\]", tail.group(0))
             line = line[: tail.start()].strip()
-            if not all(_condition_holds(c, device, f"{path}:{number}") for c in conditions):
+            if not all(_condition_holds(c, device, dtype, f"{path}:{number}") for c in conditions):
                 continue
         if line:
             entries.append(line)
@@ -129,7 +135,7 @@ def read_xfails(path: str | Path, device: str = "cpu") -> list[str]:
 _VERSION_CONDITION = re.compile(r"^([A-Za-z0-9_.-]+)\s*(<=|>=|==|<|>)\s*([0-9][0-9A-Za-z.+-]*)$")
 
 
-def _condition_holds(text: str, device: str, where: str) -> bool:
+def _condition_holds(text: str, device: str, dtype: str | None, where: str) -> bool:
     """One bracketed xfail condition (see :func:`read_xfails`); a malformed one is a usage error."""
     from importlib.metadata import PackageNotFoundError, version
 
@@ -138,9 +144,11 @@ def _condition_holds(text: str, device: str, where: str) -> bool:
     text = text.strip()
     if text in ("cuda", "cpu"):
         return device.split(":", 1)[0] == text
+    if text in DTYPES:
+        return dtype == text
     found = _VERSION_CONDITION.match(text)
     if found is None:
-        raise pytest.UsageError(f"{where}: condition [{text}] is neither [cuda], [cpu] nor [package<op>version]")
+        raise pytest.UsageError(f"{where}: condition [{text}] is neither [cuda], [cpu], a dtype ([float32]) nor [package<op>version]")
     package, op, wanted = found.groups()
     try:
         installed = Version(version(package))
@@ -196,7 +204,8 @@ def pytest_configure(config: pytest.Config) -> None:
         if not Path(xfail_file).is_file():
             raise pytest.UsageError(f"--ir-xfails {xfail_file}: no such file")
     if xfail_files:
-        _STATE["xfails"] = [entry for f in xfail_files for entry in read_xfails(f, device)]
+        dtype_under_test = config.getoption("--ir-engine-dtype" if engine_tier(config) else "--ir-dtype")
+        _STATE["xfails"] = [entry for f in xfail_files for entry in read_xfails(f, device, dtype_under_test)]
     set_run_context(impl=spec, device=config.getoption("--ir-device"), dtype=config.getoption("--ir-dtype"))
     set_strict_float64(bool(config.getoption("--ir-strict-float64")))
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) writes the report

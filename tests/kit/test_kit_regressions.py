@@ -154,9 +154,26 @@ def test_xfail_conditions_select_entries_by_package_version_and_device(tmp_path:
         "test_cache.py::test_d",
     ]
     bad = tmp_path / "bad.txt"
+    bad.write_text("test_cache.py::test_a [float31]\n")
+    with _pytest.raises(_pytest.UsageError, match=r"bad.txt:1: condition \[float31\] is neither \[cuda\], \[cpu\], a dtype"):
+        read_xfails(bad)
     bad.write_text("test_cache.py::test_a [transformers~5]\n")
     with _pytest.raises(_pytest.UsageError, match=r"bad.txt:1: condition \[transformers~5\]"):
         read_xfails(bad)
+
+
+def test_xfail_conditions_select_entries_by_the_dtype_under_test(tmp_path: Path) -> None:
+    """An entry seen only at one precision (a self-consistency spread that a float16 tolerance
+    covers) applies at that dtype alone; read back without a dtype, as for stored results, a
+    dtype condition does not hold."""
+    from infer_ref.conformance.plugin import read_xfails
+
+    f = tmp_path / "xfails.txt"
+    f.write_text("test_a [float32]\ntest_b [float16] [cpu]\ntest_c\n")
+    assert read_xfails(f, "cpu", "float32") == ["test_a", "test_c"]
+    assert read_xfails(f, "cpu", "float16") == ["test_b", "test_c"]
+    assert read_xfails(f, "cuda:0", "float16") == ["test_c"]
+    assert read_xfails(f, "cpu") == ["test_c"]
 
 
 def test_failures_after_a_cuda_device_side_assert_are_labelled_as_its_consequence(tmp_path: Path) -> None:

@@ -112,6 +112,6 @@ def load_result(engine: str, junit: Path, report: Path | None = None, version: s
 
         if not xfails.is_file():
             raise UsageError(f"--xfails {engine}={xfails}: no such file")
-        result.cases = apply_xfails(cases, read_xfails(xfails))
+        result.cases = apply_xfails(cases, read_xfails(xfails, dtype=dtype))
         result.remarks.append(f"run without an xfails file; failures listed in `{xfails.name}` counted as expected")
     return result
