@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,8 +44,18 @@ def start_llamacpp_server(
     server = launch_server(argv, port, label="llama.cpp server", env=worker_env(), start_timeout=start_timeout,
                            not_installed=lambda reason: not_installed_message(interpreter, reason))  # fmt: skip
     engine = serve_and_connect(server, Path(model_dir), options, request_timeout=request_timeout)
-    engine.name = f"llama_cpp.server (at {engine.client.endpoint})"  # it names itself by no version
+    engine.name = f"llama_cpp.server ({_installed(interpreter)}, on 127.0.0.1)"  # the server names no version
     return engine
+
+
+def _installed(interpreter: str) -> str:
+    """``llama-cpp-python X`` as installed beside ``interpreter`` (its package metadata, no import)."""
+    query = "import importlib.metadata as m; print(m.version('llama_cpp_python'))"
+    try:
+        found = subprocess.run([interpreter, "-c", query], capture_output=True, text=True, timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return "llama-cpp-python, version unknown"
+    return f"llama-cpp-python {found.stdout.strip()}"
 
 
 # The server serves one sequence at a time (no batch, no KV pool) and always reuses the previous
