@@ -12,7 +12,11 @@ from infer_ref.cli.conformance import check_engine_args, pytest_args
 from infer_ref.cli.main import build_parser
 from infer_ref.cli.options import UsageError
 from infer_ref.conformance.engines.adapters.llamacpp import start_llamacpp
-from infer_ref.conformance.engines.factory_options import EngineOptionError, factory_keywords, parse_engine_options
+from infer_ref.conformance.engines.factory_options import (
+    EngineOptionError,
+    factory_keywords,
+    parse_engine_options,
+)
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions
 from infer_ref.conformance.engines.session import EngineStartError, EngineTier
 
