@@ -14,7 +14,7 @@ from infer_ref.conformance.engines.matrix.families import family_of
 from infer_ref.conformance.engines.matrix.grid import build_grid
 from infer_ref.conformance.engines.matrix.main import main
 from infer_ref.conformance.engines.matrix.results import load_result
-from infer_ref.conformance.engines.matrix.run import run_engines, tier_command
+from infer_ref.conformance.engines.matrix.tier_runs import run_engines, tier_command
 
 PKG = "infer_ref.conformance.engines.tests"
 

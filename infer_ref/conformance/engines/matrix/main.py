@@ -21,8 +21,8 @@ from pathlib import Path
 from infer_ref.conformance.engines.matrix.grid import build_grid
 from infer_ref.conformance.engines.matrix.markdown import checkpoint_table, matrix_markdown
 from infer_ref.conformance.engines.matrix.results import EngineResult, load_result, read_junit
-from infer_ref.conformance.engines.matrix.run import RUNS, check_engines, run_engines
 from infer_ref.conformance.engines.matrix.svg import matrix_svg
+from infer_ref.conformance.engines.matrix.tier_runs import RUNS, check_engines, run_engines
 from infer_ref.errors import UsageError
 
 
