@@ -4,6 +4,7 @@ reuse switched off and on, EOS and stop strings, and the server's own limits."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -80,9 +81,12 @@ def test_a_seed_repeats_and_eos_ends_a_request(whole: BridgedEngine, answers: li
     assert done.token_ids[-1] == EOS and done.finish_reason == "stop" and EOS not in done.token_ids[:-1]
 
 
-def test_chunked_evaluation_matches_whole(llamacpp_interpreter: str, answers: list[EngineOutput]) -> None:
+@pytest.mark.parametrize("chunk", [1, 7, 16])
+def test_chunked_evaluation_matches_whole(llamacpp_interpreter: str, answers: list[EngineOutput], chunk: int) -> None:
+    # Llama.eval in slices of n_batch = n_ubatch = chunk tokens: 1 is every prompt token decoded
+    # alone, 7 divides none of the prompts (41, 5, 32 tokens), 16 divides one.
     chunked = start_llamacpp(MODEL_DIR, EngineOptions(dtype="float32", prefix_caching=False, max_model_len=256,
-                                                      max_num_batched_tokens=16), python=llamacpp_interpreter)  # fmt: skip
+                                                      max_num_batched_tokens=chunk), python=llamacpp_interpreter)  # fmt: skip
     try:
         outputs = chunked.generate(REQUESTS[:3])
     finally:
@@ -122,6 +126,8 @@ def test_the_server_judges_prompts_whose_text_round_trips(llamacpp_interpreter: 
     random_ids = EngineRequest(prompt=prompt(9, 2), max_tokens=3, logprobs=2)
     server = start_llamacpp_server(MODEL_DIR, EngineOptions(dtype="float32", max_model_len=256), python=llamacpp_interpreter)
     try:
+        assert re.fullmatch(r"llama_cpp.server \(llama-cpp-python \d+\.\d+\.\d+, on 127.0.0.1\)", server.name)
+        assert server.takes_text_prompts
         [served] = server.generate([canonical])
         with pytest.raises(Unsupported, match=r"does not tokenize back to its ids: the request's \[433, 2, 9,"):
             server.generate([random_ids])
