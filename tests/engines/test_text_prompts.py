@@ -102,12 +102,13 @@ def test_draw_refuses_a_start_that_does_not_round_trip_and_a_length_shorter_than
 
 
 CALLS: list[tuple[int, ...]] = []  # the prompts the fake engine ran, in order
+RESETS: list[int] = []  # how many prompts it had run at each prefix-cache reset
 
 
 class FakeTextEngine:
     """A text-only engine whose answers to some prompts cannot be read back (it raises Unsupported)."""
 
-    capabilities = frozenset({"seed"})
+    capabilities = frozenset({"seed", "reset_prefix_cache"})
     takes_text_prompts = True
     def __init__(self, unreadable: frozenset[tuple[int, ...]]) -> None:
         self.name, self.unreadable = "fake text engine", unreadable
@@ -121,7 +122,8 @@ class FakeTextEngine:
             out.append(EngineOutput((7,), "x", (), "length"))
         return out
 
-    def reset_prefix_cache(self) -> None: ...
+    def reset_prefix_cache(self) -> None:
+        RESETS.append(len(CALLS))
 
     def stop(self) -> None: ...
 
@@ -142,11 +144,13 @@ def ids_factory(model_dir: Path, options: EngineOptions) -> EngineHandle:
 
 def test_judgeable_leaves_out_only_the_unreadable_requests_and_notes_why(tmp_path: Path) -> None:
     CALLS.clear()
+    RESETS.clear()
     tier = EngineTier(engine=f"{__name__}:text_factory", endpoint=None, dtype="float32")
     requests = [EngineRequest((1, 2), 3), EngineRequest((3, 4), 3), EngineRequest((5,), 3)]
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert CALLS == [(1, 2), (3, 4), (5,)]  # each request run once, then remembered
+    assert RESETS == [3]  # after the first look only: the test's own first pass meets a cold cache
     assert list(tier.left_out.values()) == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
     assert tier.left_out_summary().endswith("ids: 1 of 3 (1× Unsupported: the answer to (1, 2) holds a token text several tokens render to)")
     with pytest.raises(Unsupported, match=r"none of the 1 requests has an answer .* \(Unsupported: the answer to \(1, 2\)"):
