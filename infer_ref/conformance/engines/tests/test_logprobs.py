@@ -46,12 +46,18 @@ def test_top_logprobs_count_order_and_chosen(model_dir: Path, tier: EngineTier, 
 
 @pytest.mark.ir_engine_requires("prompt_logprobs")
 def test_prompt_logprobs_aligned(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
-    """One entry per prompt position: None at position 0, then entry i is prompt token i's.
+    """One entry per prompt position: None at position 0, then entry i is prompt token i's. The
+    prompts run on a cold prefix cache where the engine can empty it (earlier tests ran them: what a
+    hit does to prompt logprobs is judged by the warm pass of ``test_prompt_logprobs_agree_with_oracle``,
+    and without the reset this verdict would depend on which tests ran before).
 
     Guards: *logprobs shifted by one position*."""
     requests = tier.judgeable(model_dir, [EngineRequest(p, 2, prompt_logprobs=3) for p in boundary_prompts(tier.facts(model_dir))[:3]])
     prompts = [r.prompt for r in requests]
-    outputs = run(started(model_dir), requests)
+    handle = started(model_dir)
+    if "reset_prefix_cache" in tier.capabilities:
+        handle.reset_prefix_cache()
+    outputs = run(handle, requests)
     for i, (prompt, out) in enumerate(zip(prompts, outputs, strict=True)):
         lp = out.prompt_logprobs
         assert lp is not None and len(lp) == len(prompt), f"request {i}: {None if lp is None else len(lp)} entries for {len(prompt)} prompt tokens"
