@@ -160,6 +160,10 @@ def test_run_mode_runs_each_tier_with_its_xfails_then_draws(tmp_path: Path, monk
     assert f"--junitxml={tmp_path / 'infer_ref.xml'}" in command
     vllm = tier_command("vllm", tmp_path)
     assert Path(vllm[vllm.index("--xfails") + 1]).name == "vllm-cpu.txt" and Path(vllm[vllm.index("--xfails") + 1]).is_file()
+    # a column of another dtype runs the same engine at that dtype, its results under the column's name
+    half = tier_command("llama.cpp-float16", tmp_path)
+    assert half[half.index("--engine") + 1] == "llama.cpp" and half[half.index("--dtype") + 1] == "float16"
+    assert half[half.index("--report") + 1] == str(tmp_path / "llama.cpp-float16.json") and "--dtype" not in vllm
 
 
 @pytest.mark.parametrize(("argv", "expected"), [

