@@ -138,3 +138,13 @@ def _worker_capabilities() -> tuple[str, ...]:
     value = namespace["CAPABILITIES"]
     assert isinstance(value, tuple)
     return value
+
+
+def test_installed_version_reads_the_interpreters_metadata_and_none_where_absent() -> None:
+    import importlib.metadata
+    import sys
+
+    from infer_ref.conformance.engines.adapters.engine_venv import installed_version
+
+    assert installed_version(sys.executable, "pytest") == importlib.metadata.version("pytest")
+    assert installed_version(sys.executable, "no-such-package-xyz") is None

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infer_ref.conformance.engines.adapters.conversion_cache import cache_dir, content_digest
+from infer_ref.conformance.engines.adapters.engine_venv import installed_version
 from infer_ref.conformance.engines.adapters.subprocess_bridge import EngineNotInstalled, EngineWorkerError
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import DataError
@@ -50,18 +51,17 @@ def converter_path(python: str) -> Path:
 def ctranslate2_version(python: str, env: dict[str, str], not_installed: str) -> str:
     """The ctranslate2 version ``python`` imports; :class:`EngineNotInstalled` (``not_installed``
     completed with the reason) when it has none or the converter is not beside it."""
-    probe = "import importlib.metadata as m; print(m.version('ctranslate2'))"
     try:
-        done = subprocess.run([python, "-c", probe], capture_output=True, text=True, env=env, timeout=120, check=False)
+        version = installed_version(python, "ctranslate2", env, timeout=120)
     except OSError as err:
         raise EngineNotInstalled(not_installed.format(reason=f"cannot run it ({err.strerror or err})")) from None
     except subprocess.TimeoutExpired:
         raise EngineNotInstalled(not_installed.format(reason="it did not answer within 120 s")) from None
-    if done.returncode != 0:
+    if version is None:
         raise EngineNotInstalled(not_installed.format(reason="it has no ctranslate2 package"))
     if not converter_path(python).is_file():
         raise EngineNotInstalled(not_installed.format(reason=f"no {CONVERTER} beside it ({converter_path(python)})"))
-    return done.stdout.strip()
+    return version
 
 
 def convert(model_dir: Path, dtype: str, *, python: str, version: str, env: dict[str, str],

@@ -8,6 +8,7 @@ subprocess bridge or as a server the kit launches.
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -17,6 +18,16 @@ from infer_ref.errors import DataError
 def engine_python(python: str | os.PathLike[str] | None, env_var: str) -> str:
     """The engine's interpreter: ``python``, else ``$env_var``, else this one."""
     return os.fspath(python) if python is not None else os.environ.get(env_var) or sys.executable
+
+
+def installed_version(python: str, package: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> str | None:
+    """``package``'s version as ``python`` sees it (its metadata: nothing is imported, which takes
+    seconds for an engine), or None where it is not installed. ``OSError`` and
+    ``subprocess.TimeoutExpired`` reach the caller, whose message names the engine."""
+    probe = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
+    done = subprocess.run([python, "-c", probe, package], capture_output=True, text=True, env=env, timeout=timeout,
+                          check=False)  # fmt: skip
+    return done.stdout.strip() if done.returncode == 0 else None
 
 
 def worker_env() -> dict[str, str]:

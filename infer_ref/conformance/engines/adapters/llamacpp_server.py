@@ -16,7 +16,7 @@ import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.engine_venv import worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import installed_version, worker_env
 from infer_ref.conformance.engines.adapters.llamacpp import (
     check_kv_cache_type,
     convert_for_llamacpp,
@@ -50,12 +50,11 @@ def start_llamacpp_server(
 
 def _installed(interpreter: str) -> str:
     """``llama-cpp-python X`` as installed beside ``interpreter`` (its package metadata, no import)."""
-    query = "import importlib.metadata as m; print(m.version('llama_cpp_python'))"
     try:
-        found = subprocess.run([interpreter, "-c", query], capture_output=True, text=True, timeout=60, check=True)
-    except (OSError, subprocess.SubprocessError):
-        return "llama-cpp-python, version unknown"
-    return f"llama-cpp-python {found.stdout.strip()}"
+        version = installed_version(interpreter, "llama_cpp_python", worker_env())
+    except (OSError, subprocess.TimeoutExpired):
+        version = None
+    return f"llama-cpp-python {version}" if version else "llama-cpp-python, version unknown"
 
 
 # The server serves one sequence at a time (no batch, no KV pool) and always reuses the previous

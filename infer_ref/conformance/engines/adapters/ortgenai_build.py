@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from infer_ref.conformance.engines.adapters import conversion_cache
+from infer_ref.conformance.engines.adapters.engine_venv import installed_version
 from infer_ref.conformance.engines.adapters.subprocess_bridge import EngineNotInstalled, EngineWorkerError
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import DataError
@@ -49,14 +50,13 @@ class Built:
 
 def builder_version(python: str, env: dict[str, str]) -> str:
     """onnxruntime-genai's version in ``python``'s environment (without importing it: that takes seconds)."""
-    probe = "import importlib.metadata as m; print(m.version('onnxruntime-genai'))"
     try:
-        found = subprocess.run([python, "-c", probe], capture_output=True, text=True, env=env, timeout=60, check=False)
+        version = installed_version(python, "onnxruntime-genai", env)
     except (OSError, subprocess.TimeoutExpired) as err:
         raise EngineWorkerError(f"ONNX Runtime GenAI's builder: cannot run {python}: {err}") from None
-    if found.returncode != 0:
+    if version is None:
         raise EngineNotInstalled(f"onnxruntime-genai is not installed in {python}")
-    return found.stdout.strip()
+    return version
 
 
 def content_digest(model_dir: Path, precision: str, version: str) -> str:
