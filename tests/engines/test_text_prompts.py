@@ -151,7 +151,7 @@ def test_judgeable_leaves_out_only_the_unreadable_requests_and_notes_why(tmp_pat
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert CALLS == [(1, 2), (3, 4), (5,)]  # each request run once, then remembered
     assert RESETS == [3]  # after the first look only: the test's own first pass meets a cold cache
-    assert list(tier.left_out.values()) == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
+    assert tier.left_out == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
     assert tier.left_out_summary().endswith("ids: 1 of 3 (1× Unsupported: the answer to (1, 2) holds a token text several tokens render to)")
     with pytest.raises(Unsupported, match=r"none of the 1 requests has an answer .* \(Unsupported: the answer to \(1, 2\)"):
         tier.judgeable(tmp_path, [requests[0]])

@@ -132,8 +132,8 @@ class EngineTier:
     distances: SpreadLog = field(default_factory=lambda: SpreadLog("from the oracle"))  # agreement
     consistency: ConsistencyTolerance = field(init=False)
     first_name: str | None = None  # the first started engine's name for itself (its version): the report notes it
-    left_out: dict[str, str] = field(default_factory=dict)  # "checkpoint: request" -> why its answer cannot be read back
-    unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)  # judgeable's memo
+    # judgeable's memo: (checkpoint, request) -> why its answer cannot be read back, None where it can
+    unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.endpoint is None:
@@ -249,7 +249,6 @@ class EngineTier:
                 kept.append(request)
             else:
                 reasons.append(why)
-                self.left_out[f"{model_dir.name}: {len(request.prompt)}-token prompt {request.prompt[:6]}..."] = why
         if ran and "reset_prefix_cache" in handle.capabilities:
             handle.reset_prefix_cache()  # the test's first pass meets the cache cold, as it would have
         if not kept:
@@ -257,10 +256,15 @@ class EngineTier:
             raise Unsupported(f"none of the {len(requests)} requests has an answer {self.name} shows exactly ({first})")
         return kept
 
+    @property
+    def left_out(self) -> list[str]:
+        """Why each request judgeable left out could not be read back (one entry per request)."""
+        return [why for why in self.unreadable.values() if why is not None]
+
     def left_out_summary(self) -> str:
         """One note: how many requests were left out as unreadable, of how many, and why (each
         reason counted, with its server address and folder elided)."""
-        kinds = Counter(re.sub(r"\S*/\S*", "…", why) for why in self.left_out.values())
+        kinds = Counter(re.sub(r"\S*/\S*", "…", why) for why in self.left_out)
         listed = "; ".join(f"{count}× {why[:160]}" for why, count in kinds.most_common(4))
         return (f"requests left out because {self.name}'s answer cannot be read back as token ids: "
                 f"{len(self.left_out)} of {len(self.unreadable)} ({listed})")  # fmt: skip
