@@ -15,6 +15,7 @@ Gemma 3 multimodal checkpoints (``model_type: gemma3``) load their text decoder 
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -162,8 +163,34 @@ def _stack_packed(state: dict[str, Tensor], model: nn.Module) -> dict[str, Tenso
 
 def build_on_meta(config: ModelConfig) -> DecoderLM:
     """Construct without allocating or initialising weights (they are about to be loaded)."""
-    with torch.device("meta"):
+    with torch.device("meta"), _initialisers_skipped():
         return model_class(config)(config)
+
+
+# The initialisers that nn.Linear and nn.Embedding call from their constructors.
+_INITIALISERS = ("normal_", "uniform_", "kaiming_uniform_")
+
+
+@contextlib.contextmanager
+def _initialisers_skipped() -> Iterator[None]:
+    """``nn.init``'s random initialisers as no-ops while a model is built on meta.
+
+    Initialising a meta tensor computes nothing, but torch's meta kernel for the random ones
+    imports ``torch._dynamo`` on first use: 1.5 s of every process that loads a model (the CLI, each
+    test worker) for values no one reads. Not thread-safe: ``nn.init`` is patched module-wide.
+    """
+    saved = {name: getattr(nn.init, name) for name in _INITIALISERS}
+    for name in _INITIALISERS:
+        setattr(nn.init, name, _leave_as_is)
+    try:
+        yield
+    finally:
+        for name, fn in saved.items():
+            setattr(nn.init, name, fn)
+
+
+def _leave_as_is(tensor: Tensor, *args: object, **kwargs: object) -> Tensor:
+    return tensor
 
 
 def read_safetensors(folder: Path) -> dict[str, Tensor]:

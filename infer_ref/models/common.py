@@ -69,8 +69,10 @@ NormFactory = Callable[[int, float], nn.Module]
 
 def rope_inv_freq(head_dim: int, rope: RopeConfig, dtype: torch.dtype = torch.float32) -> Tensor:
     """Inverse frequencies ``[D/2]`` computed in ``dtype`` (fp32, as transformers; float64 for the
-    float64 model), with linear or llama3 scaling applied."""
-    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64).to(dtype) / head_dim
+    float64 model), with linear or llama3 scaling applied. Always on the CPU (a model built on meta
+    computes them there: arithmetic on meta tensors imports ``torch._dynamo``, 1.5 s); callers move
+    the result where the model lives."""
+    exponents = torch.arange(0, head_dim, 2, dtype=torch.int64, device="cpu").to(dtype) / head_dim
     inv_freq = 1.0 / (rope.theta**exponents)
     if rope.rope_type == "linear":
         return inv_freq / rope.factor
@@ -104,8 +106,9 @@ class RotaryEmbedding(nn.Module):
         super().__init__()
         self.head_dim = head_dim
         self.rope = rope
-        self.register_buffer("inv_freq", rope_inv_freq(head_dim, rope), persistent=False)
-        self.register_buffer("inv_freq64", rope_inv_freq(head_dim, rope, torch.float64), persistent=False)
+        here = torch.get_default_device()  # meta while the loader builds the model
+        self.register_buffer("inv_freq", rope_inv_freq(head_dim, rope).to(here), persistent=False)
+        self.register_buffer("inv_freq64", rope_inv_freq(head_dim, rope, torch.float64).to(here), persistent=False)
 
     def reset_buffers(self, device: torch.device | str) -> None:
         """Recompute ``inv_freq`` and ``inv_freq64`` from ``self.rope`` (after a meta-device
