@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import random
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.cache.dynamic import DynamicKVCache
+from infer_ref.cache.kinds import CACHE_KINDS, DEFAULT_BLOCK_SIZE, CacheKind
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.cache.static import StaticKVCache
 from infer_ref.cache.static_paged import StaticPagedKVCache
@@ -16,9 +17,7 @@ from infer_ref.cache.static_paged import StaticPagedKVCache
 if TYPE_CHECKING:
     from infer_ref.config import ModelConfig
 
-CacheKind = Literal["contiguous", "static", "dynamic", "paged", "static-paged"]
-CACHE_KINDS: tuple[str, ...] = get_args(CacheKind)
-DEFAULT_BLOCK_SIZE = 16
+__all__ = ["CACHE_KINDS", "DEFAULT_BLOCK_SIZE", "CacheKind", "build_cache"]
 
 
 def build_cache(

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from infer_ref.cli.options import DTYPES, UsageError
+from infer_ref.cli.options import DTYPES, UsageError, check_output_paths
+from infer_ref.conformance.engines.names import ENGINES, known_engine
 
 PLUGIN = "infer_ref.conformance.plugin"
 DEFAULT_IMPL = "infer_ref.conformance.adapters.reference:INFER_REF"
@@ -112,10 +113,24 @@ def check_engine_args(args: argparse.Namespace) -> None:
         raise UsageError("--impl judges an in-process adapter; the engine tier takes --engine or --endpoint instead")
 
 
+def check_names_and_files(args: argparse.Namespace) -> None:
+    """Refuse what pytest would only refuse after collecting: an unknown engine, an adapter that is
+    not ``module:OBJECT``, a missing xfails file, a report path that cannot be written."""
+    if args.engine and not known_engine(args.engine):
+        raise UsageError(f"--engine {args.engine!r}: expected one of {', '.join(ENGINES)} or module:FACTORY")
+    if ":" not in args.impl:
+        raise UsageError(f"--impl {args.impl!r}: expected module:OBJECT (an Adapter), e.g. {DEFAULT_IMPL}")
+    for path in args.xfails or []:
+        if not Path(path).is_file():
+            raise FileNotFoundError(f"--xfails {path}: no such file (expected one test-id prefix per line)")
+    check_output_paths(args.report)
+
+
 def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
+    check_names_and_files(args)
+    check_engine_args(args)
     import pytest
 
-    check_engine_args(args)
     if args.numprocesses and importlib.util.find_spec("xdist") is None:
         raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")
     return int(pytest.main(pytest_args(args, extra)))

@@ -10,11 +10,9 @@ import argparse
 import json
 import statistics
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from infer_ref.cache.factory import CACHE_KINDS
+from infer_ref.cache.kinds import CACHE_KINDS
 from infer_ref.cli.generate_engine import (
     add_engine_arguments,
     collect_prompts,
@@ -32,8 +30,9 @@ from infer_ref.cli.options import (
     resolve_model,
     run_labels,
 )
-from infer_ref.devices import model_placement
-from infer_ref.engine.generate import GenerationResult
+
+if TYPE_CHECKING:  # the library and torch load when the command runs, not to parse its arguments
+    from infer_ref.engine.generate import GenerationResult
 
 DEFAULT_PROMPT = "Count to ten."
 
@@ -82,13 +81,13 @@ def add_generate_command(commands: argparse._SubParsersAction) -> None:
 
 
 def _generate(args: argparse.Namespace) -> int:
+    # Several prompts or a shared system prompt, and the model's name: checked before anything is imported.
+    engine_texts = collect_prompts(args) if wants_engine(args) else None
+    folder = resolve_model(args.model)
     from infer_ref.engine import SamplingParams
     from infer_ref.loader import checkpoint_bytes, load_model
     from infer_ref.tokenizer import Tokenizer
 
-    # Several prompts or a shared system prompt: checked before anything is loaded.
-    engine_texts = collect_prompts(args) if wants_engine(args) else None
-    folder = resolve_model(args.model)
     device = resolve_device(args.device)
     dtype = default_dtype(args.dtype, device)
     if args.threads is not None and args.threads < 1:
@@ -144,6 +143,8 @@ def _set_threads(threads: int | None, model: Any) -> None:
         params = sum(p.numel() for p in model.parameters())
         threads = 1 if params < SINGLE_THREAD_BELOW_PARAMS else None
     if threads is not None:
+        import torch
+
         torch.set_num_threads(threads)
 
 
@@ -161,6 +162,8 @@ def _decode_mode(args: argparse.Namespace, model: Any, needed: int) -> Any:
         return "fast" if args.fast else "eager"
     if not args.fast:
         raise UsageError("--compile compiles the fast decode step: add --fast")
+    from infer_ref.devices import model_placement
+
     device, _ = model_placement(model)
     if device.type != "cuda":
         raise UsageError(f"--compile needs a CUDA device (the compiled step is captured in a CUDA graph), got {device}")

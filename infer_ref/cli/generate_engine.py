@@ -11,12 +11,14 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from infer_ref.cli.options import UsageError, run_labels
-from infer_ref.engine.engine import Engine, EngineResult, EngineStats
+
+if TYPE_CHECKING:  # the engine and torch load when the command runs, not to parse its arguments
+    import torch
+
+    from infer_ref.engine.engine import Engine, EngineResult, EngineStats
 
 
 class EngineUsageError(UsageError):
@@ -88,6 +90,8 @@ def run_engine(args: argparse.Namespace, model: Any, tokenizer: Any, config: Any
     for name in ("block_size", "max_batch"):
         if getattr(args, name) < 1:
             raise EngineUsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
+    from infer_ref.engine.engine import Engine
+
     num_blocks = args.num_blocks or default_num_blocks(prompt_ids, params.max_new_tokens, args.block_size)
     try:
         engine = Engine(model, tokenizer, num_blocks=num_blocks, block_size=args.block_size,

@@ -9,21 +9,37 @@ shows its traceback; a closed output pipe ends the command quietly.
 
 Each command module adds its parser and sets ``run`` (the function to call), ``prog`` (the name
 its errors are reported under) and, for a command that hands unknown options on, ``pass_through``.
+
+Only the command named on the line gets its whole parser (its module imported); the others are
+listed by name and help, so ``infer-ref --help`` and a usage error answer before torch or any
+command's library is imported.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
 from collections.abc import Sequence
 
-from infer_ref.cli.conformance import add_conformance_command
-from infer_ref.cli.generate import add_generate_command
-from infer_ref.cli.golden import add_golden_commands
 from infer_ref.cli.options import EXIT_USAGE, run_command
+
+# name -> (help, "module:function that adds the command's parser")
+COMMANDS = {
+    "generate": ("generate text from a prompt", "infer_ref.cli.generate:add_generate_command"),
+    "golden": ("write golden token files from transformers, verify implementations against them",
+               "infer_ref.cli.golden:add_golden_commands"),
+    "conformance": ("run the conformance tests against an implementation or an engine",
+                    "infer_ref.cli.conformance:add_conformance_command"),
+}
+DESCRIPTION = ("infer_ref's command line: generate with a reference model (the embedded llama-tiny by default), "
+               "write and verify golden token files, and judge an implementation or an engine with the conformance "
+               "suite. `infer-ref COMMAND --help` describes each command.")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_named(argv))
     args, extra = parser.parse_known_args(argv)
     pass_through = getattr(args, "pass_through", False)  # conformance: unknown options go to pytest
     if extra and not pass_through:
@@ -36,10 +52,24 @@ def main(argv: Sequence[str] | None = None) -> int:
     return run_command(lambda: int(args.run(args)), args.prog)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="infer-ref", description="The ``infer-ref`` command.")
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``infer-ref`` parser; ``command`` (or every command, when None) gets its whole parser."""
+    parser = argparse.ArgumentParser(prog="infer-ref", description=DESCRIPTION)
     commands = parser.add_subparsers(title="commands")
-    add_generate_command(commands)
-    add_golden_commands(commands)
-    add_conformance_command(commands)
+    for name, (help_text, target) in COMMANDS.items():
+        if command is None or name == command:
+            module, _, function = target.partition(":")
+            getattr(importlib.import_module(module), function)(commands)
+        else:
+            commands.add_parser(name, help=help_text)
     return parser
+
+
+def _command_named(argv: Sequence[str]) -> str:
+    """The command this line runs: its first word that is a command's name ('' when none is)."""
+    for word in argv:
+        if word in COMMANDS:
+            return word
+        if not word.startswith("-"):
+            break
+    return ""

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-
-from infer_ref.devices import resolve_device
 from infer_ref.errors import EXIT_USAGE, UsageError, run_reporting_user_errors
+
+if TYPE_CHECKING:  # torch is imported when a command runs, never to parse or refuse its arguments
+    import torch
 
 __all__ = [
     "DEFAULT_MODEL", "DTYPES", "EXIT_USAGE", "FIXTURES", "UsageError", "check_output_paths", "default_dtype",
@@ -24,8 +24,8 @@ __all__ = [
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
 DEFAULT_MODEL = "llama-tiny"
-# Model / attention dtypes by their command-line names (the order ``conformance --help`` lists them in).
-DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+# Model / attention dtypes by their command-line names, which are torch's (the order ``conformance --help`` lists them in).
+DTYPES = ("float64", "float32", "bfloat16", "float16")
 
 
 def run_command(call: Callable[[], int], prog: str) -> int:
@@ -35,9 +35,21 @@ def run_command(call: Callable[[], int], prog: str) -> int:
 
 def default_dtype(name: str | None, device: torch.device) -> torch.dtype:
     """``--dtype``, or bfloat16 on CUDA and float32 on the CPU when it is not given."""
+    import torch
+
     if name is not None:
-        return DTYPES[name]
+        if name not in DTYPES:
+            raise UsageError(f"unknown dtype {name!r}: expected one of {', '.join(DTYPES)}")
+        dtype: torch.dtype = getattr(torch, name)
+        return dtype
     return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def resolve_device(name: str | None) -> torch.device:
+    """``--device`` checked and resolved (:func:`infer_ref.devices.resolve_device`; imports torch)."""
+    from infer_ref.devices import resolve_device as resolve
+
+    return resolve(name)
 
 
 def resolve_model(name: str) -> Path:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
 from infer_ref.conformance.engines.factory_options import EngineOptionError, parse_engine_options
+from infer_ref.conformance.engines.names import ENGINES, known_engine
 from infer_ref.conformance.engines.protocol import (
     CAPABILITIES,
     EngineHandle,
@@ -35,18 +36,6 @@ from infer_ref.conformance.engines.workload import BLOCK_SIZE, ModelFacts, model
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import UsageError
 
-ENGINES = {
-    "infer_ref": "infer_ref.conformance.engines.adapters.infer_ref_engine:start_infer_ref",
-    "transformers": "infer_ref.conformance.engines.adapters.transformers_generate:start_transformers",
-    "transformers-cb": "infer_ref.conformance.engines.adapters.transformers_batch:start_transformers_batch",
-    "vllm": "infer_ref.conformance.engines.adapters.vllm:start_vllm",
-    "vllm-server": "infer_ref.conformance.engines.adapters.vllm_server:start_vllm_server",
-    "llama.cpp": "infer_ref.conformance.engines.adapters.llamacpp:start_llamacpp",
-    "llama.cpp-server": "infer_ref.conformance.engines.adapters.llamacpp_server:start_llamacpp_server",
-    "ctranslate2": "infer_ref.conformance.engines.adapters.ct2:start_ct2",
-    "onnxruntime-genai": "infer_ref.conformance.engines.adapters.ortgenai:start_ortgenai",
-    "openvino": "infer_ref.conformance.engines.adapters.openvino:start_openvino",
-}
 CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
 KV_BUDGET_BLOCKS = 10  # fits the longest request (97 + 16 tokens: 4 blocks), not a batch of them
@@ -78,10 +67,9 @@ def engine_checkpoints_root() -> Path:
 
 def load_factory(spec: str) -> Callable[[Path, EngineOptions], EngineHandle]:
     """``vllm`` / ``infer_ref`` / ``transformers``, or ``module:FACTORY`` for a user's own engine."""
-    target = ENGINES.get(spec, spec)
-    if ":" not in target:
+    if not known_engine(spec):
         raise EngineStartError(f"--engine {spec!r}: expected one of {', '.join(ENGINES)} or module:FACTORY")
-    module_name, _, attr = target.partition(":")
+    module_name, _, attr = ENGINES.get(spec, spec).partition(":")
     try:
         module = importlib.import_module(module_name)
     except ImportError as e:

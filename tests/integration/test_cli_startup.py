@@ -1,0 +1,72 @@
+"""What the ``infer-ref`` command imports before it answers: ``--help`` and every usage error come
+back before torch, pytest or a model is touched, and ``generate`` never imports the test stack.
+
+Each case runs the command's ``main`` in a fresh interpreter and prints the heavy modules it
+imported: a module list, not a timing, so the check is the same on a loaded machine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HEAVY = ("torch", "transformers", "pytest", "hypothesis", "torch._dynamo")
+
+PROBE = """
+import contextlib, io, json, sys
+from infer_ref.cli import main
+err = io.StringIO()
+with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as exit:
+        code = exit.code
+heavy = [m for m in %r if m in sys.modules]
+print(json.dumps({"code": code, "stderr": err.getvalue(), "heavy": heavy}))
+""" % (HEAVY,)
+
+
+def _imports(*args: str, cwd: Path = ROOT) -> dict[str, object]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INFER_REF_MODELS": ""}
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--help"], 0, ""),
+        (["generate", "--help"], 0, ""),
+        (["conformance", "--help"], 0, ""),
+        (["generate", "--dtype", "float8"], 2, "invalid choice: 'float8'"),
+        (["generate", "--model", "no-such-model"], 2, "no-such-model"),
+        (["generate", "--cache", "ring"], 2, "invalid choice: 'ring'"),
+        (["conformance", "--engine", "vlm"], 2, "--engine 'vlm': expected one of infer_ref, transformers"),
+        (["conformance", "--impl", "no_colon"], 2, "--impl 'no_colon': expected module:OBJECT"),
+        (["conformance", "--xfails", "no-such-file.txt"], 5, "--xfails no-such-file.txt: no such file"),
+        (["conformance", "--engine", "infer_ref", "--report", "no-such-folder/report.md"], 5, "no-such-folder does not exist"),
+        (["conformance", "--engine", "infer_ref", "--endpoint", "http://127.0.0.1:1/v1"], 2, "give one of them"),
+        (["conformance", "--model-dir", "fixtures/checkpoints/llama-tiny"], 2, "add --engine ENGINE"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+)
+def test_help_and_usage_errors_import_nothing_heavy(args: list[str], code: int, message: str) -> None:
+    seen = _imports(*args)
+    assert seen["code"] == code, seen
+    assert message in str(seen["stderr"]), seen
+    assert seen["heavy"] == [], f"{' '.join(args)} imported {seen['heavy']} before answering"
+
+
+def test_generate_imports_neither_transformers_nor_the_test_stack_nor_dynamo() -> None:
+    seen = _imports("generate", "Count to ten.", "--device", "cpu", "--max-new-tokens", "3")
+    assert seen["code"] == 0, seen
+    # torch is what generate runs on; building the model on meta must not import torch._dynamo
+    # (1.5 s: torch's meta kernels for random initialisers and arithmetic import it on first use).
+    assert seen["heavy"] == ["torch"], seen
