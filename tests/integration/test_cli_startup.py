@@ -32,7 +32,7 @@ print(json.dumps({"code": code, "stderr": err.getvalue(), "heavy": heavy}))
 """ % (HEAVY,)
 
 
-def _imports(*args: str, cwd: Path = ROOT) -> dict[str, object]:
+def _imports(*args: str, cwd: Path) -> dict[str, object]:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "INFER_REF_MODELS": ""}
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -53,19 +53,19 @@ def _imports(*args: str, cwd: Path = ROOT) -> dict[str, object]:
         (["conformance", "--xfails", "no-such-file.txt"], 5, "--xfails no-such-file.txt: no such file"),
         (["conformance", "--engine", "infer_ref", "--report", "no-such-folder/report.md"], 5, "no-such-folder does not exist"),
         (["conformance", "--engine", "infer_ref", "--endpoint", "http://127.0.0.1:1/v1"], 2, "give one of them"),
-        (["conformance", "--model-dir", "fixtures/checkpoints/llama-tiny"], 2, "add --engine ENGINE"),
+        (["conformance", "--model-dir", str(ROOT / "fixtures" / "checkpoints" / "llama-tiny")], 2, "add --engine ENGINE"),
     ],
-    ids=lambda v: " ".join(v) if isinstance(v, list) else None,
+    ids=lambda v: " ".join(v).replace(str(ROOT), "ROOT") if isinstance(v, list) else None,
 )
-def test_help_and_usage_errors_import_nothing_heavy(args: list[str], code: int, message: str) -> None:
-    seen = _imports(*args)
+def test_help_and_usage_errors_import_nothing_heavy(args: list[str], code: int, message: str, tmp_path: Path) -> None:
+    seen = _imports(*args, cwd=tmp_path)  # relative paths name nothing there
     assert seen["code"] == code, seen
     assert message in str(seen["stderr"]), seen
     assert seen["heavy"] == [], f"{' '.join(args)} imported {seen['heavy']} before answering"
 
 
-def test_generate_imports_neither_transformers_nor_the_test_stack_nor_dynamo() -> None:
-    seen = _imports("generate", "Count to ten.", "--device", "cpu", "--max-new-tokens", "3")
+def test_generate_imports_neither_transformers_nor_the_test_stack_nor_dynamo(tmp_path: Path) -> None:
+    seen = _imports("generate", "Count to ten.", "--device", "cpu", "--max-new-tokens", "3", cwd=tmp_path)
     assert seen["code"] == 0, seen
     # torch is what generate runs on; building the model on meta must not import torch._dynamo
     # (1.5 s: torch's meta kernels for random initialisers and arithmetic import it on first use).

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conformance_run import conformance
 
 
+@pytest.mark.kit_run
 def test_suite_runs_against_the_example_adapter(tmp_path: Path) -> None:
     run = conformance("examples.naive_cache_adapter:ADAPTER", "-k", "not test_golden", cwd=tmp_path)
     assert run.returncode == 0, run.output[-4000:]

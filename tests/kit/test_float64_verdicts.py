@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conformance_run import conformance
 
 from infer_ref.conformance import blame, tiers
@@ -18,6 +19,7 @@ from infer_ref.conformance import blame, tiers
 AGAINST_TRANSFORMERS = ("-k", "test_full_forward_matches_transformers or test_decode_across_windows_matches_transformers")
 
 
+@pytest.mark.kit_run
 def test_norms_wholly_in_float64_are_exact(tmp_path: Path) -> None:
     run = conformance("examples.norm_precision_adapters:FLOAT64_NORMS", *AGAINST_TRANSFORMERS, cwd=tmp_path)
     assert run.returncode == 0, run.output[-4000:]
@@ -25,6 +27,7 @@ def test_norms_wholly_in_float64_are_exact(tmp_path: Path) -> None:
     assert (run.report["verdict"], run.report["precision_tests"]) == (tiers.EXACT, 0), run.report["precision_notes"]
 
 
+@pytest.mark.kit_run
 def test_litgpt_weight_multiply_passes_with_a_precision_note(tmp_path: Path) -> None:
     run = conformance("examples.norm_precision_adapters:LITGPT_NORMS", *AGAINST_TRANSFORMERS, cwd=tmp_path)
     assert run.returncode == 0, run.output[-4000:]
@@ -34,6 +37,7 @@ def test_litgpt_weight_multiply_passes_with_a_precision_note(tmp_path: Path) -> 
     assert f"verdict: **{tiers.FLOAT32_STEPS}**" in run.output  # the printed report says it too
 
 
+@pytest.mark.kit_run
 def test_litgpt_weight_multiply_fails_under_strict_float64(tmp_path: Path) -> None:
     run = conformance(
         "examples.norm_precision_adapters:LITGPT_NORMS", "-k", "test_full_forward_matches_transformers",
@@ -47,6 +51,7 @@ def test_litgpt_weight_multiply_fails_under_strict_float64(tmp_path: Path) -> No
     assert blame.NO_PROBE_FAILS in run.report["notes"]
 
 
+@pytest.mark.kit_run
 def test_a_planted_bug_is_wrong(tmp_path: Path) -> None:
     run = conformance("infer_ref.conformance.mutants:v_rotated", "-k", "test_full_forward_matches_transformers", cwd=tmp_path, profile="mutants")
     assert run.returncode == 1, run.output[-4000:]

@@ -11,6 +11,7 @@ import os
 import shutil
 from pathlib import Path
 
+import pytest
 from conformance_run import HERE, ROOT, conformance
 from hypothesis.vendor.pretty import pretty
 
@@ -20,6 +21,7 @@ from infer_ref.conformance.adapters.reference import INFER_REF
 from infer_ref.errors import EXIT_USAGE
 
 
+@pytest.mark.kit_run
 def test_the_kit_ships_in_the_package_and_runs_from_any_directory(tmp_path: Path) -> None:
     """Old: the suite ran only from a clone (tests/property), and the kit's self-tests counted as
     passes under any --ir-impl."""
@@ -33,6 +35,7 @@ def test_the_kit_ships_in_the_package_and_runs_from_any_directory(tmp_path: Path
     assert set(run.report["by_capability"]) == {"mask"}
 
 
+@pytest.mark.kit_run
 def test_device_and_dtype_reach_every_adapter_call(tmp_path: Path) -> None:
     """Old: --ir-device was ignored, every call received cpu. The spy is asked for ``cpu:0`` and
     float32 and records what each make_cache / load_model call received."""
@@ -49,6 +52,7 @@ def test_device_and_dtype_reach_every_adapter_call(tmp_path: Path) -> None:
     assert "device: cpu:0" in run.output and "dtype: float32" in run.output
 
 
+@pytest.mark.kit_run
 def test_derandomized_examples_do_not_depend_on_where_the_kit_is_installed(tmp_path: Path) -> None:
     """Old: Hypothesis keyed a parametrized property's derandomized examples by its pytest node id,
     which holds the path from the run's root directory to the installed package: from another
@@ -70,6 +74,7 @@ def test_derandomized_examples_do_not_depend_on_where_the_kit_is_installed(tmp_p
     assert drawn[0] == drawn[1]
 
 
+@pytest.mark.kit_run
 def test_a_cache_that_raises_and_corrupts_itself_is_reported_as_corrupting(tmp_path: Path) -> None:
     """Old: the exception type was checked first, so a cache that refused an overflow with a proper
     ValueError after writing half of it passed. Now the state is checked first."""
@@ -78,6 +83,7 @@ def test_a_cache_that_raises_and_corrupts_itself_is_reported_as_corrupting(tmp_p
     assert "layer lengths [8, 8] after the refused call (write past capacity), expected 3" in run.output, run.output[-3000:]
 
 
+@pytest.mark.kit_run
 def test_a_cache_that_validates_nothing_is_skipped_not_failed_on_errors(tmp_path: Path) -> None:
     """Old: a cache whose positions belong to its caller failed every error case. Declaring
     ``validates=False`` skips them as "does not validate"; every other cache property still runs."""
@@ -89,6 +95,7 @@ def test_a_cache_that_validates_nothing_is_skipped_not_failed_on_errors(tmp_path
     assert "does not validate" in run.report["capabilities"]["cache.errors"]
 
 
+@pytest.mark.kit_run
 def test_self_consistency_is_judged_exactly_apart_from_transformers(tmp_path: Path) -> None:
     """Old: an implementation 1e-7 off transformers (an RMSNorm cast in another order) never had
     its cached path compared. Now the cached path is held to 1e-9 against its own full forward.
@@ -103,6 +110,7 @@ def test_self_consistency_is_judged_exactly_apart_from_transformers(tmp_path: Pa
     assert oracles["self-consistency"]["counts"] == {**oracles["self-consistency"]["counts"], "passed": 2, "failed": 0}
 
 
+@pytest.mark.kit_run
 def test_stale_xfail_entries_fail_the_run(tmp_path: Path) -> None:
     """Old: a stale entry was a warning and an unexpected pass an XPASS; both now fail the run."""
     xfails = tmp_path / "xfails.txt"

@@ -13,6 +13,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # The paths users were told to write (README, docs, .ci/run, examples) and where they live now,
@@ -62,6 +64,7 @@ def _python(code: str, *args: str, env: dict[str, str] | None = None) -> subproc
     )  # fmt: skip
 
 
+@pytest.mark.kit_run
 def test_every_old_module_warns_naming_its_new_home_and_yields_the_same_objects() -> None:
     run = _python(
         """
@@ -95,6 +98,7 @@ def test_every_old_module_warns_naming_its_new_home_and_yields_the_same_objects(
     assert "checked" in run.stdout
 
 
+@pytest.mark.kit_run
 def test_the_documented_old_paths_load_the_same_objects() -> None:
     pairs = repr(USER_PATHS)
     run = _python(
@@ -129,6 +133,7 @@ def test_the_documented_old_paths_load_the_same_objects() -> None:
     assert run.stdout.strip() == "ok"
 
 
+@pytest.mark.kit_run
 def test_python_m_old_mutants_warns_then_runs_the_new_module() -> None:
     run = _python("", "-m", "infer_ref.testing.mutants", "--help")
     assert run.returncode == 0, run.stderr[-3000:]
@@ -136,6 +141,7 @@ def test_python_m_old_mutants_warns_then_runs_the_new_module() -> None:
     assert "DeprecationWarning: infer_ref.testing.mutants has moved to infer_ref.conformance.mutants" in run.stderr
 
 
+@pytest.mark.kit_run
 def test_old_plugin_pyargs_and_impl_paths_run_the_conformance_tests(tmp_path: Path) -> None:
     """``pytest -p infer_ref.testing.plugin --pyargs infer_ref.testing.conformance
     --ir-impl=infer_ref.testing.adapters:INFER_REF``, as a checkout without the entry point runs it."""
@@ -154,6 +160,7 @@ def test_old_plugin_pyargs_and_impl_paths_run_the_conformance_tests(tmp_path: Pa
         assert f"{old} has moved to {new}" in out, (old, out[-3000:])
 
 
+@pytest.mark.kit_run
 def test_a_name_that_left_the_fast_package_warns_once_at_the_importing_line() -> None:
     """``from infer_ref.fast import FastDecoder`` (the package stays; the name moved to the runtime)."""
     run = _python(

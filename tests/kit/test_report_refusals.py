@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conformance_run import conformance
 
 from infer_ref.conformance.plugin import refusal_text
@@ -12,6 +13,7 @@ from infer_ref.conformance.plugin import refusal_text
 DECODE = ("-k", "test_decode_across_windows_equals_the_full_forward")
 
 
+@pytest.mark.kit_run
 def test_a_refusal_is_reported_with_its_message_and_blames_no_class(tmp_path: Path) -> None:
     # layers_aliased builds its cache from one broadcast storage slice; infer_ref's KVCache refuses it.
     run = conformance("infer_ref.conformance.mutants:layers_aliased", *DECODE, cwd=tmp_path, profile="mutants")
@@ -23,6 +25,7 @@ def test_a_refusal_is_reported_with_its_message_and_blames_no_class(tmp_path: Pa
     assert "refusals (the implementation raised instead of answering" in run.output
 
 
+@pytest.mark.kit_run
 def test_a_wrong_value_is_still_blamed_on_the_classes_the_test_guards(tmp_path: Path) -> None:
     run = conformance("infer_ref.conformance.mutants:advance_skipped_on_decode", *DECODE, cwd=tmp_path, profile="mutants")
     assert run.returncode == 1, run.output[-4000:]

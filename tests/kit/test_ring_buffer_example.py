@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 from conformance_run import conformance
 
@@ -44,6 +45,7 @@ def test_the_wrapping_bug_hides_from_single_token_decode() -> None:
     assert not torch.allclose(got[..., 4:, :], want[..., 4:, :], atol=1e-3, rtol=0)
 
 
+@pytest.mark.kit_run
 def test_the_ring_buffer_example_passes(tmp_path: Path) -> None:
     run = conformance("examples.ring_buffer_adapter:ADAPTER", *RING_TESTS, cwd=tmp_path)
     assert run.returncode == 0, run.output[-4000:]
@@ -52,6 +54,7 @@ def test_the_ring_buffer_example_passes(tmp_path: Path) -> None:
         assert caps[capability]["counts"]["failed"] == 0 and caps[capability]["counts"]["passed"] > 0, (capability, caps[capability])
 
 
+@pytest.mark.kit_run
 def test_a_ring_that_wraps_wrong_is_caught(tmp_path: Path) -> None:
     run = conformance("examples.ring_buffer_bugs:WRAP_READS_FUTURE", *CATCHING, cwd=tmp_path, profile="mutants")
     assert run.returncode == 1, run.output[-4000:]
@@ -60,6 +63,7 @@ def test_a_ring_that_wraps_wrong_is_caught(tmp_path: Path) -> None:
     assert "K returned by update(window layer" in run.output  # the oldest keys of the window are gone
 
 
+@pytest.mark.kit_run
 def test_a_ring_that_refuses_long_steps_is_judged_below_the_window(tmp_path: Path) -> None:
     """Steps longer than the window are reported as unsupported draws; the wrapping steps below it
     still fail (a loud refusal no longer hides the silent bug)."""
