@@ -1,0 +1,57 @@
+"""scripts/test_tier_figures.py: the default tier's figures in CONTRIBUTING.md come from a run's files."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "test_tier_figures.py"
+
+
+@pytest.fixture(scope="module")
+def script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("test_tier_figures", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def write_run(folder: Path, times: dict[str, float], wall: str) -> tuple[Path, Path]:
+    xml, time = folder / "run.xml", folder / "run.time"
+    cases = "".join(
+        f'<testcase classname="tests.unit.test_m" name="{name}" time="{t}">{"<skipped/>" if name.startswith("skip") else ""}</testcase>'
+        for name, t in times.items()
+    )
+    xml.write_text(f"<testsuites><testsuite>{cases}</testsuite></testsuites>")
+    time.write_text(wall)
+    return xml, time
+
+
+def test_the_block_has_wall_cpu_counts_and_the_slowest_tests_in_order(script: ModuleType, tmp_path: Path) -> None:
+    times = {f"test_{i}": float(i) for i in range(20)} | {"skip_me": 0.0}
+    xml, time = write_run(tmp_path, times, "150.4 200.25 10.5\n")
+    text = script.block(xml, time, "on two cores", None)
+    # 200.25 + 10.5 CPU-seconds; 0 + 1 + ... + 19 = 190 s of test time
+    assert "Measured on two cores: **150 s wall, 211 CPU-seconds** (20 passed, 1 skipped, 0 failed; 190 s of test time)." in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "`" in line]
+    assert [row.split("`")[1] for row in rows] == [f"tests/unit/test_m.py::test_{i}" for i in range(19, 4, -1)]
+
+
+def test_a_baseline_is_named_beside_the_figure(script: ModuleType, tmp_path: Path) -> None:
+    xml, time = write_run(tmp_path, {"test_a": 1.0}, "100 50 10")
+    before = tmp_path / "before.time"
+    before.write_text("400.6 600 40")
+    assert "The tree before, in the same run: 401 s wall, 640 CPU-seconds." in script.block(xml, time, "x", before)
+
+
+def test_write_replaces_only_the_marked_block(script: ModuleType, tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"intro\n{script.START_MARKER}\nold figures\n{script.END_MARKER}\noutro\n")
+    new = script.replace_block(doc.read_text(), f"{script.START_MARKER}\nnew\n{script.END_MARKER}", doc)
+    assert new == f"intro\n{script.START_MARKER}\nnew\n{script.END_MARKER}\noutro\n"
+    with pytest.raises(SystemExit, match="no <!-- test-tier-figures:start --> ... <!-- test-tier-figures:end --> block"):
+        script.replace_block("no markers here", "x", doc)
