@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "pytest", "hypothesis", "torch._dynamo")
 
 PROBE = """
-import contextlib, io, json, sys
+import contextlib, io, json, os, sys
 from infer_ref.cli import main
 err = io.StringIO()
 with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
@@ -27,13 +27,13 @@ with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
         code = main(sys.argv[1:])
     except SystemExit as exit:
         code = exit.code
-heavy = [m for m in %r if m in sys.modules]
+heavy = [m for m in os.environ["HEAVY"].split() if m in sys.modules]
 print(json.dumps({"code": code, "stderr": err.getvalue(), "heavy": heavy}))
-""" % (HEAVY,)
+"""
 
 
 def _imports(*args: str, cwd: Path) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "INFER_REF_MODELS": ""}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "INFER_REF_MODELS": "", "HEAVY": " ".join(HEAVY)}
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
