@@ -21,14 +21,14 @@ HEAVY = ("torch", "transformers", "pytest", "hypothesis", "torch._dynamo")
 PROBE = """
 import contextlib, io, json, os, sys
 from infer_ref.cli import main
-err = io.StringIO()
-with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+err = io.StringIO()  # both streams: golden verify reports each file on stdout
+with contextlib.redirect_stdout(err), contextlib.redirect_stderr(err):
     try:
         code = main(sys.argv[1:])
     except SystemExit as exit:
         code = exit.code
 heavy = [m for m in os.environ["HEAVY"].split() if m in sys.modules]
-print(json.dumps({"code": code, "stderr": err.getvalue(), "heavy": heavy}))
+print(json.dumps({"code": code, "output": err.getvalue(), "heavy": heavy}))
 """
 
 
@@ -54,13 +54,16 @@ def _imports(*args: str, cwd: Path) -> dict[str, object]:
         (["conformance", "--engine", "infer_ref", "--report", "no-such-folder/report.md"], 5, "no-such-folder does not exist"),
         (["conformance", "--engine", "infer_ref", "--endpoint", "http://127.0.0.1:1/v1"], 2, "give one of them"),
         (["conformance", "--model-dir", str(ROOT / "fixtures" / "checkpoints" / "llama-tiny")], 2, "add --engine ENGINE"),
+        (["golden", "--help"], 0, ""),
+        (["golden", "verify", "no-such-file.json"], 5, "no-such-file.json: no such file"),
+        (["golden", "generate", "--dtype", "int8"], 2, "invalid choice: 'int8'"),
     ],
     ids=lambda v: " ".join(v).replace(str(ROOT), "ROOT") if isinstance(v, list) else None,
 )
 def test_help_and_usage_errors_import_nothing_heavy(args: list[str], code: int, message: str, tmp_path: Path) -> None:
     seen = _imports(*args, cwd=tmp_path)  # relative paths name nothing there
     assert seen["code"] == code, seen
-    assert message in str(seen["stderr"]), seen
+    assert message in str(seen["output"]), seen
     assert seen["heavy"] == [], f"{' '.join(args)} imported {seen['heavy']} before answering"
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from infer_ref.cli.golden.generate import cmd_generate
 from infer_ref.cli.golden.report import cmd_report
 from infer_ref.cli.golden.shared import EXIT_EXISTS, EXIT_FORMAT, EXIT_MISMATCH
 from infer_ref.cli.golden.verify import cmd_verify
-from infer_ref.cli.options import run_command
+from infer_ref.cli.options import DTYPES, run_command
 from infer_ref.errors import EXIT_METADATA, EXIT_MISSING, EXIT_OK, EXIT_USAGE
 
 __all__ = [
@@ -33,10 +33,10 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``golden generate|verify|report`` to a CLI's subparsers.
 
     Each leaf parser sets ``run`` and ``prog``: exit with ``run(args.run, args)`` (or ``args.run(args)``,
-    which lets a missing file raise FileNotFoundError).
+    which lets a missing file raise FileNotFoundError). Nothing here imports the golden package
+    (torch): its names are read when a value is checked (:class:`GoldenNames`), and the defaults
+    that live there are applied by the commands.
     """
-    from infer_ref.conformance.oracles import golden
-
     parser = subparsers.add_parser(
         "golden",
         help="write golden token files from transformers, verify implementations against them",
@@ -48,13 +48,14 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("generate", help="write a golden file with transformers (greedy)")
     what = gen.add_mutually_exclusive_group(required=True)
     what.add_argument("--checkpoint", nargs="+", help="local HF snapshot folder(s) with PROVENANCE.json (canonical prompts)")
-    what.add_argument("--synthetic", nargs="+", choices=sorted(golden.SYNTHETIC_MODELS), help="seeded synthetic model(s)")
+    what.add_argument("--synthetic", nargs="+", choices=GoldenNames("SYNTHETIC_MODELS"), metavar="NAME",
+                      help="seeded synthetic model(s): %(choices)s")
     gen.add_argument("--name", help="model name in the file and file name (default: folder or synthetic name)")
-    gen.add_argument("--dtype", default="float32", choices=sorted(golden.DTYPES))
+    gen.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
     gen.add_argument("--device", default="cpu")
     gen.add_argument("--out", help="output file (default: OUT_DIR/<name>.<device>-<dtype>.json)")
-    gen.add_argument("--out-dir", default=str(golden.GOLDEN_DIR))
-    gen.add_argument("--top-k", type=int, default=golden.DEFAULT_TOP_K)
+    gen.add_argument("--out-dir", default=None, help="default: the fixtures' golden folder (fixtures/golden)")
+    gen.add_argument("--top-k", type=int, default=None, help="top-k ids and logprobs kept per step (default: 10)")
     gen.add_argument("--max-new-tokens", type=int, default=None, help="override the per-prompt default")
     gen.add_argument("--force", action="store_true", help="overwrite an existing golden file")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -63,21 +64,24 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     ver = sub.add_parser("verify", help="verify implementation(s) against golden file(s), teacher-forced")
     ver.add_argument("files", nargs="+")
     ver.add_argument("--impl", action="append", type=_impl, metavar="IMPL",
-                     help=f"{', '.join(golden.IMPLEMENTATIONS)} or a conformance adapter module:OBJECT; repeatable (default infer_ref)")
+                     help="a built-in implementation (infer_ref, the default; `golden report --help` lists them all) or a "
+                          "conformance adapter module:OBJECT; repeatable")
     ver.add_argument("--device", default=None, help="default: the file's device type")
     ver.add_argument("--checkpoint", default=None, help="override the checkpoint folder recorded in the file")
-    ver.add_argument("--plant-bug", choices=sorted(golden.PLANTED_BUGS), default=None, help="plant a known bug into infer_ref first")
+    ver.add_argument("--plant-bug", choices=GoldenNames("PLANTED_BUGS"), default=None, metavar="BUG",
+                     help="plant a known bug into infer_ref first: %(choices)s")
     ver.add_argument("--json", default=None, help="also write the results as JSON here")
     ver.add_argument("--quiet", action="store_true")
     ver.set_defaults(run=cmd_verify, prog=PROG)
 
     rep = sub.add_parser("report", help="verify files with several implementations and write a markdown report")
     rep.add_argument("files", nargs="+")
-    rep.add_argument("--impl", nargs="+", default=list(golden.IMPLEMENTATIONS), choices=golden.IMPLEMENTATIONS)
+    rep.add_argument("--impl", nargs="+", default=None, choices=GoldenNames("IMPLEMENTATIONS"), metavar="IMPL",
+                     help="implementations to verify with: %(choices)s (default: all)")
     rep.add_argument("--device", default=None)
     rep.add_argument("--out", default="docs/golden_report.md")
     rep.add_argument("--json", default=None)
-    rep.add_argument("--plant-bug", choices=sorted(golden.PLANTED_BUGS), default=None)
+    rep.add_argument("--plant-bug", choices=GoldenNames("PLANTED_BUGS"), default=None, metavar="BUG", help="%(choices)s")
     rep.add_argument("--plant-bug-file", default=None, help="golden file for the planted-bug check (default: the last)")
     rep.add_argument("--pytest-log", default=None, help="include the tail of this pytest log")
     rep.add_argument("--reuse", default=None, help="JSON lines of results already computed (by the GPU tests) to reuse")
@@ -93,9 +97,28 @@ def _impl(value: str) -> str:
 
 
 def golden_implementations() -> tuple[str, ...]:
-    from infer_ref.conformance.oracles import golden
+    return tuple(GoldenNames("IMPLEMENTATIONS"))
 
-    return golden.IMPLEMENTATIONS
+
+class GoldenNames:
+    """The sorted names of a golden-package table (``SYNTHETIC_MODELS``, ``PLANTED_BUGS``, ...) as
+    argparse ``choices``: the package is imported when argparse checks a given value or prints help,
+    so a command refused for another reason (a missing file) never imports torch. The options that
+    take one name a ``metavar``: without it argparse lists the choices as soon as the option is added."""
+
+    def __init__(self, table: str) -> None:
+        self.table = table
+
+    def names(self) -> list[str]:
+        from infer_ref.conformance.oracles import golden
+
+        return sorted(getattr(golden, self.table))
+
+    def __contains__(self, value: object) -> bool:
+        return value in self.names()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

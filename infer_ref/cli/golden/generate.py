@@ -20,8 +20,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     sources += [golden.ModelSource.synthetic(n) for n in args.synthetic or []]
     if args.name:
         sources[0].name = args.name
+    out_dir = Path(args.out_dir) if args.out_dir else golden.GOLDEN_DIR
+    top_k = golden.DEFAULT_TOP_K if args.top_k is None else args.top_k
     outs = [
-        Path(args.out) if args.out else golden.default_golden_path(src.name, args.dtype, args.device, Path(args.out_dir))
+        Path(args.out) if args.out else golden.default_golden_path(src.name, args.dtype, args.device, out_dir)
         for src in sources
     ]
     # Every output is checked before anything is generated (minutes of work for a real model).
@@ -39,7 +41,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             source,
             dtype=args.dtype,
             device=args.device,
-            top_k=args.top_k,
+            top_k=top_k,
             max_new_tokens=args.max_new_tokens,
             progress=bar,
             log=None if args.quiet else (lambda m: print(f"  {m}", file=sys.stderr, flush=True)),
@@ -65,7 +67,7 @@ def _check_generate_args(args: argparse.Namespace) -> None:
         raise UsageError("--out and --name need exactly one model")
     if args.name:
         check_file_name(args.name)
-    if args.top_k < 1:
+    if args.top_k is not None and args.top_k < 1:
         raise UsageError(f"--top-k must be a positive integer, got {args.top_k}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be a positive integer, got {args.max_new_tokens}")

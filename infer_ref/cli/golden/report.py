@@ -84,7 +84,7 @@ def _report_file(
         return shared.EXIT_METADATA
     worst = EXIT_OK
     hf_model = None
-    for impl in args.impl:
+    for impl in args.impl or golden.IMPLEMENTATIONS:
         reused = reuse.get((Path(path).name, impl))
         if reused is not None:
             report = golden.VerifyReport.from_dict(reused["report"])

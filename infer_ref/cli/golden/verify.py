@@ -25,6 +25,8 @@ def run_verify(
     path: str, impl: str, device: str | None, checkpoint: str | None, plant: str | None, quiet: bool
 ) -> tuple[int, str, Any]:
     """Verify one file with one implementation: (exit code, message, report or None)."""
+    if not Path(path).exists():  # answered before the golden package (torch) is imported
+        return EXIT_MISSING, f"error: {path}: no such file (expected a golden file written by `infer-ref golden generate`)", None
     from infer_ref.conformance.oracles import golden
 
     try:
