@@ -11,7 +11,7 @@
 # for every run (each process then compiles and rewrites every module it imports).
 # Writes $OUT/NAME.xml (JUnit, per-test times), $OUT/NAME.time ("wall_s user_s sys_s", children
 # included) and $OUT/NAME.log; prints one line per tree. Needs at least 2 cores per tree.
-# scripts/test_tier_figures.py turns a NAME.xml and NAME.time into CONTRIBUTING.md's figures.
+# `scripts/contributing_figures.py tier` turns a NAME.xml and NAME.time into CONTRIBUTING.md's figures.
 set -uo pipefail
 OUT=${OUT:?set OUT to the results folder}
 mkdir -p "$OUT"
