@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import importlib.util
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "compare_verdicts.py"
-
 
 @pytest.fixture(scope="module")
-def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("compare_verdicts", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def script(load_script: Callable[[str], ModuleType]) -> ModuleType:
+    return load_script("compare_verdicts")
 
 
 def junit(path: Path, cases: dict[str, str]) -> str:

@@ -2,22 +2,17 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections import Counter
+from collections.abc import Callable
 from fnmatch import fnmatch
-from pathlib import Path
+from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "mutation.py"
-
 
 @pytest.fixture(scope="module")
-def mutation():
-    spec = importlib.util.spec_from_file_location("mutation_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def mutation(load_script: Callable[[str], ModuleType]) -> ModuleType:
+    return load_script("mutation")
 
 
 def _names(mutation, part: str) -> list[str]:
