@@ -116,3 +116,22 @@ def greedy_requests(prompts: list[tuple[int, ...]], *, ignore_eos: bool, prompt_
         EngineRequest(p, max_tokens, ignore_eos=ignore_eos, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
         for p in prompts
     ]
+
+
+# What a detokenizer shows for the bytes of a character that a token boundary cut in two: text no
+# engine generates, so a stop string holding it can never be met by an engine that matches stop
+# strings on its output bytes (or on text decoded whole).
+REPLACEMENT_CHARACTER = "\ufffd"
+
+
+def stop_string_in(text: str) -> str | None:
+    """A stop string drawn from an answer's ``text``: a 2-3 character piece found at least twice,
+    not blank, holding no replacement character, its first occurrence after the first character
+    (so the text expected before it is not empty). None when the text has no such piece."""
+    for width in (3, 2):
+        for start in range(1, len(text) - width):
+            piece = text[start : start + width]
+            if (piece.strip() and REPLACEMENT_CHARACTER not in piece and text.count(piece) >= 2
+                    and text.find(piece) == start):  # fmt: skip
+                return piece
+    return None

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
+from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import boundary_prompts
+from infer_ref.conformance.engines.workload import boundary_prompts, stop_string_in
 from infer_ref.conformance.interface.contract import Unsupported
 
 pytestmark = pytest.mark.ir_oracle("the request's own limits")
@@ -59,22 +59,10 @@ def test_eos_ends_generation(model_dir: Path, tier: EngineTier, started) -> None
     assert met, f"no request ended at an EOS id {sorted(facts.eos_ids)}: the engine ignores them or the answers changed"
 
 
-def _stop_string(out: EngineOutput) -> str | None:
-    """A 2-3 character piece of ``out.text`` found at least twice, its first occurrence after the
-    first character (so the expected text is not empty)."""
-    text = out.text
-    for width in (3, 2):
-        for start in range(1, len(text) - width):
-            piece = text[start : start + width]
-            if piece.strip() and text.count(piece) >= 2 and text.find(piece) == start:
-                return piece
-    return None
-
-
 @pytest.mark.ir_engine_requires("stop_strings")
 def test_stop_string_cut_at_earliest(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
-    """A stop string taken from a request's own text (occurring at least twice) ends it at its first
-    occurrence: the text is everything before it and finish is "stop".
+    """A stop string taken from a request's own text (occurring at least twice, valid text) ends it at
+    its first occurrence: the text is everything before it and finish is "stop".
 
     Guards: *stop string cut at the last occurrence*."""
     facts = tier.facts(model_dir)
@@ -84,7 +72,7 @@ def test_stop_string_cut_at_earliest(model_dir: Path, tier: EngineTier, started)
     free = run(handle, requests)
     judged = 0
     for prompt, out in zip(prompts, free, strict=True):
-        stop = _stop_string(out)
+        stop = stop_string_in(out.text)
         if stop is None:
             continue
         [cut] = run(handle, [EngineRequest(prompt, 32, stop=(stop,), logprobs=1)])
