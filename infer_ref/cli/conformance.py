@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from infer_ref.cli.options import DTYPES, UsageError, check_output_paths
+from infer_ref.cli.options import DTYPES, FIXTURES, UsageError, check_output_paths
 from infer_ref.conformance.engines.names import ENGINES, known_engine
 
 PLUGIN = "infer_ref.conformance.plugin"
@@ -106,6 +106,10 @@ def check_engine_args(args: argparse.Namespace) -> None:
         raise UsageError("--engine-option sets a keyword of an engine the tier starts: add --engine ENGINE")
     if args.model_dir and not (args.engine or args.endpoint):
         raise UsageError("--model-dir belongs to the engine tier: add --engine ENGINE or --endpoint URL")
+    if args.engine and not args.model_dir and not FIXTURES.is_dir():
+        raise UsageError(f"--engine {args.engine} without --model-dir judges the kit's own checkpoints, which need a "
+                         f"checkout of infer_ref ({FIXTURES} is not there): pass --model-dir DIR, a Hugging Face "
+                         "checkpoint folder")
     for folder in args.model_dir or []:
         if not (Path(folder) / "config.json").is_file():
             raise UsageError(f"--model-dir {folder}: no config.json there (expected a Hugging Face checkpoint folder)")

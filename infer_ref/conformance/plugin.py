@@ -93,6 +93,18 @@ def engine_tier(config: pytest.Config) -> bool:
     return bool(config.getoption("--ir-engine") or config.getoption("--ir-endpoint"))
 
 
+def _check_engine_checkpoints(config: pytest.Config) -> None:
+    """The engine tier with no ``--ir-model-dir`` judges the kit's own checkpoints, which a wheel
+    does not ship: refused here, before collection (where it used to end in an INTERNALERROR)."""
+    from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS
+
+    if engine_tier(config) and not config.getoption("--ir-model-dir") and not FIXTURE_CHECKPOINTS.is_dir():
+        raise pytest.UsageError(
+            "no checkpoints to judge: pass --ir-model-dir DIR, a Hugging Face checkpoint folder (the kit's own "
+            f"checkpoints need a checkout of infer_ref: {FIXTURE_CHECKPOINTS} is not there)"
+        )
+
+
 def worker_device(device: str, worker: str | None, count: int) -> str:
     """``cuda`` under xdist worker ``gwN`` -> ``cuda:(N mod count)``; explicit indices and CPUs unchanged."""
     if device != "cuda" or not worker or not worker.startswith("gw") or count < 1:
@@ -182,6 +194,7 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "ir_requires(*capabilities): skip unless the implementation under test supports them"
     )
     config.addinivalue_line("markers", "ir_oracle(name): what the test compares against (reported separately)")
+    _check_engine_checkpoints(config)
     spec = impl_spec(config)
     try:
         adapter = _load_adapter_showing_deprecations(config, spec)

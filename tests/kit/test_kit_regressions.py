@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from importlib.metadata import entry_points
 from pathlib import Path
 
@@ -218,3 +220,40 @@ def test_failures_after_a_cuda_device_side_assert_are_labelled_as_its_consequenc
     assert "test_lost.py::test_1_asserts hit a CUDA device-side assert" in notes
     assert "1 failure(s) came after a CUDA device-side assert" in notes
     assert "the CUDA context of this process was lost in test_lost.py::test_1_asserts" in proc.stdout
+
+
+def _kit_without_checkout(tmp_path: Path) -> Path:
+    """The kit as an installed wheel has it: the package alone, no fixtures/ beside it."""
+    site = tmp_path / "site"
+    shutil.copytree(ROOT / "infer_ref", site / "infer_ref", ignore=shutil.ignore_patterns("__pycache__"))
+    return site
+
+
+def test_an_engine_without_model_dir_outside_a_checkout_is_one_usage_line(tmp_path: Path) -> None:
+    """Old: ``infer-ref conformance --engine ...`` from an installed kit, without --model-dir, ended
+    in pytest's INTERNALERROR (NotSetType) once collection found no checkpoint folder; the message
+    meant for it was lost. Now the command refuses it before pytest starts."""
+    site = _kit_without_checkout(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", "my_engine:start"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(site)},
+    )  # fmt: skip
+    assert proc.returncode == EXIT_USAGE, proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "INTERNALERROR" not in proc.stdout + proc.stderr, proc.stderr
+    assert "without --model-dir judges the kit's own checkpoints" in proc.stderr and "pass --model-dir DIR" in proc.stderr
+
+
+@pytest.mark.kit_run
+def test_the_engine_tier_under_pytest_without_checkpoints_is_a_usage_error(tmp_path: Path) -> None:
+    """The same through pytest itself (the plugin's options): refused when pytest configures, before
+    collection, with the option to pass."""
+    site = _kit_without_checkout(tmp_path)
+    plugin = [] if any(ep.name == "infer_ref" for ep in entry_points(group="pytest11")) else ["-p", "infer_ref.conformance.plugin"]
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin,
+         "--pyargs", "infer_ref.conformance.engines.tests", "--ir-engine=infer_ref"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(site)},
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 4 and "INTERNALERROR" not in output, output[-3000:]
+    assert "no checkpoints to judge: pass --ir-model-dir DIR" in output, output[-3000:]

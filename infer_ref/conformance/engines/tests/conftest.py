@@ -65,7 +65,7 @@ def _default_dirs() -> list[Path]:
     if "dirs" not in _DIRS:  # written once per process (cached on disk across runs)
         _DIRS["dirs"] = default_model_dirs()
         if not _DIRS["dirs"]:
-            raise pytest.UsageError("no checkpoints to judge: pass --model-dir DIR (the kit's own need a checkout of infer_ref)")
+            raise pytest.UsageError("no checkpoints to judge: pass --ir-model-dir DIR (the kit's own need a checkout of infer_ref)")
     return _DIRS["dirs"]
 
 
