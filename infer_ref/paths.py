@@ -16,9 +16,12 @@ import pathlib
 
 from infer_ref.errors import UsageError
 
-__all__ = ["MODELS_ENV_VAR", "check_not_ambiguous", "resolve_model_path"]
+__all__ = ["FIXTURE_CHECKPOINTS", "MODELS_ENV_VAR", "check_not_ambiguous", "resolve_model_path"]
 
 MODELS_ENV_VAR = "INFER_REF_MODELS"
+# The embedded fixture checkpoints (llama-tiny, qwen3-tiny, gemma3-tiny): in a checkout of the
+# repository, beside the package; a wheel does not ship them.
+FIXTURE_CHECKPOINTS = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
 
 
 def _candidates(name: str) -> list[pathlib.Path]:

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infer_ref.errors import EXIT_USAGE, UsageError, run_reporting_user_errors
+from infer_ref.paths import FIXTURE_CHECKPOINTS
 
 if TYPE_CHECKING:  # torch is imported when a command runs, never to parse or refuse its arguments
     import torch
@@ -22,7 +23,7 @@ __all__ = [
     "resolve_device", "resolve_model", "run_command", "run_labels",
 ]
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
+FIXTURES = FIXTURE_CHECKPOINTS
 DEFAULT_MODEL = "llama-tiny"
 # Model / attention dtypes by their command-line names, which are torch's (the order ``conformance --help`` lists them in).
 DTYPES = ("float64", "float32", "bfloat16", "float16")

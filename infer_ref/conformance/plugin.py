@@ -36,6 +36,7 @@ from infer_ref.conformance.interface.adapter import DEFAULT_IMPL, IMPL_ENV_VAR, 
 from infer_ref.conformance.interface.contract import UNSUPPORTED_SEEN, Unsupported
 from infer_ref.conformance.profiles import load_default_profile
 from infer_ref.conformance.tiers import PRECISION_NOTES, set_strict_float64
+from infer_ref.paths import FIXTURE_CHECKPOINTS
 
 # Register the ci / dev / nightly / mutants profiles before Hypothesis reads --hypothesis-profile,
 # so the shipped tests run with them from any directory (no conftest of this repository needed).
@@ -96,8 +97,6 @@ def engine_tier(config: pytest.Config) -> bool:
 def _check_engine_checkpoints(config: pytest.Config) -> None:
     """The engine tier with no ``--ir-model-dir`` judges the kit's own checkpoints, which a wheel
     does not ship: refused here, before collection (where it used to end in an INTERNALERROR)."""
-    from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS
-
     if engine_tier(config) and not config.getoption("--ir-model-dir") and not FIXTURE_CHECKPOINTS.is_dir():
         raise pytest.UsageError(
             "no checkpoints to judge: pass --ir-model-dir DIR, a Hugging Face checkpoint folder (the kit's own "

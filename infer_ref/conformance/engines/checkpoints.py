@@ -40,12 +40,13 @@ from infer_ref.conformance.checkpoints.golden_models import (
     synthetic_state_dict,
 )
 from infer_ref.conformance.checkpoints.snapshots import write_snapshot
+from infer_ref.paths import FIXTURE_CHECKPOINTS
 
 Style = Literal["t4", "t5"]
 STYLES: tuple[Style, ...] = ("t4", "t5")
 
-# The fixtures whose tokenizers the synthetic checkpoints borrow (repository root/fixtures/checkpoints).
-FIXTURE_CHECKPOINTS = Path(__file__).resolve().parents[3] / "fixtures" / "checkpoints"
+# FIXTURE_CHECKPOINTS (repository root/fixtures/checkpoints): the fixtures whose tokenizers the
+# synthetic checkpoints borrow.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "generation_config.json")
 # Fields of the fixture's config.json that must match its tokenizer.
 TOKEN_FIELDS = ("vocab_size", "bos_token_id", "eos_token_id", "pad_token_id")
