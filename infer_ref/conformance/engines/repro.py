@@ -9,7 +9,7 @@ float64 log-softmax at that position, compares the schedules with each other, pr
 disagreement and exits 1 when there is one — so an engine team can run it without infer_ref.
 
 An adapter without ``repro_snippet()`` (a user's own factory) gets no script; the message then
-names the pytest command instead.
+names the pytest command that reruns the test on the same engine, started the same way.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -123,12 +124,17 @@ def write_repro(
     schedules: Sequence[Sequence[Sequence[int]]],
     summary: str,
     tolerance: float,
+    selects: str,
 ) -> str:
-    """Write the repro script of one failure; the ``repro:`` line to put in the test's message."""
+    """Write the repro script of one failure; the ``repro:`` line to put in the test's message.
+
+    ``selects`` holds the pytest options that select the engine (``EngineTier.selects``): without a
+    script, the line is the pytest command that runs this test on this engine and checkpoint."""
     snippet_of = getattr(handle, "repro_snippet", None)
     snippet = snippet_of() if callable(snippet_of) else None
     if not snippet:
-        return f"repro: pytest --pyargs infer_ref.conformance.engines.tests -k '{test}' --ir-model-dir={model_dir}"
+        return (f"repro: pytest --pyargs infer_ref.conformance.engines.tests -p no:xdist -k '{test}' {selects} "
+                f"--ir-model-dir={shlex.quote(str(model_dir))}")
     folder = repro_dir()
     folder.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{test}-{model_dir.name}")[:120] + ".py"

@@ -17,6 +17,7 @@ import contextlib
 import importlib
 import os
 import re
+import shlex
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
@@ -41,6 +42,15 @@ CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in
 KV_BUDGET_BLOCKS = 10  # fits the longest request (97 + 16 tokens: 4 blocks), not a batch of them
 PLAIN_KV_TOKENS = 64 * BLOCK_SIZE
 MAX_MODEL_LEN = 256  # the longest request is 97 + 16 tokens; a KV budget must hold one whole (vLLM checks)
+
+
+def selection_options(engine: str | None, endpoint: str | None, dtype: str, engine_options: Sequence[str]) -> list[str]:
+    """The pytest options that select this engine, started the same way: what a repro command needs
+    beside the test and the checkpoint folder."""
+    options = [f"--ir-endpoint={endpoint}" if endpoint else f"--ir-engine={engine or 'infer_ref'}"]
+    if dtype != "float32":
+        options.append(f"--ir-engine-dtype={dtype}")
+    return options + [f"--ir-engine-option={shlex.quote(o)}" for o in engine_options]
 
 
 class EngineStartError(UsageError):
@@ -141,6 +151,10 @@ class EngineTier:
     @property
     def name(self) -> str:
         return f"endpoint {self.endpoint}" if self.endpoint else (self.engine or "infer_ref")
+
+    def selects(self) -> str:
+        """The pytest options that select this engine, started the same way (a repro command's)."""
+        return " ".join(selection_options(self.engine, self.endpoint, self.dtype, self.engine_options))
 
     @property
     def capabilities(self) -> frozenset[str]:

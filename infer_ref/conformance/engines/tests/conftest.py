@@ -9,7 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.session import EngineStartError, EngineTier, default_model_dirs
+from infer_ref.conformance.engines.session import (
+    EngineStartError,
+    EngineTier,
+    default_model_dirs,
+    selection_options,
+)
 from infer_ref.conformance.profiles import one_torch_thread
 
 _TIER: dict[str, EngineTier] = {}
@@ -46,12 +51,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _selects(config: pytest.Config) -> str:
     """The options a failure's repro command needs to run the same engine the same way."""
-    endpoint = config.getoption("--ir-endpoint")
-    parts = [f"--ir-endpoint={endpoint}" if endpoint else f"--ir-engine={config.getoption('--ir-engine') or 'infer_ref'}"]
+    parts = selection_options(config.getoption("--ir-engine"), config.getoption("--ir-endpoint"),
+                              str(config.getoption("--ir-engine-dtype")), config.getoption("--ir-engine-option") or ())
     parts += [f"--ir-model-dir={shlex.quote(str(d))}" for d in config.getoption("--ir-model-dir") or []]
-    if config.getoption("--ir-engine-dtype") != "float32":
-        parts.append(f"--ir-engine-dtype={config.getoption('--ir-engine-dtype')}")
-    parts += [f"--ir-engine-option={shlex.quote(o)}" for o in config.getoption("--ir-engine-option") or []]
     return " ".join(parts)
 
 

@@ -67,7 +67,8 @@ def _judge(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str, r
             report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(found[:3]))
     if report:
         summary = f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {tol:g})"
-        repro = write_repro(handle, test, model_dir, requests, [[list(range(len(requests)))]], summary + ": " + report[0], tol)
+        repro = write_repro(handle, test, model_dir, requests, [[list(range(len(requests)))]], summary + ": " + report[0], tol,
+                            tier.selects())  # fmt: skip
         raise AssertionError(summary + ":\n" + "\n".join(report) + "\n" + repro)
 
 

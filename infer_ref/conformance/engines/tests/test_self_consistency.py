@@ -48,7 +48,8 @@ def _against_alone(model_dir: Path, tier: EngineTier, requests: list[EngineReque
     if report:
         summary = f"{what}: {len(report)} of {len(requests)} requests differ from the same request alone"
         alone = [[i] for i in range(len(requests))]
-        repro = write_repro(tier.handle(model_dir, "stressed"), test, model_dir, requests, [alone, schedule], f"{summary}: {report[0]}", tol)
+        repro = write_repro(tier.handle(model_dir, "stressed"), test, model_dir, requests, [alone, schedule], f"{summary}: {report[0]}", tol,
+                            tier.selects())  # fmt: skip
         raise AssertionError(summary + ":\n" + "\n".join(report) + "\n" + repro)
 
 
@@ -98,7 +99,7 @@ def test_warm_prefix_cache_matches_cold(model_dir: Path, tier: EngineTier, start
     if problems:
         everything = list(range(len(requests)))
         repro = write_repro(handle, "test_warm_prefix_cache_matches_cold", model_dir, requests, [[everything], [everything]],
-                            f"warm prefix cache differs from cold: {problems[0]}", tol)  # fmt: skip
+                            f"warm prefix cache differs from cold: {problems[0]}", tol, tier.selects())  # fmt: skip
         raise AssertionError("warm prefix cache differs from cold:\n" + "\n".join(problems) + "\n" + repro)
 
 
