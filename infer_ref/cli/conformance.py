@@ -118,16 +118,25 @@ def check_engine_args(args: argparse.Namespace) -> None:
 
 
 def check_names_and_files(args: argparse.Namespace) -> None:
-    """Refuse what pytest would only refuse after collecting: an unknown engine, an adapter that is
-    not ``module:OBJECT``, a missing xfails file, a report path that cannot be written."""
+    """Refuse what pytest would only refuse after starting: an unknown engine, an adapter whose module
+    is not there, a missing xfails file, a report path that cannot be written."""
     if args.engine and not known_engine(args.engine):
         raise UsageError(f"--engine {args.engine!r}: expected one of {', '.join(ENGINES)} or module:FACTORY")
-    if ":" not in args.impl:
-        raise UsageError(f"--impl {args.impl!r}: expected module:OBJECT (an Adapter), e.g. {DEFAULT_IMPL}")
+    if args.impl != DEFAULT_IMPL and not _module_found(args.impl.partition(":")[0]):
+        raise UsageError(f"--impl {args.impl!r}: no module {args.impl.partition(':')[0]!r} on the path "
+                         f"(expected module:OBJECT or module, naming an Adapter; e.g. {DEFAULT_IMPL})")
     for path in args.xfails or []:
         if not Path(path).is_file():
             raise FileNotFoundError(f"--xfails {path}: no such file (expected one test-id prefix per line)")
     check_output_paths(args.report)
+
+
+def _module_found(name: str) -> bool:
+    """Whether ``name`` can be imported, without importing it (its parent packages are)."""
+    try:
+        return bool(name) and importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):  # a parent package missing, or a relative name
+        return False
 
 
 def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
