@@ -12,6 +12,11 @@
 # installed from that very tree, so converter and gguf versions match. The converter's requirements
 # pin transformers 4.57.6 and numpy ~2.2.6; torch is the CPU build (torch 2.13.0+cpu from the
 # configured wheel source), installed first so that nothing later pulls a CUDA one.
+#
+# The built wheel is kept under $INFER_REF_WHEEL_CACHE (default ~/.cache/infer_ref/wheels), named by
+# a digest of what decides the build: the sdist's bytes, the interpreter, the compiler, the CPU's
+# flags (llama.cpp builds for the native CPU) and CMAKE_ARGS. A new venv on the same machine then
+# installs in seconds instead of rebuilding (10-20 minutes on 2 cores).
 set -euo pipefail
 VENV=${1:-.venv-llamacpp}
 BASE_PYTHON=${PYTHON:-python3}
@@ -66,11 +71,31 @@ step "torch $TORCH (CPU)" "${PIP[@]}" install "torch==$TORCH" "numpy~=2.2.6"
 step "converter requirements" "${PIP[@]}" install "transformers==$TRANSFORMERS" "numpy~=2.2.6" \
     safetensors "sentencepiece>=0.1.98,<0.3.0" "protobuf>=4.21.0,<5.0.0"
 step "gguf from the sdist's gguf-py" "${PIP[@]}" install "$SOURCE/gguf-py"
-# The build: llama.cpp's C++ compiled by scikit-build-core (the long part; CMAKE_BUILD_PARALLEL_LEVEL
-# bounds the jobs).
-step "llama-cpp-python $LLAMA_CPP_PYTHON (build from source)" env \
-    CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" "${PIP[@]}" install \
-    "llama-cpp-python[server] @ file://$(realpath "$VENV/src/downloads/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz")"
+# The build: llama.cpp's C++ compiled by scikit-build-core into a wheel (the long part;
+# CMAKE_BUILD_PARALLEL_LEVEL bounds the jobs), skipped when the wheel cache has this very build.
+SDIST=$(realpath "$VENV/src/downloads/llama_cpp_python-$LLAMA_CPP_PYTHON.tar.gz")
+build_key() {
+    { sha256sum "$SDIST" | cut -d' ' -f1
+      "$VENV/bin/python" -c 'import platform, sys; print(sys.version, platform.machine())'
+      "${CC:-cc}" --version 2>/dev/null | head -1
+      grep -m1 '^flags' /proc/cpuinfo 2>/dev/null || true
+      echo "CMAKE_ARGS=${CMAKE_ARGS:-}"; } | sha256sum | cut -c1-16
+}
+WHEELS="${INFER_REF_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/infer_ref/wheels}/llama-cpp-python-$LLAMA_CPP_PYTHON-$(build_key)"
+build_wheel() {
+    rm -rf "$WHEELS.partial" && mkdir -p "$WHEELS.partial"
+    env CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-$(nproc)}" "${PIP[@]}" wheel --no-deps \
+        -w "$WHEELS.partial" "$SDIST"
+    rm -rf "$WHEELS" && mv "$WHEELS.partial" "$WHEELS"  # complete or absent, never half-written
+}
+if compgen -G "$WHEELS/*.whl" >/dev/null; then
+    echo "install_llamacpp.sh: the build is cached: $WHEELS"
+else
+    step "llama-cpp-python $LLAMA_CPP_PYTHON (build from source)" build_wheel
+fi
+WHEEL=$(compgen -G "$WHEELS/*.whl" | head -1)
+step "llama-cpp-python $LLAMA_CPP_PYTHON with its server's requirements" "${PIP[@]}" install \
+    "llama-cpp-python[server] @ file://$WHEEL"
 installed || { echo "install_llamacpp.sh: $VENV does not import llama_cpp, llama_cpp.server, gguf and the converter's requirements after installing (run $VENV/bin/python -c 'import llama_cpp.server, gguf' to see why)" >&2; exit 1; }
 echo "llama-cpp-python $LLAMA_CPP_PYTHON installed in $VENV in $((SECONDS - start)) s:" \
     "export INFER_REF_LLAMACPP_PYTHON=$VENV/bin/python INFER_REF_LLAMACPP_SOURCE=$SOURCE"
