@@ -4,7 +4,8 @@
                           [--xfails FILE] [-n auto] [--report report.md|json] [-- PYTEST ARGS]
 
 is ``pytest --pyargs infer_ref.conformance.tests --ir-impl=...`` with the options spelled out;
-everything after ``--`` (or any option it does not know) goes to pytest unchanged. The exit status
+everything after ``--`` (or any option it does not know that pytest takes) goes to pytest unchanged;
+an option neither takes is refused before pytest starts. The exit status
 is pytest's.
 
     infer-ref conformance --engine vllm|infer_ref|transformers|module:FACTORY [--model-dir DIR] [--dtype float32]
@@ -139,9 +140,43 @@ def _module_found(name: str) -> bool:
         return False
 
 
+def check_pytest_options(extra: Sequence[str]) -> None:
+    """Options this command does not know go to pytest; those given before ``--`` are checked
+    against pytest's own and its plugins' options here, so a typo is one line at once rather than
+    pytest's refusal once infer_ref's plugin (torch) has loaded. Skipped where ``-p`` loads another
+    plugin, or where pytest's parser cannot be read: pytest then decides, as it always did."""
+    before = list(extra[: list(extra).index("--")] if "--" in extra else extra)
+    given = [a for a in before if a.startswith("-") and not a.startswith("--ir-")]
+    if not given or any(a.startswith("-p") for a in given):
+        return
+    known = _pytest_option_names()
+    for arg in given:
+        name = arg.split("=", 1)[0] if arg.startswith("--") else arg[:2]
+        if known is not None and name not in known:
+            raise UsageError(f"unknown option {arg}: neither infer-ref conformance nor pytest takes it "
+                             "(see infer-ref conformance --help; options meant for pytest alone go after --)")
+
+
+def _pytest_option_names() -> set[str] | None:
+    """Every option string pytest accepts with its built-in plugins and the installed ones, infer_ref's
+    excepted (its ``--ir-*`` options are this command's); None when pytest's parser cannot be read."""
+    try:
+        from _pytest.config import get_config
+
+        config = get_config()
+        for ep in entry_points(group="pytest11"):
+            if ep.name != "infer_ref":
+                config.pluginmanager.register(ep.load(), ep.name)
+        parser = config._parser
+        return {name for group in (parser._anonymous, *parser._groups) for option in group.options for name in option.names()}
+    except Exception:  # a pytest whose internals moved: let pytest itself judge the options
+        return None
+
+
 def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
     check_names_and_files(args)
     check_engine_args(args)
+    check_pytest_options(extra)
     import pytest
 
     if args.numprocesses and importlib.util.find_spec("xdist") is None:

@@ -68,6 +68,24 @@ def test_help_and_usage_errors_import_nothing_heavy(args: list[str], code: int, 
     assert seen["heavy"] == [], f"{' '.join(args)} imported {seen['heavy']} before answering"
 
 
+@pytest.mark.parametrize("option", ["--bogus-opt", "-z", "--maxfail=1 --no-such-flag=3"])
+def test_an_option_neither_the_command_nor_pytest_takes_is_refused_before_torch(option: str, tmp_path: Path) -> None:
+    # Unknown options go to pytest; checking them needs pytest's parser (pytest is imported), never
+    # infer_ref's plugin, which imports torch.
+    seen = _imports("conformance", *option.split(), cwd=tmp_path)
+    bad = option.split()[-1]
+    assert seen["code"] == 2 and f"unknown option {bad}: neither infer-ref conformance nor pytest takes it" in str(seen["output"]), seen
+    assert "torch" not in seen["heavy"] and "transformers" not in seen["heavy"], seen
+
+
+def test_pytest_options_and_those_after_the_separator_pass_the_check() -> None:
+    from infer_ref.cli.conformance import check_pytest_options
+
+    check_pytest_options(["-x", "-q", "--maxfail=1", "-vv", "--junitxml=r.xml", "--hypothesis-show-statistics", "--ir-device=cpu"])
+    check_pytest_options(["--", "--anything-goes-to-pytest"])  # after --: pytest's alone
+    check_pytest_options(["-p", "my_plugin", "--my-plugin-option"])  # another plugin loads: pytest decides
+
+
 def test_generate_imports_neither_transformers_nor_the_test_stack_nor_dynamo(tmp_path: Path) -> None:
     seen = _imports("generate", "Count to ten.", "--device", "cpu", "--max-new-tokens", "3", cwd=tmp_path)
     assert seen["code"] == 0, seen
