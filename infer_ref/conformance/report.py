@@ -70,6 +70,11 @@ class Report:
     refusals: list[str] = field(default_factory=list)  # failed tests where the implementation raised: "node id: Type: message"
     blame: dict[str, dict[str, str]] = field(default_factory=OrderedDict)  # candidate class -> {"verdict", "why"} (infer_ref.conformance.blame)
     probes: list[str] = field(default_factory=list)  # the follow-up probes that ran, with their outcomes
+    # What the verdict's tolerances did not cover and an xfails file let pass: beside the verdict, so
+    # a run with expected failures never reads as clean. beyond_tolerance: a tier's largest distances
+    # past its tolerance (the engine tier fills it); expected_failures: their count with those.
+    beyond_tolerance: list[str] = field(default_factory=list)
+    expected_failures: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -82,7 +87,8 @@ class Report:
             "",
             f"totals: {_counts(self.totals)}",
             "",
-            f"verdict: **{self.verdict}**" + (f" ({self.precision_tests} tests beyond the exact tier, within float32 intermediates)" if self.precision_tests else ""),
+            f"verdict: **{self.verdict}**" + (f" ({self.precision_tests} tests beyond the exact tier, within float32 intermediates)" if self.precision_tests else "")
+            + (f"; **{self.expected_failures}**" if self.expected_failures else ""),
             "",
             *_table("capability", self.by_capability, self.capabilities),
             "",
@@ -138,6 +144,16 @@ def verdict_of(report: Report) -> str:
     if report.dtype != "float64" or report.adapter.startswith("engine tier"):  # the engine tier has its own tolerances
         return f"within the {report.dtype} tolerances"
     return tiers.FLOAT32_STEPS if report.precision_tests else tiers.EXACT
+
+
+def expected_failures_of(report: Report) -> str:
+    """The expected failures beside the verdict: how many, and what of them passed the tolerances
+    only because an xfails file listed them ("" when there are none)."""
+    count = report.totals.counts["xfailed"]
+    if not count:
+        return ""
+    text = f"{count} expected failure{'s' if count > 1 else ''} (listed in the xfails file)"
+    return text + "".join(f"; beyond the tolerance: {b}" for b in report.beyond_tolerance)
 
 
 def outcome_of(report: pytest.TestReport) -> str | None:
@@ -231,6 +247,7 @@ class Collector:
             self._note(f"{self.after_loss} failure(s) came after a CUDA device-side assert in the same process: rerun them alone before reading them as findings")
         self.report.stale_xfails = [e for e in self.xfails if e not in self.used_xfails]
         self.report.verdict = verdict_of(self.report)
+        self.report.expected_failures = expected_failures_of(self.report)
         self._blame()
         if self.report.stale_xfails and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED

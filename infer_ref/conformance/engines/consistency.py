@@ -86,5 +86,6 @@ class SpreadLog:
             self.largest, self.where = difference, test
 
     def summary(self, tolerance: float, source: str) -> str:
-        return (f"largest difference {self.what}: {self.largest:.3g} nats ({self.where}, {self.comparisons} "
+        where = f"{self.where}, " if self.where else ""  # every difference 0: no test to name
+        return (f"largest difference {self.what}: {self.largest:.3g} nats ({where}{self.comparisons} "
                 f"answers); tolerance {tolerance:.3g} ({source})")  # fmt: skip

@@ -120,10 +120,13 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         collector.report.notes.append(f"engine: {tier.first_name}")  # read back by the engine matrix
     if tier.factory_kwargs:
         collector.report.notes.append("engine options: " + ", ".join(f"{k}={v!r}" for k, v in tier.factory_kwargs.items()))
-    if tier.distances.comparisons:
-        collector.report.notes.append(tier.distances.summary(agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"))
-    if tier.spreads.comparisons:
-        collector.report.notes.append(tier.spreads.summary(tier.consistency.value, tier.consistency.source))
+    judged = [(tier.distances, agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"),
+              (tier.spreads, tier.consistency.value, tier.consistency.source)]  # fmt: skip
+    for log, tolerance, source in judged:
+        if log.comparisons:
+            collector.report.notes.append(log.summary(tolerance, source))
+        if log.largest > tolerance:  # a failure the verdict must not hide, expected or not
+            collector.report.beyond_tolerance.append(log.summary(tolerance, source))
     if tier.left_out:
         collector.report.notes.append(tier.left_out_summary())
 
