@@ -7,11 +7,19 @@ import os
 import subprocess
 import sys
 from dataclasses import dataclass
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
+
+
+def plugin_args() -> list[str]:
+    """What a plain ``python -m pytest`` needs to load the kit's plugin: nothing where it is installed
+    (its entry point loads it; naming it again would register it twice), ``-p`` from a source tree."""
+    installed = any(ep.name == "infer_ref" for ep in entry_points(group="pytest11"))
+    return [] if installed else ["-p", "infer_ref.conformance.plugin"]
 
 
 @dataclass

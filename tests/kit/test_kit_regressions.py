@@ -11,11 +11,10 @@ import os
 import shutil
 import subprocess
 import sys
-from importlib.metadata import entry_points
 from pathlib import Path
 
 import pytest
-from conformance_run import HERE, ROOT, conformance
+from conformance_run import HERE, ROOT, conformance, plugin_args
 from hypothesis.vendor.pretty import pretty
 
 import infer_ref.conformance.tests as shipped
@@ -237,10 +236,8 @@ def test_failures_after_a_cuda_device_side_assert_are_labelled_as_its_consequenc
         "    pass\n"
     )
     report = tmp_path / "report.json"
-    # From a source checkout (nothing installed) the kit's plugin has no entry point: name it.
-    plugin = [] if any(ep.name == "infer_ref" for ep in entry_points(group="pytest11")) else ["-p", "infer_ref.conformance.plugin"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *plugin, "-q", "test_lost.py", f"--ir-report={report}"],
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-p", "no:randomly", *plugin_args(), "-q", "test_lost.py", f"--ir-report={report}"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     assert proc.returncode == 1, proc.stdout + proc.stderr
@@ -278,9 +275,8 @@ def test_the_engine_tier_under_pytest_without_checkpoints_is_a_usage_error(tmp_p
     """The same through pytest itself (the plugin's options): refused when pytest configures, before
     collection, with the option to pass."""
     site = _kit_without_checkout(tmp_path)
-    plugin = [] if any(ep.name == "infer_ref" for ep in entry_points(group="pytest11")) else ["-p", "infer_ref.conformance.plugin"]
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin,
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin_args(),
          "--pyargs", "infer_ref.conformance.engines.tests", "--ir-engine=infer_ref"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(site)},
     )  # fmt: skip
