@@ -2,7 +2,8 @@
 
     python scripts/mutation.py run [--part P ...] [--slice K] [--jobs 2]
                                                                mutate and test, part by part, slice by slice
-    python scripts/mutation.py figures [--json FILE]           the table per part, from mutants/
+    python scripts/mutation.py run --whole --jobs 30           every mutant in one mutmut run (many cores)
+    python scripts/mutation.py figures [--modules] [--json F]  the table per part (and module), from mutants/
     python scripts/mutation.py survivors [--part P]            survivors not listed as equivalent
     python scripts/mutation.py check --floor F [--endings 7]   CI's bounded check (a fixed sample)
 
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -114,15 +116,17 @@ def status(code: int | None, name: str, equivalents: dict[str, str]) -> str:
 COLUMNS = ["generated", "killed", "survived", "no tests", "timed out", "equivalent", "suspicious", "not run"]
 
 
-def figures(only: list[str] | None = None) -> dict[str, Counter[str]]:
-    """Part -> counts per column. The score is killed / (generated - equivalent - not run)."""
+def figures(only: list[str] | None = None, by_module: bool = False) -> dict[str, Counter[str]]:
+    """Part (or module) -> counts per column. The score is killed / (generated - equivalent - not run)."""
     equivalents = equivalent()
     table: dict[str, Counter[str]] = {}
     for name, code in results().items():
         part = part_of(name)
         if part is None or (only and part not in only):
             continue
-        row = table.setdefault(part, Counter())
+        # A mutant's name is module.function__mutmut_N; a method's function part starts with "xǁ".
+        key = name.split("__mutmut_")[0].rsplit(".", 1)[0] if by_module else part
+        row = table.setdefault(key, Counter())
         row["generated"] += 1
         row[status(code, name, equivalents)] += 1
     return table
@@ -134,12 +138,22 @@ def score(row: Counter[str]) -> float:
     return (row["killed"] + row["timed out"]) / judged if judged else float("nan")
 
 
-def markdown(table: dict[str, Counter[str]]) -> str:
-    lines = ["| part | " + " | ".join(COLUMNS) + " | score |", "|---" * (len(COLUMNS) + 2) + "|"]
-    for part in PARTS:
-        if part in table:
-            row = table[part]
-            lines.append(f"| {part} | " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {score(row):.1%} |")
+def percent(fraction: float) -> str:
+    """One decimal, rounded down: a score short of 100% never prints as 100.0%."""
+    return f"{math.floor(fraction * 1000) / 10:.1f}%" if fraction == fraction else "n/a"
+
+
+def markdown(table: dict[str, Counter[str]], by_module: bool = False) -> str:
+    """The table docs/mutation.md shows: one row per part (or module, sorted) and a total row."""
+    lines = [f"| {'module' if by_module else 'part'} | " + " | ".join(COLUMNS) + " | score |",
+             "|---" * (len(COLUMNS) + 2) + "|"]
+    keys = sorted(table) if by_module else [part for part in PARTS if part in table]
+    for key in keys:
+        row = table[key]
+        name = f"`{key}`" if by_module else key
+        lines.append(f"| {name} | " + " | ".join(str(row[c]) for c in COLUMNS) + f" | {percent(score(row))} |")
+    total = sum(table.values(), Counter())
+    lines.append("| **all** | " + " | ".join(f"**{total[c]}**" for c in COLUMNS) + f" | **{percent(score(total))}** |")
     return "\n".join(lines)
 
 
@@ -167,6 +181,16 @@ def sample_globs(parts: list[str], endings: str) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.whole:
+        # One mutmut run over every part: one trace and one clean pass instead of one per slice, which
+        # pays on a machine with many cores (the slices exist to fit 2 cores' hour).
+        if args.part or args.slice:
+            raise SystemExit("--whole runs every part at once: give it without --part and --slice")
+        start = time.monotonic()
+        _run_mutmut([glob for globs in PARTS.values() for glob in globs], args.jobs)
+        print(f"every part, one run on {args.jobs} workers: {time.monotonic() - start:.0f} s", flush=True)
+        print(markdown(figures()))
+        return 0
     for part in args.part or list(PARTS):
         count = SLICES[part]
         if args.slice is not None and not 1 <= args.slice <= count:
@@ -182,6 +206,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_figures(args: argparse.Namespace) -> int:
     table = figures()
     print(markdown(table))
+    if args.modules:
+        print()
+        print(markdown(figures(by_module=True), by_module=True))
     if args.json:
         Path(args.json).write_text(json.dumps({p: dict(r) | {"score": score(r)} for p, r in table.items()}, indent=2))
     return 0
@@ -221,8 +248,10 @@ def main() -> int:
     run.add_argument("--part", action="append", choices=list(PARTS))
     run.add_argument("--slice", type=int, help="run only this slice (1..N) of each part named (SLICES gives N)")
     run.add_argument("--jobs", type=int, default=2)
+    run.add_argument("--whole", action="store_true", help="every part in one mutmut run (for many cores)")
     fig = sub.add_parser("figures", help="the table per part from mutants/")
     fig.add_argument("--json")
+    fig.add_argument("--modules", action="store_true", help="the table per module too")
     surv = sub.add_parser("survivors", help="survivors not listed as equivalent")
     surv.add_argument("--part", action="append", choices=list(PARTS))
     check = sub.add_parser("check", help="CI's bounded check: a fixed sample with a floor on the score")

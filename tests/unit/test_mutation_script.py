@@ -73,3 +73,28 @@ def test_every_listed_equivalent_names_a_mutant_of_some_part(mutation):
     assert equivalents, "scripts/mutation_equivalent.txt lists no mutant"
     stray = [name for name in equivalents if "__mutmut_" not in name or mutation.part_of(name) is None]
     assert not stray, f"not a mutant of any part (a typo?): {stray}"
+
+
+@pytest.mark.parametrize(("fraction", "shown"), [(4490 / 4492, "99.9%"), (1.0, "100.0%"), (0.9999, "99.9%"),
+                                                 (0.5, "50.0%"), (float("nan"), "n/a")])
+def test_a_score_short_of_one_never_prints_as_100_percent(mutation, fraction, shown):
+    assert mutation.percent(fraction) == shown
+
+
+def test_the_total_row_sums_the_parts_and_scores_the_sum(mutation):
+    table = {"cache": Counter({"generated": 10, "killed": 9, "survived": 1}),
+             "engine": Counter({"generated": 4, "killed": 2, "equivalent": 2})}
+    total = mutation.markdown(table).splitlines()[-1]
+    # killed 11 of 14 generated less 2 equivalent = 11/12 = 91.66...% -> 91.6%
+    assert total.startswith("| **all** | **14** | **11** | **1** |") and total.endswith("| **91.6%** |")
+
+
+def test_the_module_table_groups_methods_and_functions_by_their_module(mutation, monkeypatch):
+    codes = {"infer_ref.cache.paged.xǁPagedKVCacheǁ_slots__mutmut_3": 0,
+             "infer_ref.cache.paged.x_free__mutmut_1": 1,
+             "infer_ref.engine.scheduler.x_schedule__mutmut_2": 1}
+    monkeypatch.setattr(mutation, "results", lambda: codes)
+    monkeypatch.setattr(mutation, "equivalent", dict)
+    table = mutation.figures(by_module=True)
+    assert table == {"infer_ref.cache.paged": Counter(generated=2, killed=1, survived=1),
+                     "infer_ref.engine.scheduler": Counter(generated=1, killed=1)}
