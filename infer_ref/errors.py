@@ -20,6 +20,8 @@ EXIT_BAD_DATA = 3  # a checkpoint, config, tokenizer or golden file that cannot 
 EXIT_REFUSED_OVERWRITE = 4  # an output exists and --force was not given
 EXIT_MISSING = 5  # a file or folder named on the command line does not exist
 EXIT_METADATA = 6  # a golden file describes another run (weights, config, dtype, device)
+EXIT_NOT_JUDGED = 7  # infer-ref conformance: no failure, but some test judged nothing (the engine never started)
+EXIT_INTERNAL = 70  # infer-ref conformance: pytest or a plugin broke (a bug; its traceback is printed)
 
 
 class InferRefError(Exception):

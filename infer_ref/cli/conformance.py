@@ -5,8 +5,9 @@
 
 is ``pytest --pyargs infer_ref.conformance.tests --ir-impl=...`` with the options spelled out;
 everything after ``--`` (or any option it does not know that pytest takes) goes to pytest unchanged;
-an option neither takes is refused before pytest starts. The exit status
-is pytest's.
+an option neither takes is refused before pytest starts. The exit status is the command's own
+(docs/errors.md): 0 conforms, 1 does not conform, 2 usage error, 5 a named file is missing,
+7 nothing (or not everything) judged, 70 pytest broke; ``conformance_exit_status`` maps pytest's.
 
     infer-ref conformance --engine vllm|infer_ref|transformers|module:FACTORY [--model-dir DIR] [--dtype float32]
     infer-ref conformance --endpoint http://127.0.0.1:PORT/v1 --model-dir DIR
@@ -26,6 +27,14 @@ from pathlib import Path
 
 from infer_ref.cli.options import DTYPES, FIXTURES, UsageError, check_output_paths
 from infer_ref.conformance.engines.names import ENGINES, known_engine
+from infer_ref.errors import (
+    EXIT_FAILED_CHECK,
+    EXIT_INTERNAL,
+    EXIT_INTERRUPTED,
+    EXIT_NOT_JUDGED,
+    EXIT_OK,
+    EXIT_USAGE,
+)
 
 PLUGIN = "infer_ref.conformance.plugin"
 DEFAULT_IMPL = "infer_ref.conformance.adapters.reference:INFER_REF"
@@ -181,4 +190,15 @@ def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
 
     if args.numprocesses and importlib.util.find_spec("xdist") is None:
         raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")
-    return int(pytest.main(pytest_args(args, extra)))
+    return conformance_exit_status(int(pytest.main(pytest_args(args, extra))))
+
+
+# pytest's exit codes -> the command's (docs/errors.md). The report plugin already turns a run with no
+# failure but tests not judged into 7; pytest's own "no tests collected" is nothing judged as well.
+_FROM_PYTEST = {0: EXIT_OK, 1: EXIT_FAILED_CHECK, 2: EXIT_INTERRUPTED, 3: EXIT_INTERNAL, 4: EXIT_USAGE,
+                5: EXIT_NOT_JUDGED, EXIT_NOT_JUDGED: EXIT_NOT_JUDGED}  # fmt: skip
+
+
+def conformance_exit_status(pytest_status: int) -> int:
+    """The command's exit status for pytest's (an unknown one is passed on unchanged)."""
+    return _FROM_PYTEST.get(pytest_status, pytest_status)

@@ -245,9 +245,9 @@ def pytest_configure(config: pytest.Config) -> None:
         config.pluginmanager.register(collector, "infer_ref_report")
 
 
-def _versions() -> str:
+def _versions(with_hypothesis: bool = True) -> str:
     parts = [f"python {platform.python_version()}", f"torch {torch.__version__}"]
-    for module in ("transformers", "hypothesis"):
+    for module in ("transformers", "hypothesis") if with_hypothesis else ("transformers",):
         try:
             parts.append(f"{module} {__import__(module).__version__}")
         except ImportError:
@@ -259,6 +259,8 @@ def _versions() -> str:
 
 
 def pytest_report_header(config: pytest.Config) -> list[str]:
+    if engine_tier(config):
+        return engine_tier_header(config)
     from hypothesis import settings
 
     adapter = _STATE["adapter"]
@@ -280,6 +282,36 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
         f"  hypothesis profile: {settings.get_current_profile_name()} (max_examples={current.max_examples}, "
         f"derandomize={current.derandomize}, deadline={current.deadline})",
     ]
+    if "xfails" in _STATE:
+        lines.append(f"  xfails: {', '.join(config.getoption('--ir-xfails'))} ({len(_STATE['xfails'])} entries)")  # type: ignore[arg-type]
+    return lines
+
+
+def engine_tier_header(config: pytest.Config) -> list[str]:
+    """The engine tier's header: which engine, how started, on what, judged at which tolerances (not
+    the in-process adapter's float64 banner, whose cache contract and Hypothesis profile it never uses)."""
+    from infer_ref.conformance.engines.consistency import consistency_tolerance
+    from infer_ref.conformance.engines.names import ENGINES
+    from infer_ref.conformance.engines.oracle import agreement_tolerance
+
+    engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
+    dtype = str(config.getoption("--ir-engine-dtype"))
+    dirs = config.getoption("--ir-model-dir") or []
+    registered = None if endpoint or engine not in ENGINES else engine
+    try:
+        consistency = consistency_tolerance(registered, dtype, config.getoption("--ir-consistency-tolerance"))
+        spread = f"{consistency.value:g} nats ({consistency.source})"
+    except ValueError as e:
+        spread = f"refused ({e})"
+    lines = [
+        f"infer_ref engine tier: {f'endpoint {endpoint}' if endpoint else f'engine {engine}'}, dtype {dtype}",
+        "  checkpoints: " + (", ".join(str(d) for d in dirs) if dirs else "the kit's (fixtures and engine checkpoints)"),
+        f"  tolerances: {agreement_tolerance(dtype):g} nats from the float64 oracle (transformers); "
+        f"{spread} between two schedules of the engine",
+        f"  versions (the oracle's side): {_versions(with_hypothesis=False)}",
+    ]
+    if config.getoption("--ir-engine-option"):
+        lines.append(f"  engine options: {', '.join(config.getoption('--ir-engine-option'))}")
     if "xfails" in _STATE:
         lines.append(f"  xfails: {', '.join(config.getoption('--ir-xfails'))} ({len(_STATE['xfails'])} entries)")  # type: ignore[arg-type]
     return lines

@@ -25,8 +25,14 @@ from infer_ref.conformance import blame, tiers
 from infer_ref.conformance.blame.probes import ProbeResult, Runner
 from infer_ref.conformance.blame.suite import run_probes
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES
+from infer_ref.errors import EXIT_NOT_JUDGED  # neither conforms (0) nor does not (1): docs/errors.md
 
-OUTCOMES = ("passed", "failed", "xfailed", "not supported", "skipped")
+OUTCOMES = ("passed", "failed", "xfailed", "not supported", "not judged", "skipped")
+
+# A test whose engine could not be started or reached skips with a reason that starts with this:
+# nothing about the engine was learnt, so it is neither passed nor failed.
+NOT_JUDGED = "not judged:"
+NOTHING_JUDGED, PARTLY_JUDGED = "nothing judged", "not everything judged"
 
 
 def bug_classes_of(item: pytest.Item, known: Sequence[str]) -> list[str]:
@@ -75,6 +81,7 @@ class Report:
     # past its tolerance (the engine tier fills it); expected_failures: their count with those.
     beyond_tolerance: list[str] = field(default_factory=list)
     expected_failures: str = ""
+    not_judged: str = ""  # the first reason a test was not judged (its engine did not start or answer)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -88,7 +95,8 @@ class Report:
             f"totals: {_counts(self.totals)}",
             "",
             f"verdict: **{self.verdict}**" + (f" ({self.precision_tests} tests beyond the exact tier, within float32 intermediates)" if self.precision_tests else "")
-            + (f"; **{self.expected_failures}**" if self.expected_failures else ""),
+            + (f"; **{self.expected_failures}**" if self.expected_failures else "")
+            + (f"; {self.totals.counts['not judged']} tests not judged: {self.not_judged}" if self.not_judged else ""),
             "",
             *_table("capability", self.by_capability, self.capabilities),
             "",
@@ -123,7 +131,11 @@ def _counts(t: Tally) -> str:
 
 
 def _table(title: str, rows: dict[str, Tally], why_not: dict[str, str | None] | None) -> list[str]:
-    out = [f"| {title} | passed | failed | xfailed | not supported | first failure |", "|---|---|---|---|---|---|"]
+    # "not judged" gets its column only in a run that has such tests (the usual report keeps its shape).
+    judged_all = not any(t.counts["not judged"] for t in rows.values())
+    extra = "" if judged_all else " not judged |"
+    out = [f"| {title} | passed | failed | xfailed | not supported |{extra} first failure |",
+           "|---" * (6 if judged_all else 7) + "|"]
     for name, t in rows.items():
         c = t.counts
         unsupported = str(c["not supported"])
@@ -132,15 +144,20 @@ def _table(title: str, rows: dict[str, Tally], why_not: dict[str, str | None] | 
         elif t.unsupported_draws:
             unsupported += f" (+{t.unsupported_draws} draws)"
         first = f"`{t.first_failure}`" if t.first_failure else ""
-        out.append(f"| {name} | {c['passed']} | {c['failed']} | {c['xfailed']} | {unsupported} | {first} |")
+        not_judged = "" if judged_all else f" {c['not judged']} |"
+        out.append(f"| {name} | {c['passed']} | {c['failed']} | {c['xfailed']} | {unsupported} |{not_judged} {first} |")
     return out
 
 
 def verdict_of(report: Report) -> str:
     """float64: exact / float32 intermediates / wrong (``infer_ref.conformance.tiers``); other dtypes:
-    within the dtype's tolerances / wrong. A failed test (not an expected one) makes it wrong."""
+    within the dtype's tolerances / wrong. A failed test (not an expected one) makes it wrong; with
+    none, a test not judged (its engine never started) makes it "nothing judged" or, where other
+    tests passed, "not everything judged"."""
     if report.totals.counts["failed"]:
         return tiers.WRONG
+    if report.totals.counts["not judged"]:  # never "conforms" for what was not looked at
+        return PARTLY_JUDGED if report.totals.counts["passed"] else NOTHING_JUDGED
     if report.dtype != "float64" or report.adapter.startswith("engine tier"):  # the engine tier has its own tolerances
         return f"within the {report.dtype} tolerances"
     return tiers.FLOAT32_STEPS if report.precision_tests else tiers.EXACT
@@ -164,12 +181,20 @@ def outcome_of(report: pytest.TestReport) -> str | None:
             # strict entry's XPASS is reported failed, without wasxfail, and counted below).
             return "xfailed" if report.skipped else ("passed" if report.passed else "failed")
         if report.skipped:
-            reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+            reason = skip_reason(report)
+            if reason.startswith(NOT_JUDGED):
+                return "not judged"
             return "not supported" if ("not supported by" in reason or "unsupported by" in reason) else "skipped"
         return "passed" if report.passed else "failed"
     if report.when == "teardown" and report.failed:
         return "failed"
     return None
+
+
+def skip_reason(report: pytest.TestReport) -> str:
+    """A skipped test's reason, without pytest's ``Skipped: `` prefix."""
+    reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    return reason.removeprefix("Skipped: ")
 
 
 def repro_of(report: pytest.TestReport, impl: str) -> str:
@@ -220,6 +245,8 @@ class Collector:
             self.report.precision_tests += 1
             if len(self.report.precision_notes) < 10:
                 self.report.precision_notes.append(f"{report.nodeid}: {props['ir_precision']}")
+        if outcome == "not judged" and not self.report.not_judged:
+            self.report.not_judged = skip_reason(report).removeprefix(NOT_JUDGED).strip()
         self.report.totals.add(outcome, repro, unsupported)
         for cap in props["ir_capabilities"] or ["(no capability)"]:
             self.report.by_capability.setdefault(cap, Tally()).add(outcome, repro, unsupported)
@@ -251,6 +278,8 @@ class Collector:
         self._blame()
         if self.report.stale_xfails and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        if self.report.verdict in (NOTHING_JUDGED, PARTLY_JUDGED) and session.exitstatus == 0:
+            session.exitstatus = EXIT_NOT_JUDGED
         path = self.config.getoption("--ir-report")
         if path:
             target = Path(path)

@@ -18,12 +18,13 @@ GROUPS = {
     "test_stopping": "stopping",
     "test_logprobs": "logprob semantics",
 }
-MARKS = {"passed": "✓", "xfailed": "x", "failed": "✗", "skipped": "–"}
+MARKS = {"passed": "✓", "xfailed": "x", "failed": "✗", "not judged": "?", "skipped": "–"}
 NOT_RUN = "·"  # the engine's results hold no case of this test on this family
 MEANINGS = {
     "✓": "every case passed",
     "x": "expected failure (listed, with its cause, in the engine's xfails file)",
     "✗": "failed",
+    "?": "not judged: the engine could not be started or reached (the report says why)",
     "–": "not supported by the engine, or not applicable to the checkpoint",
     NOT_RUN: "no result: the run covered no checkpoint of this family, or predates the test",
 }
@@ -45,8 +46,9 @@ class Cell:
 
     @property
     def worst(self) -> str:
-        """The outcome that colours the cell: a failure over an expected one over a pass over a skip."""
-        for outcome in ("failed", "xfailed", "passed", "skipped"):
+        """The outcome that colours the cell: a failure over an expected one over one not judged over a
+        pass over a skip (a cell with a test not judged never looks clean)."""
+        for outcome in ("failed", "xfailed", "not judged", "passed", "skipped"):
             if outcome in self.outcomes:
                 return outcome
         return "not run"
@@ -85,6 +87,7 @@ def build_grid(engines: Sequence[EngineResult], family: Callable[[str], str] = f
 
 def totals(result: EngineResult) -> str:
     """``93 passed, 8 expected failures, 11 not supported or skipped`` for one engine."""
-    words = {"passed": "passed", "xfailed": "expected failure", "failed": "failed", "skipped": "not supported or skipped"}
+    words = {"passed": "passed", "xfailed": "expected failure", "failed": "failed", "not judged": "not judged",
+             "skipped": "not supported or skipped"}
     counts = [(sum(c.outcome == o for c in result.cases), words[o]) for o in OUTCOMES]
     return ", ".join(f"{n} {w}" + ("s" if w == "expected failure" and n > 1 else "") for n, w in counts if n)

@@ -13,7 +13,9 @@ from pathlib import Path
 
 from infer_ref.errors import UsageError
 
-OUTCOMES = ("passed", "xfailed", "failed", "skipped")  # skipped: not supported, or not applicable
+# skipped: not supported, or not applicable; not judged: the engine could not be started or reached
+OUTCOMES = ("passed", "xfailed", "failed", "not judged", "skipped")
+NOT_JUDGED = "not judged:"  # how such a test's skip reason starts (infer_ref.conformance.report.NOT_JUDGED)
 ENGINE_NOTE = "engine: "  # the report note naming the started engine (its version), see the tier's conftest
 TOLERANCE_NOTES = ("largest difference from the oracle", "largest difference between two schedules")
 
@@ -48,7 +50,9 @@ def outcome_of(case: ET.Element) -> str:
         return "failed"
     skipped = case.find("skipped")
     if skipped is not None:
-        return "xfailed" if skipped.get("type") == "pytest.xfail" else "skipped"
+        if skipped.get("type") == "pytest.xfail":
+            return "xfailed"
+        return "not judged" if skipped.get("message", "").startswith(NOT_JUDGED) else "skipped"
     return "passed"
 
 

@@ -7,7 +7,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from infer_ref.conformance.engines.matrix.grid import MARKS, MEANINGS, NOT_RUN, Grid
 
-COLOURS = {"passed": "#b7e1b0", "xfailed": "#f6d58e", "failed": "#f08c8c", "skipped": "#dcdcdc", "not run": "#ffffff"}
+COLOURS = {"passed": "#b7e1b0", "xfailed": "#f6d58e", "failed": "#f08c8c", "not judged": "#b9c7e8", "skipped": "#dcdcdc", "not run": "#ffffff"}
 CELL_W, CELL_H = 60, 20
 MONO_W = 6.1  # a rough width of one 10 px monospace character: the property names' column fits the longest
 HEADER_H = 78  # engine, version (two lines), family rows

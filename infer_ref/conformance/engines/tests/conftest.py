@@ -16,6 +16,7 @@ from infer_ref.conformance.engines.session import (
     selection_options,
 )
 from infer_ref.conformance.profiles import one_torch_thread
+from infer_ref.conformance.report import NOT_JUDGED
 
 _TIER: dict[str, EngineTier] = {}
 
@@ -146,12 +147,29 @@ def _one_thread() -> Iterator[None]:
 
 @pytest.fixture
 def started(tier: EngineTier):  # type: ignore[no-untyped-def]
-    """``started(model_dir, kind)``: the engine, or the test fails with the start error in one line."""
+    """``started(model_dir, kind)``: the engine (one that cannot start makes the test "not judged")."""
 
     def get(model_dir: Path, kind: str = "stressed"):  # type: ignore[no-untyped-def]
-        try:
-            return tier.handle(model_dir, kind)
-        except EngineStartError as e:
-            pytest.fail(str(e), pytrace=False)
+        return tier.handle(model_dir, kind)
 
     return get
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    return (yield from _judged_only())
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    return (yield from _judged_only())
+
+
+def _judged_only() -> Iterator[None]:
+    """An engine that could not be started or reached, wherever a test meets it, makes the test
+    "not judged" with the reason, never failed: nothing about the engine was learnt (a closed port
+    is not a wrong answer). The report's verdict is then "nothing judged" and the exit status 7."""
+    try:
+        return (yield)
+    except EngineStartError as e:
+        pytest.skip(f"{NOT_JUDGED} {e}")

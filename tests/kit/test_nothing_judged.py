@@ -1,0 +1,117 @@
+"""An engine that could not be started or reached judges nothing: its tests are "not judged", the
+verdict says "nothing judged" and the exit status is 7 — never "wrong" (old: a closed port gave 17
+FAILED, a traceback, verdict **wrong**, exit 1, like a non-conforming engine)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from infer_ref.cli.conformance import conformance_exit_status
+from infer_ref.conformance.engines.matrix.grid import Cell
+from infer_ref.conformance.engines.matrix.results import outcome_of as junit_outcome
+from infer_ref.conformance.plugin import engine_tier_header
+from infer_ref.conformance.report import NOT_JUDGED, NOTHING_JUDGED, PARTLY_JUDGED, Report, Tally, outcome_of, verdict_of
+from infer_ref.errors import EXIT_NOT_JUDGED, EXIT_USAGE
+
+ROOT = Path(__file__).resolve().parents[2]
+LLAMA = ROOT / "fixtures" / "checkpoints" / "llama-tiny"
+
+
+def _skipped(reason: str) -> pytest.TestReport:
+    return pytest.TestReport("t.py::test_x[llama-tiny]", ("t.py", 1, "test_x"), {}, "skipped",
+                             ("t.py", 1, f"Skipped: {reason}"), "call")  # fmt: skip
+
+
+def test_a_skip_for_an_engine_that_never_started_is_its_own_outcome() -> None:
+    assert outcome_of(_skipped(f"{NOT_JUDGED} endpoint http://x could not start")) == "not judged"
+    assert outcome_of(_skipped("not supported by llama.cpp (prefix_caching)")) == "not supported"
+    assert outcome_of(_skipped("no sliding layer in this checkpoint")) == "skipped"
+
+
+def _report(**counts: int) -> Report:
+    totals = Tally()
+    totals.counts.update(counts)
+    return Report(impl="--ir-endpoint=http://x/v1", adapter="engine tier:", version="http://x/v1",
+                  device="the engine's", dtype="float32", capabilities={}, totals=totals)  # fmt: skip
+
+
+@pytest.mark.parametrize(("counts", "verdict"), [
+    ({"not judged": 17}, NOTHING_JUDGED),
+    ({"not judged": 3, "passed": 14}, PARTLY_JUDGED),
+    ({"not judged": 3, "failed": 1, "passed": 13}, "wrong"),  # a real failure stays the verdict
+    ({"passed": 17, "not supported": 2}, "within the float32 tolerances"),
+])
+def test_the_verdict_never_calls_what_was_not_judged_conforming_or_wrong(counts: dict[str, int], verdict: str) -> None:
+    assert verdict_of(_report(**counts)) == verdict
+
+
+def test_the_headline_says_how_many_were_not_judged_and_why() -> None:
+    report = _report(**{"not judged": 17})
+    report.by_family["llama-tiny"] = report.totals
+    report.verdict, report.not_judged = verdict_of(report), "endpoint http://x/v1 could not start (Connection refused)"
+    text = report.to_markdown()
+    assert "verdict: **nothing judged**; 17 tests not judged: endpoint http://x/v1 could not start (Connection refused)\n" in text
+    assert "| checkpoint | passed | failed | xfailed | not supported | not judged | first failure |" in text
+    assert "| llama-tiny | 0 | 0 | 0 | 0 | 17 |  |" in text
+    # a run where everything was judged keeps the usual columns
+    assert "not judged" not in _report(passed=3).to_markdown()
+
+
+@pytest.mark.parametrize(("pytest_status", "ours"), [(0, 0), (1, 1), (2, 130), (3, 70), (4, EXIT_USAGE), (5, EXIT_NOT_JUDGED),
+                                                     (EXIT_NOT_JUDGED, EXIT_NOT_JUDGED)])  # fmt: skip
+def test_pytest_statuses_map_to_the_commands_documented_ones(pytest_status: int, ours: int) -> None:
+    assert conformance_exit_status(pytest_status) == ours
+
+
+def test_the_matrix_marks_a_case_not_judged_apart_from_not_supported() -> None:
+    case = ET.fromstring('<testcase name="test_x[llama-tiny]"><skipped type="pytest.skip" '
+                         f'message="{NOT_JUDGED} engine vllm could not start"/></testcase>')  # fmt: skip
+    assert junit_outcome(case) == "not judged"
+    cell = Cell(("passed", "not judged"))
+    assert cell.worst == "not judged" and cell.text == "✓1 ?1"
+
+
+def _option(values: dict[str, object]) -> SimpleNamespace:
+    return SimpleNamespace(getoption=lambda name: values.get(name))
+
+
+def test_the_engine_tier_header_names_the_engine_and_its_tolerances_not_the_adapter_banner() -> None:
+    config = _option({"--ir-engine": "llama.cpp", "--ir-engine-dtype": "float32", "--ir-engine-option": ["threads=2"]})
+    lines = engine_tier_header(config)  # type: ignore[arg-type]
+    assert lines[0] == "infer_ref engine tier: engine llama.cpp, dtype float32"
+    assert any(line.startswith("  tolerances: 0.0002 nats from the float64 oracle") for line in lines), lines
+    assert "  engine options: threads=2" in lines
+    assert not any("cache contract" in line or "hypothesis profile" in line or "dtype: float64" in line for line in lines)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.kit_run
+def test_a_closed_endpoint_judges_nothing_and_exits_7(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    report = tmp_path / "r.json"
+    proc = subprocess.run(
+        [sys.executable, "-m", "infer_ref.cli", "conformance", "--endpoint", url, "--model-dir", str(LLAMA),
+         "--report", str(report)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == EXIT_NOT_JUDGED, output[-3000:]
+    assert "FAILED" not in output and "Traceback" not in output, output[-3000:]
+    import json
+
+    written = json.loads(report.read_text())
+    assert written["verdict"] == NOTHING_JUDGED and written["totals"]["counts"]["failed"] == 0
+    assert written["totals"]["counts"]["not judged"] > 0 and "Connection refused" in written["not_judged"]
