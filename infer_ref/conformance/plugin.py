@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import shlex
 import warnings
 from collections.abc import Generator
 from pathlib import Path
@@ -89,9 +90,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                          "(default: the measured one, else the oracle's)")
 
 
+ENGINE_TESTS = "infer_ref.conformance.engines.tests"
+
+
 def engine_tier(config: pytest.Config) -> bool:
-    """Whether this run is the engine tier (an engine started or reached, not an adapter)."""
-    return bool(config.getoption("--ir-engine") or config.getoption("--ir-endpoint"))
+    """Whether this run is the engine tier (an engine started or reached, not an adapter): an engine
+    option given, or the engine tier's tests named (they judge infer_ref's Engine by default).
+    Decided from the command line, so the xdist controller, which collects nothing, knows it too."""
+    if config.getoption("--ir-engine") or config.getoption("--ir-endpoint"):
+        return True
+    named = [str(a) for a in config.args]
+    return any(ENGINE_TESTS in a or ENGINE_TESTS.replace(".", "/") in a for a in named)
 
 
 def _check_engine_checkpoints(config: pytest.Config) -> None:
@@ -242,7 +251,25 @@ def pytest_configure(config: pytest.Config) -> None:
     if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) writes the report
         xfails = _STATE.get("xfails")
         collector = ir_report.Collector(config, spec, adapter, capabilities, xfails if isinstance(xfails, list) else None)
+        if engine_tier(config):
+            _name_the_engine(collector.report, config)
         config.pluginmanager.register(collector, "infer_ref_report")
+
+
+def _name_the_engine(report: ir_report.Report, config: pytest.Config) -> None:
+    """The engine tier's report names the engine, how it was selected and its dtype, not the
+    in-process adapter (here, where the report is made: under xdist the controller collects no test
+    and never loads the tier's conftest)."""
+    from infer_ref.conformance.engines.session import selection_options
+
+    engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
+    dtype = str(config.getoption("--ir-engine-dtype"))
+    parts = selection_options(engine, endpoint, dtype, config.getoption("--ir-engine-option") or ())
+    parts += [f"--ir-model-dir={shlex.quote(str(d))}" for d in config.getoption("--ir-model-dir") or []]
+    report.impl = " ".join(parts)  # what a failure's repro command needs to run the same engine the same way
+    report.adapter, report.version = "engine tier:", engine or endpoint or "infer_ref"
+    report.device, report.dtype = "the engine's", dtype
+    report.capabilities = {}
 
 
 def _versions(with_hypothesis: bool = True) -> str:

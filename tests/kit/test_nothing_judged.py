@@ -18,7 +18,15 @@ from infer_ref.cli.conformance import conformance_exit_status
 from infer_ref.conformance.engines.matrix.grid import Cell
 from infer_ref.conformance.engines.matrix.results import outcome_of as junit_outcome
 from infer_ref.conformance.plugin import engine_tier_header
-from infer_ref.conformance.report import NOT_JUDGED, NOTHING_JUDGED, PARTLY_JUDGED, Report, Tally, outcome_of, verdict_of
+from infer_ref.conformance.report import (
+    NOT_JUDGED,
+    NOTHING_JUDGED,
+    PARTLY_JUDGED,
+    Report,
+    Tally,
+    outcome_of,
+    verdict_of,
+)
 from infer_ref.errors import EXIT_NOT_JUDGED, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[2]

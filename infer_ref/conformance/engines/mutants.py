@@ -16,7 +16,7 @@ from infer_ref.conformance.engines.adapters.infer_ref_engine import CAPABILITIES
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
 from infer_ref.conformance.mutants.engine import ReseedingEngine
 from infer_ref.conformance.mutants.prefix import UnchainedHash, UnverifiedHit
-from infer_ref.engine.block_manager import TokenSequence
+from infer_ref.engine.block_manager import BlockManager, TokenSequence
 from infer_ref.engine.scheduler import Scheduler
 from infer_ref.engine.sequence import Request
 
@@ -30,6 +30,7 @@ ENGINE_BUG_CLASSES = (
     "top-k list unsorted or missing the chosen token",
     "preemption resumes from a stale position",
     "seeded tokens change when the request is preempted",
+    "prefix cache stops hitting past the first block",
 )
 
 
@@ -160,6 +161,23 @@ class UnchainedPrefixHits(InferRefEngine):
         self.engine.blocks = UnchainedUnverified(blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching)
 
 
+class FirstBlockOnly(BlockManager):
+    """The lookup never matches past a prompt's first block: every answer stays right, the cache
+    just stops paying (a silent performance bug only the cached-token counts show)."""
+
+    def _max_hit_blocks(self, num_tokens: int) -> int:
+        return min(1, super()._max_hit_blocks(num_tokens))
+
+
+class FirstBlockHits(InferRefEngine):
+    reproducible = False
+
+    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
+        super().__init__(model_dir, options)
+        blocks = self.engine.blocks
+        self.engine.blocks = FirstBlockOnly(blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching)
+
+
 @dataclass(frozen=True)
 class EngineMutant:
     name: str
@@ -186,6 +204,7 @@ ENGINE_MUTANTS = (
     EngineMutant("chosen_missing_from_top_k", ENGINE_BUG_CLASSES[6], ChosenMissingFromTopK, ("test_top_logprobs_count_order_and_chosen",)),
     EngineMutant("preemption_stale_position", ENGINE_BUG_CLASSES[7], StalePreemption, ("test_generated_logprobs_agree_with_oracle",)),
     EngineMutant("reseeded_after_preemption", ENGINE_BUG_CLASSES[8], ReseededAfterPreemption, ("test_seeded_requests_same_under_preemption_and_arrival_order",)),
+    EngineMutant("prefix_hits_first_block_only", ENGINE_BUG_CLASSES[9], FirstBlockHits, ("test_prefix_cache_serves_the_shared_prefix",)),
 )
 globals().update({m.name: m.factory() for m in ENGINE_MUTANTS})  # --engine infer_ref.conformance.engines.mutants:NAME
 

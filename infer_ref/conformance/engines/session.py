@@ -26,6 +26,7 @@ from pathlib import Path
 from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
 from infer_ref.conformance.engines.factory_options import EngineOptionError, parse_engine_options
 from infer_ref.conformance.engines.names import ENGINES, known_engine
+from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.protocol import (
     CAPABILITIES,
     EngineHandle,
@@ -130,6 +131,7 @@ class EngineTier:
     distances: SpreadLog = field(default_factory=lambda: SpreadLog("from the oracle"))  # agreement
     consistency: ConsistencyTolerance = field(init=False)
     first_name: str | None = None  # the first started engine's name for itself (its version): the report notes it
+    prefix_hits: list[PrefixHit] = field(default_factory=list)  # what the engine said its prefix cache served
     # judgeable's memo: (checkpoint, request) -> why its answer cannot be read back, None where it can
     unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)
 

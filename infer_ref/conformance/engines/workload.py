@@ -21,6 +21,7 @@ from infer_ref.conformance.engines.text_stable import TextStable
 BLOCK_SIZE = 32  # the tier's KV block size: vLLM's CPU backend needs a multiple of 32
 GENERATED = 16  # tokens generated per request: decode crosses a block boundary from k*bs - 1
 SHARED_PREFIX = 2 * BLOCK_SIZE + 5  # two full blocks shared, then a partial one
+EXTENSION = 7  # tokens an extending prompt adds after a prompt computed before
 
 
 @dataclass(frozen=True)
@@ -98,6 +99,14 @@ def shared_prefix_prompts(facts: ModelFacts, count: int = 4, seed: int = 0) -> l
     else:  # text prompts start with the tokenizer's lead: the second block follows another first block
         moved = _after_another_first_block(facts, facts.text, prefix[BLOCK_SIZE : 2 * BLOCK_SIZE], rng)
     return [*shared, moved + random_prompt(facts, 9, rng, after=moved)]
+
+
+def extending_prompts(facts: ModelFacts, prompts: list[tuple[int, ...]], seed: int = 0) -> list[tuple[int, ...]]:
+    """Each prompt followed by ``EXTENSION`` fresh tokens: a prompt that extends past one computed
+    before, which a prefix cache serves whatever it does with an identical prompt (some engines
+    reuse a prefix only when the new prompt goes past it)."""
+    rng = random.Random(f"{facts.name}/extending/{seed}")
+    return [p + random_prompt(facts, EXTENSION, rng, after=p) for p in prompts]
 
 
 def _after_another_first_block(facts: ModelFacts, text: TextStable, block: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:

@@ -3,7 +3,6 @@ folders (one test per folder), and capability skips (``@pytest.mark.ir_engine_re
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +12,6 @@ from infer_ref.conformance.engines.session import (
     EngineStartError,
     EngineTier,
     default_model_dirs,
-    selection_options,
 )
 from infer_ref.conformance.profiles import one_torch_thread
 from infer_ref.conformance.report import NOT_JUDGED
@@ -40,22 +38,6 @@ def _tier(config: pytest.Config) -> EngineTier:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ir_engine_requires(*capabilities): skip unless the engine declares them")
-    collector = config.pluginmanager.get_plugin("infer_ref_report")
-    if collector is not None:  # the report names the engine, not the in-process adapter
-        engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
-        report = collector.report
-        report.impl = _selects(config)
-        report.adapter, report.version = "engine tier:", engine or endpoint or "infer_ref"
-        report.device, report.dtype = "the engine's", str(config.getoption("--ir-engine-dtype"))
-        report.capabilities = {}
-
-
-def _selects(config: pytest.Config) -> str:
-    """The options a failure's repro command needs to run the same engine the same way."""
-    parts = selection_options(config.getoption("--ir-engine"), config.getoption("--ir-endpoint"),
-                              str(config.getoption("--ir-engine-dtype")), config.getoption("--ir-engine-option") or ())
-    parts += [f"--ir-model-dir={shlex.quote(str(d))}" for d in config.getoption("--ir-model-dir") or []]
-    return " ".join(parts)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -112,6 +94,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     schedules with the tolerances they were judged at, into the report's notes (before it is
     written): what a tolerance for this engine would be measured from."""
     from infer_ref.conformance.engines.oracle import agreement_tolerance
+    from infer_ref.conformance.engines.prefix_hits import summary as prefix_hit_summary
 
     collector = session.config.pluginmanager.get_plugin("infer_ref_report")
     tier = _TIER.get("tier")
@@ -128,6 +111,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             collector.report.notes.append(log.summary(tolerance, source))
         if log.largest > tolerance:  # a failure the verdict must not hide, expected or not
             collector.report.beyond_tolerance.append(log.summary(tolerance, source))
+    if tier.prefix_hits:
+        collector.report.notes.append(prefix_hit_summary(tier.prefix_hits))
     if tier.left_out:
         collector.report.notes.append(tier.left_out_summary())
 
