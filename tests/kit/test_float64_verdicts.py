@@ -78,3 +78,35 @@ def test_verdict_of_a_report() -> None:
     engine = Report(impl="x", adapter="engine tier:", version="vllm", device="the engine's", dtype="float64", capabilities={})
     assert verdict_of(engine) == "within the float64 tolerances"
     assert verdict_of(Report(impl="x", adapter="a", version="1", device="cuda", dtype="bfloat16", capabilities={})) == "within the bfloat16 tolerances"
+
+
+# The documented example commands (docs/conformance.md §4), read from the page and run as written:
+# the verdict each promises in its comment is the one it must give ("fails": exit 1, wrong).
+DOCUMENTED = {"exact float64": (0, tiers.EXACT), "float64 with float32 intermediates": (0, tiers.FLOAT32_STEPS),
+              "fails": (1, tiers.WRONG)}  # fmt: skip
+
+
+def _documented_commands() -> list[tuple[list[str], str]]:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "conformance.md").read_text()
+    found = []
+    for line in page.splitlines():
+        command, _, promise = line.partition("#")
+        if command.startswith("infer-ref conformance --impl examples.norm_precision_adapters:"):
+            found.append((command.split()[2:], promise.strip()))
+    return found
+
+
+def test_the_page_documents_each_verdict_once() -> None:
+    assert sorted(promise for _, promise in _documented_commands()) == sorted(DOCUMENTED)
+
+
+@pytest.mark.kit_run
+@pytest.mark.parametrize(("args", "promise"), [pytest.param(a, p, id=p) for a, p in _documented_commands()])
+def test_each_documented_command_gives_the_verdict_it_promises(args: list[str], promise: str, tmp_path: Path) -> None:
+    """Old: the LITGPT_NORMS command the page promises "float64 with float32 intermediates" gave
+    **wrong**: the engine test compared with transformers at 1e-9, outside the three-tier verdict."""
+    impl, rest = args[1], args[2:]
+    code, verdict = DOCUMENTED[promise]
+    # A failing run is judged without shrinking (the mutants profile: the same verdict, minutes sooner).
+    run = conformance(impl, *rest, cwd=tmp_path, profile="mutants" if code else "dev")
+    assert (run.returncode, run.report.get("verdict")) == (code, verdict), run.output[-4000:]
