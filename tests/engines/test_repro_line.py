@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.protocol import EngineRequest
+from infer_ref.conformance.engines.adapters.infer_ref_engine import InferRefEngine
+from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
 from infer_ref.conformance.engines.repro import REPRO_DIR_ENV, write_repro
 from infer_ref.conformance.engines.session import EngineTier
+
+ROOT = Path(__file__).resolve().parents[2]
+LLAMA = ROOT / "fixtures" / "checkpoints" / "llama-tiny"
 
 
 class _UsersEngine:
@@ -32,9 +39,43 @@ def test_a_factory_without_a_script_gets_the_pytest_command_that_selects_it(tmp_
     assert "--ir-engine=my_engine_pkg:start" in words and "--ir-engine-dtype=bfloat16" in words
     assert "--ir-engine-option=threads=2" in words and f"--ir-model-dir={folder}" in words
     assert words[words.index("-k") + 1] == "test_generated_logprobs_agree_with_oracle"
-    assert not (tmp_path / "repros").exists()  # no script written
+    assert not (tmp_path / "repros").exists()  # no script: nothing said how the engine was started
 
 
 def test_an_endpoint_is_selected_by_its_url() -> None:
     tier = EngineTier(engine=None, endpoint="http://127.0.0.1:8000/v1", dtype="float32")
     assert tier.selects() == "--ir-endpoint=http://127.0.0.1:8000/v1"
+
+
+class UnbrokenWithoutSnippet(InferRefEngine):
+    """infer_ref's Engine as a user's factory would give it: no ``repro_snippet()`` of its own."""
+
+    reproducible = False
+
+
+def unbroken(model_dir: Path, options: EngineOptions) -> InferRefEngine:
+    return UnbrokenWithoutSnippet(model_dir, options)
+
+
+@pytest.mark.kit_run  # the script runs in a child process
+@pytest.mark.parametrize(("engine", "status"), [
+    ("infer_ref.conformance.engines.mutants:logprobs_shifted", 1),  # a planted bug: the script shows it
+    (f"{__name__}:unbroken", 0),  # the control: the same script on a correct engine finds nothing
+])  # fmt: skip
+def test_any_factory_gets_a_script_that_starts_it_the_same_way(engine: str, status: int, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """Old: a user's factory got no repro script (the scripts needed an undocumented ``repro_snippet()``)."""
+    monkeypatch.setenv(REPRO_DIR_ENV, str(tmp_path / "repros"))
+    tier = EngineTier(engine=engine, endpoint=None, dtype="float32")
+    handle = tier.handle(LLAMA, "plain")
+    requests = [EngineRequest((5, 9, 14, 3, 22, 7), 4), EngineRequest((8, 1, 30), 3)]
+    lines = write_repro(handle, "test_generated_logprobs_agree_with_oracle", LLAMA, requests, [[[0, 1]]],
+                        "planted", 2e-4, tier.selects(), tier.start_of("plain")).splitlines()  # fmt: skip
+    tier.stop_all()
+    assert lines[0].startswith("repro: pytest --pyargs") and lines[-1].startswith("repro: python ")
+    script = lines[-1].removeprefix("repro: python ")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(Path(__file__).parent)])}
+    done = subprocess.run([sys.executable, script], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == status, done.stdout[-2000:] + done.stderr[-2000:]
+    last = done.stdout.strip().splitlines()[-1]
+    assert last.endswith("disagreement(s)") and (last == "0 disagreement(s)") == (status == 0), done.stdout[-2000:]

@@ -19,7 +19,7 @@ from infer_ref.conformance.assertions import assert_close, assert_tokens_equal, 
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES
 from infer_ref.conformance.interface.adapter import DEFAULT_IMPL, Adapter, load_adapter
 from infer_ref.conformance.mutants import ALL_BUG_CLASSES, BUG_CLASSES, CONTROL, MUTANTS
-from infer_ref.conformance.plugin import matches, read_xfails
+from infer_ref.conformance.xfail_files import matches, read_xfails
 
 DESIGN = Path(__file__).resolve().parents[2] / "docs" / "design.md"
 

@@ -142,7 +142,7 @@ def test_xfail_conditions_select_entries_by_package_version_and_device(tmp_path:
     where they do not hold the entry does not apply, so it is never reported stale there."""
     import pytest as _pytest
 
-    from infer_ref.conformance.plugin import read_xfails
+    from infer_ref.conformance.xfail_files import read_xfails
 
     f = tmp_path / "xfails.txt"
     f.write_text(
@@ -176,7 +176,7 @@ def test_an_entry_that_may_pass_is_an_expected_failure_that_is_not_strict(tmp_pa
     """A difference that crosses the tolerance on some CPUs only (llama.cpp's rounding follows the
     SIMD path it was built for) is listed ``[may pass]``: an expected failure where it shows, a pass
     where it does not, never an unexpected pass that fails the run. Its conditions still apply."""
-    from infer_ref.conformance.plugin import read_xfails, xfail_entries
+    from infer_ref.conformance.xfail_files import read_xfails, xfail_entries
 
     f = tmp_path / "xfails.txt"
     f.write_text(
@@ -206,7 +206,7 @@ def test_xfail_conditions_select_entries_by_the_dtype_under_test(tmp_path: Path)
     """An entry seen only at one precision (a self-consistency spread that a float16 tolerance
     covers) applies at that dtype alone; read back without a dtype, as for stored results, a
     dtype condition does not hold."""
-    from infer_ref.conformance.plugin import read_xfails
+    from infer_ref.conformance.xfail_files import read_xfails
 
     f = tmp_path / "xfails.txt"
     f.write_text("test_a [float32]\ntest_b [float16] [cpu]\ntest_c\n")

@@ -8,8 +8,11 @@ settings through the engine's own API (the adapter's ``repro_snippet()``), runs 
 float64 log-softmax at that position, compares the schedules with each other, prints each
 disagreement and exits 1 when there is one — so an engine team can run it without infer_ref.
 
-An adapter without ``repro_snippet()`` (a user's own factory) gets no script; the message then
-names the pytest command that reruns the test on the same engine, started the same way.
+An adapter without ``repro_snippet()`` (a user's own factory, an endpoint) gets a script that starts
+it through the kit's protocol instead (:func:`generic_snippet`: the factory imported by its
+``module:FACTORY`` name and called with the same options, or the endpoint reached the same way):
+it needs infer_ref beside the engine, where an adapter's own snippet needs only the engine. The
+message also names the pytest command that reruns the test on the same engine, started the same way.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ import os
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineRequest
@@ -112,6 +115,53 @@ if __name__ == "__main__":
 '''
 
 
+@dataclass(frozen=True)
+class EngineStart:
+    """How the tier started an engine, for a script to start it the same way: ``factory``
+    (``module:FACTORY``) called with ``options`` (``EngineOptions`` fields) and ``kwargs`` (the
+    ``--engine-option`` keywords), or ``endpoint`` connected to."""
+
+    factory: str | None = None
+    options: dict[str, object] = field(default_factory=dict)
+    kwargs: dict[str, object] = field(default_factory=dict)
+    endpoint: str | None = None
+
+
+_GENERIC = """# needs: infer_ref (the kit's engine protocol) and the engine's own package
+import importlib
+from pathlib import Path
+
+from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
+
+FACTORY = {factory!r}
+OPTIONS = {options!r}
+ENGINE_KWARGS = {kwargs!r}
+ENDPOINT = {endpoint!r}
+
+
+def start_engine():
+    torch.set_num_threads(1)
+    if ENDPOINT:
+        from infer_ref.conformance.engines.adapters.openai_http import connect
+
+        return connect(ENDPOINT, Path(MODEL_DIR))
+    module, _, name = FACTORY.partition(":")
+    factory = getattr(importlib.import_module(module), name)
+    return factory(Path(MODEL_DIR), EngineOptions(**OPTIONS), **ENGINE_KWARGS)
+
+
+def run(engine, requests):
+    asked = [EngineRequest(**{{**r, "prompt": tuple(r["prompt"]), "stop": tuple(r["stop"])}}) for r in requests]
+    return [{{"token_ids": list(o.token_ids), "steps": [[e.token, e.logprob, [list(p) for p in e.top]] for e in o.logprobs]}}
+            for o in engine.generate(asked)]
+"""
+
+
+def generic_snippet(start: EngineStart) -> str:
+    """A repro script's ``start_engine`` and ``run`` for any factory or endpoint, through the protocol."""
+    return _GENERIC.format(factory=start.factory, options=start.options, kwargs=start.kwargs, endpoint=start.endpoint)
+
+
 def repro_dir() -> Path:
     return Path(os.environ.get(REPRO_DIR_ENV, "engine-repros"))
 
@@ -125,16 +175,22 @@ def write_repro(
     summary: str,
     tolerance: float,
     selects: str,
+    start: EngineStart | None = None,
 ) -> str:
-    """Write the repro script of one failure; the ``repro:`` line to put in the test's message.
+    """Write the repro script of one failure; the ``repro:`` line(s) to put in the test's message.
 
-    ``selects`` holds the pytest options that select the engine (``EngineTier.selects``): without a
-    script, the line is the pytest command that runs this test on this engine and checkpoint."""
+    ``selects`` holds the pytest options that select the engine (``EngineTier.selects``); ``start``
+    how the engine was started, for the script of an engine without ``repro_snippet()``. The pytest
+    command that runs this test on this engine and checkpoint is always given; a script too where one
+    can be written (the adapter's own snippet, else one through the protocol)."""
+    command = (f"repro: pytest --pyargs infer_ref.conformance.engines.tests -p no:xdist -k '{test}' {selects} "
+               f"--ir-model-dir={shlex.quote(str(model_dir))}")
     snippet_of = getattr(handle, "repro_snippet", None)
-    snippet = snippet_of() if callable(snippet_of) else None
+    own = snippet_of() if callable(snippet_of) else None
+    through_protocol = start is not None and bool(start.factory or start.endpoint)
+    snippet = own or (generic_snippet(start) if start is not None and through_protocol else None)
     if not snippet:
-        return (f"repro: pytest --pyargs infer_ref.conformance.engines.tests -p no:xdist -k '{test}' {selects} "
-                f"--ir-model-dir={shlex.quote(str(model_dir))}")
+        return command
     folder = repro_dir()
     folder.mkdir(parents=True, exist_ok=True)
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{test}-{model_dir.name}")[:120] + ".py"
@@ -146,7 +202,8 @@ def write_repro(
         requests=json.dumps([_request_dict(r) for r in requests]), schedules=[list(map(list, s)) for s in schedules],
         snippet=source.strip(),
     ))  # fmt: skip
-    return f"repro: python {path.resolve()}"
+    script = f"repro: python {path.resolve()}"
+    return script if own else f"{command}\n{script}"  # the report quotes the last repro line: the script
 
 
 def _request_dict(r: EngineRequest) -> dict[str, object]:

@@ -20,7 +20,7 @@ import re
 import shlex
 from collections import Counter
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
@@ -34,6 +34,7 @@ from infer_ref.conformance.engines.protocol import (
     EngineOutput,
     EngineRequest,
 )
+from infer_ref.conformance.engines.repro import EngineStart
 from infer_ref.conformance.engines.workload import BLOCK_SIZE, ModelFacts, model_facts
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import UsageError
@@ -153,6 +154,14 @@ class EngineTier:
     @property
     def name(self) -> str:
         return f"endpoint {self.endpoint}" if self.endpoint else (self.engine or "infer_ref")
+
+    def start_of(self, kind: str) -> EngineStart:
+        """How the ``kind`` engine is started, for a repro script of an engine with no snippet of its own."""
+        if self.endpoint is not None:
+            return EngineStart(endpoint=self.endpoint)
+        options = options_for(kind, self.dtype, self.capabilities)
+        return EngineStart(factory=ENGINES.get(self.engine or "infer_ref", self.engine or "infer_ref"),
+                           options=asdict(options), kwargs=dict(self.factory_kwargs))  # fmt: skip
 
     def selects(self) -> str:
         """The pytest options that select this engine, started the same way (a repro command's)."""

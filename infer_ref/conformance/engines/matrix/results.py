@@ -95,7 +95,7 @@ def apply_xfails(cases: Sequence[Case], prefixes: Sequence[str]) -> list[Case]:
     """The outcomes a run with these expected failures would have given: a listed failure is an
     expected one, a listed pass fails (the tier's xfails are strict). For results of a run made
     before the engine's xfails file existed."""
-    from infer_ref.conformance.plugin import matches
+    from infer_ref.conformance.xfail_files import matches
 
     out = []
     for case in cases:
@@ -112,7 +112,7 @@ def load_result(engine: str, junit: Path, report: Path | None = None, version: s
     recorded, dtype, tolerances = (None, "float32", []) if report is None else read_report(report)
     result = EngineResult(engine, version or recorded or "version not recorded", cases, dtype, tolerances)
     if xfails is not None:
-        from infer_ref.conformance.plugin import read_xfails
+        from infer_ref.conformance.xfail_files import read_xfails
 
         if not xfails.is_file():
             raise UsageError(f"--xfails {engine}={xfails}: no such file")

@@ -68,7 +68,7 @@ def _judge(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str, r
     if report:
         summary = f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {tol:g})"
         repro = write_repro(handle, test, model_dir, requests, [[list(range(len(requests)))]], summary + ": " + report[0], tol,
-                            tier.selects())  # fmt: skip
+                            tier.selects(), tier.start_of("stressed"))  # fmt: skip
         raise AssertionError(summary + ":\n" + "\n".join(report) + "\n" + repro)
 
 

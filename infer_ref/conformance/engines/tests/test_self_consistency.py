@@ -51,7 +51,7 @@ def _against_alone(model_dir: Path, tier: EngineTier, requests: list[EngineReque
         summary = f"{what}: {len(report)} of {len(requests)} requests differ from the same request alone"
         alone = [[i] for i in range(len(requests))]
         repro = write_repro(tier.handle(model_dir, "stressed"), test, model_dir, requests, [alone, schedule], f"{summary}: {report[0]}", tol,
-                            tier.selects())  # fmt: skip
+                            tier.selects(), tier.start_of("stressed"))  # fmt: skip
         raise AssertionError(summary + ":\n" + "\n".join(report) + "\n" + repro)
 
 
@@ -106,7 +106,7 @@ def test_warm_prefix_cache_matches_cold(model_dir: Path, tier: EngineTier, start
     if problems:
         everything = list(range(len(base)))
         repro = write_repro(handle, "test_warm_prefix_cache_matches_cold", model_dir, base, [[everything], [everything]],
-                            f"warm prefix cache differs from cold: {problems[0]}", tol, tier.selects())  # fmt: skip
+                            f"warm prefix cache differs from cold: {problems[0]}", tol, tier.selects(), tier.start_of("stressed"))  # fmt: skip
         raise AssertionError("warm prefix cache differs from cold:\n" + "\n".join(problems) + "\n" + repro)
     _against_alone(model_dir, tier, extended, warm[len(base):], "extending prompts on the warm prefix cache",
                    "test_warm_prefix_cache_matches_cold", [list(range(len(extended)))])  # fmt: skip
