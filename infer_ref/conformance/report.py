@@ -153,11 +153,14 @@ def verdict_of(report: Report) -> str:
     """float64: exact / float32 intermediates / wrong (``infer_ref.conformance.tiers``); other dtypes:
     within the dtype's tolerances / wrong. A failed test (not an expected one) makes it wrong; with
     none, a test not judged (its engine never started) makes it "nothing judged" or, where other
-    tests passed, "not everything judged"."""
+    tests passed, "not everything judged"; so does a run in which no test passed (every one not
+    supported, skipped or an expected failure): nothing was shown to conform."""
     if report.totals.counts["failed"]:
         return tiers.WRONG
     if report.totals.counts["not judged"]:  # never "conforms" for what was not looked at
         return PARTLY_JUDGED if report.totals.counts["passed"] else NOTHING_JUDGED
+    if not report.totals.counts["passed"]:  # every test not supported, skipped or expected to fail
+        return NOTHING_JUDGED
     if report.dtype != "float64" or report.adapter.startswith("engine tier"):  # the engine tier has its own tolerances
         return f"within the {report.dtype} tolerances"
     return tiers.FLOAT32_STEPS if report.precision_tests else tiers.EXACT

@@ -70,14 +70,18 @@ def test_verdict_of_a_report() -> None:
     from infer_ref.conformance.report import Report, verdict_of
 
     report = Report(impl="x", adapter="a", version="1", device="cpu", dtype="float64", capabilities={})
+    report.totals.counts["passed"] = 5
     assert verdict_of(report) == tiers.EXACT
     report.precision_tests = 2
     assert verdict_of(report) == tiers.FLOAT32_STEPS
     report.totals.counts["failed"] = 1
     assert verdict_of(report) == tiers.WRONG
     engine = Report(impl="x", adapter="engine tier:", version="vllm", device="the engine's", dtype="float64", capabilities={})
+    engine.totals.counts["passed"] = 5
     assert verdict_of(engine) == "within the float64 tolerances"
-    assert verdict_of(Report(impl="x", adapter="a", version="1", device="cuda", dtype="bfloat16", capabilities={})) == "within the bfloat16 tolerances"
+    bf16 = Report(impl="x", adapter="a", version="1", device="cuda", dtype="bfloat16", capabilities={})
+    bf16.totals.counts["passed"] = 5
+    assert verdict_of(bf16) == "within the bfloat16 tolerances"
 
 
 # The documented example commands (docs/conformance.md §4), read from the page and run as written:

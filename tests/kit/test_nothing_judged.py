@@ -56,6 +56,8 @@ def _report(**counts: int) -> Report:
     ({"not judged": 3, "passed": 14}, PARTLY_JUDGED),
     ({"not judged": 3, "failed": 1, "passed": 13}, "wrong"),  # a real failure stays the verdict
     ({"passed": 17, "not supported": 2}, "within the float32 tolerances"),
+    ({"not supported": 14}, NOTHING_JUDGED),  # old: "within the float32 tolerances" with nothing run
+    ({"xfailed": 2, "skipped": 1}, NOTHING_JUDGED),
 ])
 def test_the_verdict_never_calls_what_was_not_judged_conforming_or_wrong(counts: dict[str, int], verdict: str) -> None:
     assert verdict_of(_report(**counts)) == verdict
