@@ -19,9 +19,26 @@ from infer_ref.errors import UsageError
 __all__ = ["FIXTURE_CHECKPOINTS", "MODELS_ENV_VAR", "check_not_ambiguous", "resolve_model_path"]
 
 MODELS_ENV_VAR = "INFER_REF_MODELS"
-# The embedded fixture checkpoints (llama-tiny, qwen3-tiny, gemma3-tiny): in a checkout of the
-# repository, beside the package; a wheel does not ship them.
-FIXTURE_CHECKPOINTS = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints"
+
+
+def _fixture_checkpoints() -> pathlib.Path:
+    """The embedded fixture checkpoints (llama-tiny, qwen3-tiny, gemma3-tiny): in a checkout of the
+    repository, beside the package; from a wheel, in the install's data folder
+    (``PREFIX/share/infer_ref/checkpoints``, pyproject's ``data-files``), found from where the
+    package sits (``PREFIX/lib/pythonX.Y/site-packages`` or ``PREFIX/Lib/site-packages``) so that
+    a venv, ``--user`` and ``--prefix`` installs all find their own."""
+    package = pathlib.Path(__file__).resolve().parent
+    checkout = package.parent / "fixtures" / "checkpoints"
+    if checkout.is_dir():
+        return checkout
+    for prefix in (package.parents[3], package.parents[2]):  # lib/pythonX.Y/site-packages, Lib/site-packages
+        installed = prefix / "share" / "infer_ref" / "checkpoints"
+        if installed.is_dir():
+            return installed
+    return checkout  # neither: callers say that the kit's own checkpoints are not there
+
+
+FIXTURE_CHECKPOINTS = _fixture_checkpoints()
 
 
 def _candidates(name: str) -> list[pathlib.Path]:

@@ -118,7 +118,7 @@ def check_engine_args(args: argparse.Namespace) -> None:
         raise UsageError("--model-dir belongs to the engine tier: add --engine ENGINE or --endpoint URL")
     if args.engine and not args.model_dir and not FIXTURES.is_dir():
         raise UsageError(f"--engine {args.engine} without --model-dir judges the kit's own checkpoints, which need a "
-                         f"checkout of infer_ref ({FIXTURES} is not there): pass --model-dir DIR, a Hugging Face "
+                         f"checkout of infer_ref or its wheel ({FIXTURES} is not there): pass --model-dir DIR, a Hugging Face "
                          "checkpoint folder")
     for folder in args.model_dir or []:
         if not (Path(folder) / "config.json").is_file():
@@ -190,7 +190,19 @@ def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
 
     if args.numprocesses and importlib.util.find_spec("xdist") is None:
         raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")
+    if (args.engine or args.endpoint) and not args.model_dir:
+        _write_engine_checkpoints()
     return conformance_exit_status(int(pytest.main(pytest_args(args, extra))))
+
+
+def _write_engine_checkpoints() -> None:
+    """The kit's engine checkpoints, written on first use before pytest starts (so the progress
+    lines reach the terminal, not pytest's capture); a later run finds them cached."""
+    import sys
+
+    from infer_ref.conformance.engines.session import default_model_dirs
+
+    default_model_dirs(progress=lambda line: print(line, file=sys.stderr, flush=True))
 
 
 # pytest's exit codes -> the command's (docs/errors.md). The report plugin already turns a run with no

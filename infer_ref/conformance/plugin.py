@@ -109,7 +109,7 @@ def _check_engine_checkpoints(config: pytest.Config) -> None:
     if engine_tier(config) and not config.getoption("--ir-model-dir") and not FIXTURE_CHECKPOINTS.is_dir():
         raise pytest.UsageError(
             "no checkpoints to judge: pass --ir-model-dir DIR, a Hugging Face checkpoint folder (the kit's own "
-            f"checkpoints need a checkout of infer_ref: {FIXTURE_CHECKPOINTS} is not there)"
+            f"checkpoints come with a checkout of infer_ref or its wheel: {FIXTURE_CHECKPOINTS} is not there)"
         )
 
 

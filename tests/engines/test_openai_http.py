@@ -133,5 +133,5 @@ def test_text_prompts_only_server_refuses_a_token_text_several_tokens_render_to(
     # an empty text: a control token (rendered without its text) or bytes that are no valid UTF-8
     with StubServer(Stub(extras=False, text_prompts_only=True, extras_tokenize=True, empty_text_top=True)) as url:
         engine = connect(url, MODEL_DIR)
-        with pytest.raises(Unsupported, match="the server answered the token text '', which several of .* its id is not known exactly"):
+        with pytest.raises(Unsupported, match="the engine answered the token text '', which several of .* its id is not known exactly"):
             engine.generate([EngineRequest(prompt=ROUND_TRIPS, max_tokens=1, logprobs=3)])

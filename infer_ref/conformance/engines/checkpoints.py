@@ -29,7 +29,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -251,20 +251,26 @@ def write_checkpoint(spec: EngineCheckpoint, dest_dir: str | os.PathLike[str], s
     return dest
 
 
-def write_all(root: str | os.PathLike[str]) -> list[Path]:
+def write_all(root: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> list[Path]:
     """Every spec of :data:`ENGINE_CHECKPOINTS` in every style under ``root`` (``root/<name>-<style>``).
 
     A folder whose record matches the current recipe and whose files still hash to what it
     recorded is kept as it is; any other is written afresh through a temporary folder, so an
-    interrupted write never leaves a folder that looks complete.
+    interrupted write never leaves a folder that looks complete. ``progress`` hears one line per
+    folder written (the first use of a kit writes them all, in a few seconds each).
     """
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     folders = []
+    todo = [(spec, style) for spec in ENGINE_CHECKPOINTS for style in STYLES
+            if not is_current(spec, style, root / spec.folder_name(style))]  # fmt: skip
     for spec in ENGINE_CHECKPOINTS:
         for style in STYLES:
             dest = root / spec.folder_name(style)
-            if not is_current(spec, style, dest):
+            if (spec, style) in todo:
+                if progress is not None:
+                    done = todo.index((spec, style)) + 1
+                    progress(f"infer_ref: writing engine checkpoint {done} of {len(todo)}: {dest.name} (once; cached in {root})")
                 _write_replacing(spec, style, dest)
             folders.append(dest)
     return folders

@@ -59,16 +59,17 @@ class EngineStartError(UsageError):
     """An engine could not be started or reached; the message says what to do."""
 
 
-def default_model_dirs() -> list[Path]:
-    """The kit's checkpoints: the three trained fixtures and the engine checkpoints written from them
-    (in both config.json styles, under ``$INFER_REF_ENGINE_CHECKPOINTS``, default
-    ``~/.cache/infer_ref/engine-checkpoints``). Both need a checkout: the fixtures are not packaged."""
+def default_model_dirs(progress: Callable[[str], None] | None = None) -> list[Path]:
+    """The kit's checkpoints: the three trained fixtures (from a checkout, or the wheel's data folder)
+    and the engine checkpoints written from them on first use (in both config.json styles, under
+    ``$INFER_REF_ENGINE_CHECKPOINTS``, default ``~/.cache/infer_ref/engine-checkpoints``; ``progress``
+    hears a line per folder written). None without the fixtures."""
     from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS, write_all
 
     if not FIXTURE_CHECKPOINTS.is_dir():
         return []
     fixtures = sorted(p for p in FIXTURE_CHECKPOINTS.iterdir() if (p / "config.json").is_file())
-    return fixtures + write_all(engine_checkpoints_root())
+    return fixtures + write_all(engine_checkpoints_root(), progress)
 
 
 def engine_checkpoints_root() -> Path:

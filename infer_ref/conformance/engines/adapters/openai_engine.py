@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infer_ref.conformance.engines.adapters.openai_client import EndpointError, HttpClient
-from infer_ref.conformance.engines.adapters.openai_text import TextPrompts
+from infer_ref.conformance.engines.adapters.openai_text import PromptText
 from infer_ref.conformance.engines.adapters.openai_tokens import TokenTable, order_top
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest, TokenLogprobs
 from infer_ref.conformance.interface.contract import Unsupported
@@ -43,7 +43,7 @@ class OpenAIEngine:
         self.capabilities = capabilities
         self.name = name
         self.on_stop: Callable[[], None] | None = None  # set by whoever started the server
-        self.text_prompts: TextPrompts | None = None  # set by connect for a server of text prompts only
+        self.text_prompts: PromptText | None = None  # set by connect for a server of text prompts only
 
     @property
     def takes_text_prompts(self) -> bool:

@@ -24,8 +24,8 @@ from infer_ref.conformance.engines.adapters.openai_client import EndpointError, 
 from infer_ref.conformance.engines.adapters.openai_engine import Dialect, OpenAIEngine
 from infer_ref.conformance.engines.adapters.openai_text import (
     TOKENIZE_PATH,
+    PromptText,
     RenderedTokens,
-    TextPrompts,
     server_tokenize,
 )
 from infer_ref.conformance.engines.adapters.openai_tokens import ID_PREFIX, TokenTable
@@ -140,7 +140,8 @@ def _connect_text_only(client: HttpClient, served: str, model_dir: Path, options
                             f"({PROBE_TEXT!r}: {theirs}): it serves another model")  # fmt: skip
     dialect = Dialect(vllm_extras=False, prompt_logprobs=None, cached_tokens=False, text_prompts=True)
     engine = OpenAIEngine(client, served, tokens, dialect, frozenset(), name=_name(client))
-    engine.text_prompts = TextPrompts(client, served, tokens, lead)
+    engine.text_prompts = PromptText(model_dir, lambda text: server_tokenize(client, served, text),
+                                     engine=client.endpoint, lead=lead)
     probe = EngineRequest(prompt=tuple(theirs), max_tokens=1, logprobs=PROBE_LOGPROBS)
     # echoed: the prompt's positions answer logprobs even where the model ends at once
     answer = client.post("/completions", {**engine.request_body(probe), "echo": True})

@@ -2,7 +2,7 @@
 ``llama_cpp.server``), judged only where text is exact.
 
 A request's token ids go out as text only when the server's own tokenizer (``/extras/tokenize``)
-turns that text back into exactly those ids, the BOS it adds included (:class:`TextPrompts`);
+turns that text back into exactly those ids, the BOS it adds included (:class:`PromptText`);
 otherwise that request is "not supported", naming both id lists. Answers come back as token
 texts, each the token's bytes decoded with invalid UTF-8 dropped (``errors="ignore"``) and
 control tokens rendered empty (``detokenize(special=False)``): :class:`RenderedTokens` maps a text
@@ -11,7 +11,7 @@ to an id only where exactly one token of the folder can render to it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from infer_ref.conformance.engines.adapters.openai_client import HttpClient, ServerRefused
@@ -33,26 +33,27 @@ def server_tokenize(client: HttpClient, model: str, text: str) -> list[int] | No
     return [int(t) for t in tokens] if isinstance(tokens, list) else None
 
 
-class TextPrompts:
-    """Token-id prompts as text, sent only where the server tokenizes the text back to the same ids.
+class PromptText:
+    """Token-id prompts as text, for an engine whose tokenizer is ``engine_tokenize(text) -> ids``
+    (None where it cannot say). ``lead``: what it puts before any text (default: its tokenization of
+    the empty text); a prompt that starts with it is decoded without it."""
 
-    ``lead``: what the server puts before any text (its BOS where the model adds one: the
-    tokenization of the empty text). A prompt that starts with it is decoded without it.
-    """
-
-    def __init__(self, client: HttpClient, model: str, tokens: TokenTable, lead: Sequence[int]) -> None:
-        self.client = client
-        self.model = model
-        self.tokens = tokens
-        self.lead = tuple(lead)
+    def __init__(self, model_dir: Path, engine_tokenize: Callable[[str], Sequence[int] | None], *,
+                 engine: str = "the engine", lead: Sequence[int] | None = None) -> None:  # fmt: skip
+        self.tokens = TokenTable(Path(model_dir))
+        self.engine_tokenize = engine_tokenize
+        self.engine = engine
+        self.lead = tuple(lead) if lead is not None else tuple(engine_tokenize("") or ())
 
     def to_text(self, prompt: Sequence[int]) -> str:
+        """The text whose tokenization by the engine is exactly ``prompt`` (else ``Unsupported``)."""
         ids = list(prompt)
         body = ids[len(self.lead):] if tuple(ids[: len(self.lead)]) == self.lead else ids
         text = self.tokens.decode(body)
-        theirs = server_tokenize(self.client, self.model, text)
+        found = self.engine_tokenize(text)
+        theirs = None if found is None else list(found)
         if theirs != ids:
-            raise Unsupported(f"{self.client.endpoint} takes prompts as text only, and this prompt's text does not "
+            raise Unsupported(f"{self.engine} takes prompts as text only, and this prompt's text does not "
                               f"tokenize back to its ids: the request's {ids} became {theirs} "
                               f"(text {text[:60]!r}); only prompts whose text round-trips are judged")  # fmt: skip
         return text
@@ -76,7 +77,7 @@ class RenderedTokens(TokenTable):
         found = self._renderings().get(token, -1)
         if found is None or found == -1:
             how = "several of" if found is None else "none of"
-            raise Unsupported(f"the server answered the token text {token!r}, which {how} {self.model_dir}'s "
+            raise Unsupported(f"the engine answered the token text {token!r}, which {how} {self.model_dir}'s "
                               "tokens render to: its id is not known exactly")  # fmt: skip
         return found
 

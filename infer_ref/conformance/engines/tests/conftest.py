@@ -131,11 +131,21 @@ def _one_thread() -> Iterator[None]:
 
 
 @pytest.fixture
-def started(tier: EngineTier):  # type: ignore[no-untyped-def]
-    """``started(model_dir, kind)``: the engine (one that cannot start makes the test "not judged")."""
+def started(tier: EngineTier, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """``started(model_dir, kind)``: the engine (one that cannot start makes the test "not judged").
+
+    Capabilities may be declared per started engine: a handle whose own ``capabilities`` lack one
+    the test needs (``ir_engine_requires``) makes the test "not supported", as the factory's
+    declaration does before any start (an engine option, or what a server turns out to offer, can
+    narrow what a start honours)."""
+    needed = [c for m in request.node.iter_markers("ir_engine_requires") for c in m.args]
 
     def get(model_dir: Path, kind: str = "stressed"):  # type: ignore[no-untyped-def]
-        return tier.handle(model_dir, kind)
+        handle = tier.handle(model_dir, kind)
+        missing = [c for c in needed if c not in getattr(handle, "capabilities", frozenset(needed))]
+        if missing:
+            pytest.skip(f"not supported by {handle.name} ({', '.join(missing)}: not declared by this start)")
+        return handle
 
     return get
 

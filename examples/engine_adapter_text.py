@@ -1,0 +1,69 @@
+"""A complete engine-tier adapter for an engine that takes prompts as text and answers token texts
+(docs/adapters.md), with the kit's public helpers for both directions.
+
+    infer-ref conformance --engine examples.engine_adapter_text:start --model-dir DIR
+
+The engine is examples/toy_engine.py's text API (replace it with yours). ``takes_text_prompts``
+tells the tier to draw prompts whose text round-trips through the folder's tokenizer.
+``PromptText`` sends a prompt only where *the engine's* tokenizer gives its ids back, and
+``AnswerTokens`` maps each answered token text back to an id where exactly one token renders to
+it; anything else raises ``Unsupported`` and the tier leaves that request out, counted in the
+report's notes, instead of judging an answer it cannot read exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from examples.toy_engine import ToyEngine
+from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
+from infer_ref.conformance.engines.text_prompts import AnswerTokens, PromptText
+from infer_ref.conformance.interface.contract import Unsupported
+
+CAPABILITIES = frozenset({"top_logprobs"})  # greedy text completions, one at a time
+
+
+class ToyTextEngine:
+    capabilities = CAPABILITIES
+    takes_text_prompts = True
+    alive = True
+
+    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
+        self.engine = ToyEngine(model_dir, options.dtype)
+        self.prompts = PromptText(model_dir, self.engine.tokenize, engine="the toy text engine")
+        self.answers = AnswerTokens(model_dir)
+        self.name = f"toy engine ({options.dtype}, text prompts)"
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
+        return [self._one(r) for r in requests]
+
+    def _one(self, r: EngineRequest) -> EngineOutput:
+        if r.temperature != 0 or r.stop or r.ignore_eos or r.prompt_logprobs is not None:
+            raise Unsupported("the toy text engine answers greedy completions only")
+        steps = self.engine.complete_text(self.prompts.to_text(r.prompt), r.max_tokens, r.logprobs)
+        logprobs = tuple(
+            TokenLogprobs(self.answers.to_id(text), logprob, tuple((self.answers.to_id(t), lp) for t, lp in top))
+            for text, logprob, top in steps
+        )
+        tokens = tuple(e.token for e in logprobs)
+        # An end token renders as "" (no id known exactly: to_id refused it above), so every answer
+        # that comes back readable ran to max_tokens.
+        return EngineOutput(tokens, "".join(text for text, _, _ in steps), logprobs, "length")
+
+    def reset_prefix_cache(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def start(model_dir: Path, options: EngineOptions) -> ToyTextEngine:
+    torch.set_num_threads(1)
+    return ToyTextEngine(Path(model_dir), options)
+
+
+start.capabilities = CAPABILITIES  # type: ignore[attr-defined]
+start.takes_text_prompts = True  # type: ignore[attr-defined]

@@ -1,0 +1,76 @@
+"""The adapter page's example adapters (docs/adapters.md), run as the page says, and the page's
+promise that an installed wheel judges an engine with no checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PAGE = ROOT / "docs" / "adapters.md"
+
+
+def _page_commands() -> list[list[str]]:
+    return [shlex.split(line) for line in PAGE.read_text().splitlines()
+            if line.startswith("infer-ref conformance --engine examples.")]  # fmt: skip
+
+
+def test_the_page_shows_both_example_adapters() -> None:
+    engines = [words[3] for words in _page_commands()]
+    assert engines == ["examples.engine_adapter_ids:start", "examples.engine_adapter_text:start"]
+    for engine in engines:
+        assert (ROOT / (engine.split(":")[0].replace(".", "/") + ".py")).is_file(), engine
+
+
+def _conformance(words: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
+    report = cwd / "report.json"
+    cmd = [sys.executable, "-m", "infer_ref.cli", *words[1:], "--report", str(report)]
+    done = subprocess.run(cmd, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
+    return done, json.loads(report.read_text()) if report.is_file() else {}
+
+
+@pytest.mark.kit_run
+@pytest.mark.parametrize("words", _page_commands(), ids=lambda w: w[3].split(".")[1].split(":")[0])
+def test_each_example_adapter_is_judged_and_conforms(words: list[str]) -> None:
+    done, report = _conformance(words, ROOT, {"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    counts = report["totals"]["counts"]
+    assert counts["failed"] == 0 and counts["passed"] >= 5, counts
+    assert report["verdict"] == "within the float32 tolerances", report["verdict"]
+
+
+@pytest.mark.kit_run
+def test_a_wheel_installed_kit_judges_an_example_adapter_outside_a_checkout(tmp_path: Path) -> None:
+    """The wheel alone (its fixture checkpoints in the install's data folder), a user's adapter copied
+    from the page, no --model-dir: the kit's checkpoints are found and the engine ones written on
+    first use, with a progress line each."""
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
+                    "-w", str(tmp_path / "dist")], check=True, capture_output=True, timeout=300)  # fmt: skip
+    [wheel] = (tmp_path / "dist").glob("infer_ref-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(tmp_path / "prefix"), str(wheel)],
+                   check=True, capture_output=True, timeout=300)  # fmt: skip
+    [site] = (tmp_path / "prefix").glob("lib/python3*/site-packages")
+    user = tmp_path / "user" / "examples"
+    user.mkdir(parents=True)
+    for name in ("toy_engine.py", "engine_adapter_ids.py"):
+        shutil.copy(ROOT / "examples" / name, user / name)
+    run = tmp_path / "run"
+    run.mkdir()
+    env = {"PYTHONPATH": os.pathsep.join([str(site), str(tmp_path / "user")]),
+           "INFER_REF_ENGINE_CHECKPOINTS": str(tmp_path / "engine-checkpoints")}  # fmt: skip
+    where = subprocess.run([sys.executable, "-c", "import infer_ref.paths as p; print(p.__file__); print(p.FIXTURE_CHECKPOINTS)"],
+                           cwd=run, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
+    assert where == [str(site / "infer_ref" / "paths.py"), str(tmp_path / "prefix" / "share" / "infer_ref" / "checkpoints")]
+    done, report = _conformance(["infer-ref", "conformance", "--engine", "examples.engine_adapter_ids:start",
+                                 "-k", "test_max_tokens_exact"], run, env)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert "infer_ref: writing engine checkpoint 1 of" in done.stderr, done.stderr[-2000:]
+    assert {"llama-tiny", "qwen3-tiny", "gemma3-tiny"} <= set(report["by_family"]), report["by_family"]
+    assert len(report["by_family"]) > 3 and report["totals"]["counts"]["failed"] == 0, report["totals"]
