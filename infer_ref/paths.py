@@ -25,13 +25,13 @@ def _fixture_checkpoints() -> pathlib.Path:
     """The embedded fixture checkpoints (llama-tiny, qwen3-tiny, gemma3-tiny): in a checkout of the
     repository, beside the package; from a wheel, in the install's data folder
     (``PREFIX/share/infer_ref/checkpoints``, pyproject's ``data-files``), found from where the
-    package sits (``PREFIX/lib/pythonX.Y/site-packages`` or ``PREFIX/Lib/site-packages``) so that
-    a venv, ``--user`` and ``--prefix`` installs all find their own."""
+    package sits (``PREFIX/lib/pythonX.Y/site-packages``, ``PREFIX/Lib/site-packages``, or PREFIX
+    itself for ``pip install --target PREFIX``) so that every kind of install finds its own."""
     package = pathlib.Path(__file__).resolve().parent
     checkout = package.parent / "fixtures" / "checkpoints"
     if checkout.is_dir():
         return checkout
-    for prefix in (package.parents[3], package.parents[2]):  # lib/pythonX.Y/site-packages, Lib/site-packages
+    for prefix in (package.parents[3], package.parents[2], package.parent):  # lib/pythonX.Y/site-packages, Lib/site-packages, --target
         installed = prefix / "share" / "infer_ref" / "checkpoints"
         if installed.is_dir():
             return installed

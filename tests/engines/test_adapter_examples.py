@@ -54,9 +54,10 @@ def test_a_wheel_installed_kit_judges_an_example_adapter_outside_a_checkout(tmp_
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", str(ROOT),
                     "-w", str(tmp_path / "dist")], check=True, capture_output=True, timeout=300)  # fmt: skip
     [wheel] = (tmp_path / "dist").glob("infer_ref-*.whl")
-    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--prefix", str(tmp_path / "prefix"), str(wheel)],
+    # --target, not --prefix: pip would first uninstall the infer_ref of the running environment
+    site = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True, capture_output=True, timeout=300)  # fmt: skip
-    [site] = (tmp_path / "prefix").glob("lib/python3*/site-packages")
     user = tmp_path / "user" / "examples"
     user.mkdir(parents=True)
     for name in ("toy_engine.py", "engine_adapter_ids.py"):
@@ -67,7 +68,7 @@ def test_a_wheel_installed_kit_judges_an_example_adapter_outside_a_checkout(tmp_
            "INFER_REF_ENGINE_CHECKPOINTS": str(tmp_path / "engine-checkpoints")}  # fmt: skip
     where = subprocess.run([sys.executable, "-c", "import infer_ref.paths as p; print(p.__file__); print(p.FIXTURE_CHECKPOINTS)"],
                            cwd=run, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
-    assert where == [str(site / "infer_ref" / "paths.py"), str(tmp_path / "prefix" / "share" / "infer_ref" / "checkpoints")]
+    assert where == [str(site / "infer_ref" / "paths.py"), str(site / "share" / "infer_ref" / "checkpoints")]
     done, report = _conformance(["infer-ref", "conformance", "--engine", "examples.engine_adapter_ids:start",
                                  "-k", "test_max_tokens_exact"], run, env)  # fmt: skip
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
