@@ -212,3 +212,15 @@ def test_run_mode_draws_then_fails_when_a_tier_failed(tmp_path: Path, monkeypatc
     assert main(argv) == 1 and (tmp_path / "m.md").is_file() and (tmp_path / "m.svg").is_file()
     monkeypatch.setattr(command, "run_engines", tier_exits(0))
     assert main(argv) == 0
+
+
+def test_a_runs_time_and_date_come_from_its_junit_file(tmp_path: Path) -> None:
+    from infer_ref.conformance.engines.matrix.results import read_run
+
+    timed = tmp_path / "timed.xml"
+    timed.write_text('<testsuites><testsuite name="pytest" time="96.6" timestamp="2026-11-27T06:08:57.6+00:00">'
+                     "</testsuite></testsuites>")  # fmt: skip
+    assert read_run(timed) == "ran 97 s on 2026-11-27"
+    bare = tmp_path / "bare.xml"
+    bare.write_text('<testsuites><testsuite name="pytest"></testsuite></testsuites>')
+    assert read_run(bare) == ""

@@ -29,12 +29,13 @@ def matrix_markdown(grid: Grid, command: str, picture: str) -> str:
         for test in tests:
             cells = [" / ".join(grid.cell(test, i, f).text for f in grid.families) for i in range(len(grid.engines))]
             lines.append(f"| `{test}` | " + " | ".join(cells) + " |")
-    lines += ["", "Per engine: totals (test cases), dtype, and the tolerances it was judged at (the largest difference "
+    lines += ["", "Per engine: totals (test cases), dtype, how long its tier run took and when (its JUnit file), and the "
+              "tolerances it was judged at (the largest difference "
               "measured, where, and the tolerance; from the run's report JSON; the largest difference counts every "
               "comparison, those of expected failures included):", ""]  # fmt: skip
     for result in grid.engines:
         tolerances = "; ".join(result.tolerances) if result.tolerances else "tolerances not recorded (no report JSON)"
-        remarks = "".join(f" ({r})" for r in result.remarks)
+        remarks = "".join(f" ({r})" for r in [*result.remarks, result.run] if r)
         lines.append(f"- **{result.engine}** ({_escape(result.version)}, {result.dtype}): {totals(result)}{remarks}. {tolerances}.")
     return "\n".join(lines) + "\n"
 

@@ -41,6 +41,7 @@ class EngineResult:
     dtype: str = "float32"
     tolerances: list[str] = field(default_factory=list)  # the report's tolerance notes; none: not recorded
     remarks: list[str] = field(default_factory=list)  # how the results were read (xfails applied afterwards)
+    run: str = ""  # how long the tier ran and when, from the JUnit testsuite ("" where not recorded)
 
 
 def outcome_of(case: ET.Element) -> str:
@@ -79,6 +80,16 @@ def read_junit(path: Path) -> list[Case]:
     return cases
 
 
+def read_run(path: Path) -> str:
+    """``"ran 97 s on 2026-11-27"``: the tier's wall time and date as its JUnit file records them."""
+    try:
+        suite = next(ET.parse(path).getroot().iter("testsuite"))
+        seconds, day = float(suite.get("time", "")), suite.get("timestamp", "")[:10]
+    except (OSError, ET.ParseError, StopIteration, ValueError):
+        return ""
+    return f"ran {seconds:.0f} s" + (f" on {day}" if day else "")
+
+
 def read_report(path: Path) -> tuple[str | None, str, list[str]]:
     """``(engine version or None, dtype, tolerance notes)`` from a report JSON (``--report E.json``)."""
     try:
@@ -110,7 +121,7 @@ def load_result(engine: str, junit: Path, report: Path | None = None, version: s
     """One engine's results; ``version`` overrides the report's (or stands in for a missing report)."""
     cases = read_junit(junit)
     recorded, dtype, tolerances = (None, "float32", []) if report is None else read_report(report)
-    result = EngineResult(engine, version or recorded or "version not recorded", cases, dtype, tolerances)
+    result = EngineResult(engine, version or recorded or "version not recorded", cases, dtype, tolerances, run=read_run(junit))
     if xfails is not None:
         from infer_ref.conformance.xfail_files import read_xfails
 
