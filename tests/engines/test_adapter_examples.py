@@ -75,3 +75,19 @@ def test_a_wheel_installed_kit_judges_an_example_adapter_outside_a_checkout(tmp_
     assert "infer_ref: writing engine checkpoint 1 of" in done.stderr, done.stderr[-2000:]
     assert {"llama-tiny", "qwen3-tiny", "gemma3-tiny"} <= set(report["by_family"]), report["by_family"]
     assert len(report["by_family"]) > 3 and report["totals"]["counts"]["failed"] == 0, report["totals"]
+
+
+@pytest.mark.kit_run
+def test_the_pages_endpoint_command_judges_a_running_server(tmp_path: Path) -> None:
+    """The page's ``--endpoint`` line as written, pointed at a running server (the tests' stub, whose
+    stated answers keep the API's own promises) and the folder it serves."""
+    from openai_stub import Stub, StubServer
+
+    [line] = [shlex.split(line.partition("#")[0]) for line in PAGE.read_text().splitlines()
+              if line.startswith("infer-ref conformance --endpoint ")]  # fmt: skip
+    with StubServer(Stub(extras=True)) as url:
+        served = str(ROOT / "fixtures" / "checkpoints" / "llama-tiny")
+        words = [url if w.startswith("http://") else served if w == "DIR" else w for w in line]
+        done, report = _conformance([*words, "-k", "test_max_tokens_exact"], tmp_path, {"PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    assert report["totals"]["counts"]["passed"] >= 3 and report["impl"].startswith(f"--ir-endpoint={url}"), report["totals"]
