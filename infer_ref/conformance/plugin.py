@@ -177,6 +177,10 @@ def pytest_configure(config: pytest.Config) -> None:
         collector = ir_report.Collector(config, spec, adapter, capabilities, xfails if isinstance(xfails, list) else None)
         if engine_tier(config):
             _name_the_engine(collector.report, config)
+            if config.pluginmanager.hasplugin("xdist"):  # the workers' notes come to the controller
+                from infer_ref.conformance.engines.tier_notes import TierNotes
+
+                config.pluginmanager.register(TierNotes(collector.report), "infer_ref_engine_tier_notes")
         config.pluginmanager.register(collector, "infer_ref_report")
 
 

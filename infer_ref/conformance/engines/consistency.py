@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infer_ref.conformance.engines.notes import spread_note
 from infer_ref.conformance.engines.oracle import agreement_tolerance
 
 # Largest |logprob difference| between two schedules of one engine over the whole engine tier
@@ -86,6 +87,4 @@ class SpreadLog:
             self.largest, self.where = difference, test
 
     def summary(self, tolerance: float, source: str) -> str:
-        where = f"{self.where}, " if self.where else ""  # every difference 0: no test to name
-        return (f"largest difference {self.what}: {self.largest:.3g} nats ({where}{self.comparisons} "
-                f"answers); tolerance {tolerance:.3g} ({source})")  # fmt: skip
+        return spread_note(self.what, self.largest, self.where, self.comparisons, tolerance, source)

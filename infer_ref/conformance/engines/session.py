@@ -16,9 +16,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
-import re
 import shlex
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -26,6 +24,7 @@ from pathlib import Path
 from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
 from infer_ref.conformance.engines.factory_options import EngineOptionError, parse_engine_options
 from infer_ref.conformance.engines.names import ENGINES, known_engine
+from infer_ref.conformance.engines.notes import left_out_note
 from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.protocol import (
     CAPABILITIES,
@@ -276,12 +275,8 @@ class EngineTier:
         return [why for why in self.unreadable.values() if why is not None]
 
     def left_out_summary(self) -> str:
-        """One note: how many requests were left out as unreadable, of how many, and why (each
-        reason counted, with its server address and folder elided)."""
-        kinds = Counter(re.sub(r"\S*/\S*", "…", why) for why in self.left_out)
-        listed = "; ".join(f"{count}× {why[:160]}" for why, count in kinds.most_common(4))
-        return (f"requests left out because {self.name}'s answer cannot be read back as token ids: "
-                f"{len(self.left_out)} of {len(self.unreadable)} ({listed})")  # fmt: skip
+        """One note: how many requests were left out as unreadable, of how many, and why."""
+        return left_out_note(self.name, self.left_out, len(self.unreadable))
 
     def stop_all(self) -> None:
         for handle in self.started.values():

@@ -90,31 +90,21 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """The engine's name for itself, and the run's largest differences from the oracle and between
-    schedules with the tolerances they were judged at, into the report's notes (before it is
-    written): what a tolerance for this engine would be measured from."""
+    """What this process's tier learnt, for the report's notes (before it is written): into the report
+    where this process writes it, else handed to the xdist controller that does (``tier_notes.py``)."""
     from infer_ref.conformance.engines.oracle import agreement_tolerance
-    from infer_ref.conformance.engines.prefix_hits import summary as prefix_hit_summary
+    from infer_ref.conformance.engines.tier_notes import STATE_KEY, tier_state, write_notes
 
-    collector = session.config.pluginmanager.get_plugin("infer_ref_report")
     tier = _TIER.get("tier")
-    if collector is None or tier is None:
+    if tier is None:
         return
-    if tier.first_name:
-        collector.report.notes.append(f"engine: {tier.first_name}")  # read back by the engine matrix
-    if tier.factory_kwargs:
-        collector.report.notes.append("engine options: " + ", ".join(f"{k}={v!r}" for k, v in tier.factory_kwargs.items()))
-    judged = [(tier.distances, agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"),
-              (tier.spreads, tier.consistency.value, tier.consistency.source)]  # fmt: skip
-    for log, tolerance, source in judged:
-        if log.comparisons:
-            collector.report.notes.append(log.summary(tolerance, source))
-        if log.largest > tolerance:  # a failure the verdict must not hide, expected or not
-            collector.report.beyond_tolerance.append(log.summary(tolerance, source))
-    if tier.prefix_hits:
-        collector.report.notes.append(prefix_hit_summary(tier.prefix_hits))
-    if tier.left_out:
-        collector.report.notes.append(tier.left_out_summary())
+    state = tier_state(tier, agreement_tolerance(tier.dtype))
+    if hasattr(session.config, "workerinput"):
+        session.config.workeroutput[STATE_KEY] = state  # type: ignore[attr-defined]
+        return
+    collector = session.config.pluginmanager.get_plugin("infer_ref_report")
+    if collector is not None:
+        write_notes(collector.report, [state])
 
 
 @pytest.fixture(scope="session")
