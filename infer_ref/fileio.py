@@ -36,6 +36,18 @@ def atomic_write_text(path: str | os.PathLike[str], text: str, *, overwrite: boo
     return path
 
 
+def replace_between_markers(path: str | os.PathLike[str], name: str, block: str) -> None:
+    """Rewrite the text between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in ``path`` (a
+    generated block of a page); the markers must be there."""
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    text = Path(path).read_text()
+    if start not in text or end not in text:
+        raise UsageError(f"{path}: no {start} ... {end} block to replace")
+    head, _, rest = text.partition(start)
+    _, _, tail = rest.partition(end)
+    atomic_write_text(path, f"{head}{start}\n{block}\n{end}{tail}")
+
+
 def check_output_path(path: str | os.PathLike[str]) -> Path:
     """``path`` as a :class:`Path` when a file can be written there, checked before any work.
 

@@ -82,6 +82,9 @@ class Report:
     beyond_tolerance: list[str] = field(default_factory=list)
     expected_failures: str = ""
     not_judged: str = ""  # the first reason a test was not judged (its engine did not start or answer)
+    # bfloat16/float16 engine tier: per agreement test and checkpoint, the distribution summary
+    # (infer_ref.conformance.engines.distribution.Summary fields), its thresholds and what exceeded them
+    distributions: list[dict] = field(default_factory=list)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -116,6 +119,8 @@ class Report:
         if self.refusals:
             lines += ["", "refusals (the implementation raised instead of answering; counted as failures, blamed on no bug class):",
                       *(f"- `{r}`" for r in self.refusals)]
+        if self.distributions:
+            lines += ["", *_distribution_table(self.distributions)]
         if self.precision_notes:
             lines += ["", "precision notes (not failures; `--strict-float64` fails them):", *(f"- {n}" for n in self.precision_notes)]
         if self.notes:
@@ -128,6 +133,17 @@ def _counts(t: Tally) -> str:
     if t.unsupported_draws:
         text += f" ({t.unsupported_draws} draws refused as unsupported)"
     return text or "nothing ran"
+
+
+def _distribution_table(rows: list[dict]) -> list[str]:
+    """The low-precision verdict's summaries, llama.cpp-style (docs/low-precision.md)."""
+    out = ["distribution against the oracle (KL in nats over the returned tokens + the rest; thresholds in docs/low-precision.md):", "",
+           "| test | checkpoint | positions | KL mean | KL median | KL p99 | KL max | logprob error max | same top | past its threshold |",
+           "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        out.append(f"| {r['test']} | {r['checkpoint']} | {r['positions']} | {r['kl_mean']:.2e} | {r['kl_median']:.2e} | {r['kl_p99']:.2e} | "
+                   f"{r['kl_max']:.2e} | {r['logprob_error_max']:.3f} | {r['same_top'] * 100:.1f}% | {', '.join(r['exceeded']) or 'none'} |")  # fmt: skip
+    return out
 
 
 def _table(title: str, rows: dict[str, Tally], why_not: dict[str, str | None] | None) -> list[str]:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import Tensor, nn
 
-from infer_ref.cache.paged import model_layer_windows
+from infer_ref.cache.paged import PagedKVCache, model_layer_windows
 from infer_ref.cache.pool import BlockPool
 from infer_ref.config import ModelConfig
 from infer_ref.engine.block_manager import BlockManager, HashFn, PrefixCacheStats, block_hash
@@ -81,6 +81,7 @@ class Engine:
     """Generation for several requests at once over one paged KV pool with prefix caching."""
 
     scheduler_class: type[Scheduler] = Scheduler  # a subclass may change the policy (or, planted, break it)
+    cache_class: type[PagedKVCache] = PagedKVCache  # the view each forward sees (planted bugs subclass it)
 
     def __init__(
         self,
@@ -236,7 +237,7 @@ class Engine:
         seq = request.seq
         assert seq is not None
         uncached = seq.token_ids[seq.num_computed_tokens:]
-        logits = self.runner.prefill(request, uncached, block_table_cache(self.pool, [seq], self._windows))  # [V]
+        logits = self.runner.prefill(request, uncached, block_table_cache(self.pool, [seq], self._windows, self.cache_class))  # [V]
         self.stats.prefill_forwards += 1
         self.stats.prefill_tokens_computed += len(uncached)
         self.blocks.commit(seq, len(seq))  # before the new token joins the sequence
@@ -245,7 +246,7 @@ class Engine:
     def _decode(self, batch: list[Request], scheduler: Scheduler) -> None:
         """One batched forward over ``batch``; finished requests leave it."""
         seqs = [r.seq for r in batch if r.seq is not None]
-        logits = self.runner.decode(batch, block_table_cache(self.pool, seqs, self._windows))  # [B, V]
+        logits = self.runner.decode(batch, block_table_cache(self.pool, seqs, self._windows, self.cache_class))  # [B, V]
         self.stats.decode_steps += 1
         finished = []
         for b, request in enumerate(batch):

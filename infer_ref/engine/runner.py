@@ -115,8 +115,10 @@ class ModelRunner:
         return logits, time.perf_counter() - t0
 
 
-def block_table_cache(pool: BlockPool, rows: Sequence[TokenSequence], layer_windows: Any) -> PagedKVCache:
+def block_table_cache(
+    pool: BlockPool, rows: Sequence[TokenSequence], layer_windows: Any, cache_class: type[PagedKVCache] = PagedKVCache
+) -> PagedKVCache:
     """The cache one engine forward sees: row ``b`` holds the computed positions of ``rows[b]`` in its
     block table (owned by the block manager) and writes the rest of its tokens after them."""
     tables = [s.block_table for s in rows]
-    return PagedKVCache.over_blocks(pool, tables, [s.num_computed_tokens for s in rows], layer_windows=layer_windows)
+    return cache_class.over_blocks(pool, tables, [s.num_computed_tokens for s in rows], layer_windows=layer_windows)

@@ -50,6 +50,26 @@ def largest_difference(a: EngineOutput, b: EngineOutput) -> float:
     return max((abs(lx - ly) for _, x, y in pairs for _, lx, ly in _shared_logprobs(x, y)), default=0.0)
 
 
+def seeded_tokens_differ(alone: EngineOutput, other: EngineOutput, *, exact: bool) -> str | None:
+    """Why ``other`` (a seeded request under another schedule) is not ``alone``'s answer, or None.
+
+    ``exact`` (float32, float64): the same tokens. In bfloat16 and float16 another batch shape or a
+    recompute after preemption changes a step's logits by rounding, and the same seeded draw may
+    then pick another token: the tokens may part at the first step whose reported logprobs differ
+    between the runs, or later — never while both runs have reported the very same distribution,
+    where the same draw must choose the same token."""
+    if exact or alone.token_ids == other.token_ids:
+        return None if alone.token_ids == other.token_ids else f"{other.token_ids}, alone: {alone.token_ids}"
+    for step, (x, y) in enumerate(zip(alone.logprobs, other.logprobs, strict=False)):
+        rows_differ = x.top != y.top or (x.token == y.token and x.logprob != y.logprob)
+        if rows_differ:
+            return None  # rounding reached the draws here: what follows is not comparable
+        if x.token != y.token:
+            return (f"step {step}: token {y.token} vs {x.token} alone, with the same reported distribution in both runs "
+                    f"({_fmt(x.top[:3])}): the same seeded draw chose differently; {other.token_ids}, alone: {alone.token_ids}")  # fmt: skip
+    return f"{other.token_ids}, alone: {alone.token_ids} (no logprobs where they part)"
+
+
 def _generated_pairs(a: EngineOutput, b: EngineOutput) -> Iterator[tuple[str, TokenLogprobs, TokenLogprobs]]:
     """Both runs' entries step by step, the step where the tokens part last: after it the two
     contexts differ and nothing can be compared."""

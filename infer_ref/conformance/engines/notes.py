@@ -10,7 +10,8 @@ from collections.abc import Sequence
 def spread_note(what: str, largest: float, where: str, comparisons: int, tolerance: float, source: str) -> str:
     """``largest difference from the oracle: 2.1e-05 nats (test[ckpt], 286 answers); tolerance ...``."""
     at = f"{where}, " if where else ""  # every difference 0: no test to name
-    return f"largest difference {what}: {largest:.3g} nats ({at}{comparisons} answers); tolerance {tolerance:.3g} ({source})"
+    judged = f"tolerance {tolerance:.3g} ({source})" if tolerance != float("inf") else source
+    return f"largest difference {what}: {largest:.3g} nats ({at}{comparisons} answers); {judged}"
 
 
 def left_out_note(name: str, reasons: Sequence[str], requests: int) -> str:

@@ -133,6 +133,7 @@ class EngineTier:
     consistency: ConsistencyTolerance = field(init=False)
     first_name: str | None = None  # the first started engine's name for itself (its version): the report notes it
     prefix_hits: list[PrefixHit] = field(default_factory=list)  # what the engine said its prefix cache served
+    distributions: list[dict] = field(default_factory=list)  # low-precision verdicts: one summary per test and checkpoint
     # judgeable's memo: (checkpoint, request) -> why its answer cannot be read back, None where it can
     unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)
 

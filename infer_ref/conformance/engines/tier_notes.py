@@ -12,11 +12,13 @@ and into ``beyond_tolerance``, the distances past their tolerance that stand bes
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from infer_ref.conformance.engines.agreement import LOW_PRECISION
 from infer_ref.conformance.engines.notes import left_out_note, spread_note
 from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.prefix_hits import summary as prefix_hit_summary
@@ -30,7 +32,11 @@ STATE_KEY = "ir_engine_tier_state"  # the workeroutput entry
 
 def tier_state(tier: EngineTier, agreement_tolerance: float) -> dict[str, Any]:
     """What one process's tier learnt, as plain data (it crosses from an xdist worker as JSON-like)."""
-    logs = [(tier.distances, agreement_tolerance, f"the oracle tolerance for {tier.dtype}"),
+    if tier.dtype in LOW_PRECISION:  # agreement is judged by distribution there: the largest distance is reported, not judged
+        oracle = (tier.distances, math.inf, f"not judged alone in {tier.dtype}: the distribution verdict judges agreement")
+    else:
+        oracle = (tier.distances, agreement_tolerance, f"the oracle tolerance for {tier.dtype}")
+    logs = [oracle,
             (tier.spreads, tier.consistency.value, tier.consistency.source)]  # fmt: skip
     return {
         "name": tier.name,
@@ -41,6 +47,7 @@ def tier_state(tier: EngineTier, agreement_tolerance: float) -> dict[str, Any]:
         "prefix_hits": [[h.shared, h.cached] for h in tier.prefix_hits],
         "left_out": tier.left_out,
         "requests_read": len(tier.unreadable),
+        "distributions": tier.distributions,
     }
 
 
@@ -63,6 +70,7 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
             report.notes.append(note)
         if worst["largest"] > worst["tolerance"]:  # a failure the verdict must not hide, expected or not
             report.beyond_tolerance.append(note)
+    report.distributions += sorted((d for s in states for d in s.get("distributions", ())), key=lambda d: (d["test"], d["checkpoint"]))
     hits = [PrefixHit(shared, cached) for s in states for shared, cached in s["prefix_hits"]]
     if hits:
         report.notes.append(prefix_hit_summary(hits))

@@ -39,10 +39,10 @@ class InferRefEngine:
     reproducible = True  # repro scripts start this engine as it is
     engine_class: type[Engine] = Engine  # a planted bug may run a subclass
 
-    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
+    def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu") -> None:
         if options.max_num_batched_tokens is not None:
             raise Unsupported("infer_ref's Engine prefills each prompt whole (no chunked-prefill budget)")
-        model, _ = load_model(model_dir, dtype=TORCH_DTYPES[options.dtype], device="cpu")
+        model, _ = load_model(model_dir, dtype=TORCH_DTYPES[options.dtype], device=device)
         block_size = options.block_size or DEFAULT_BLOCK_SIZE
         kv_tokens = options.kv_cache_tokens or DEFAULT_KV_TOKENS
         self.tokenizer = Tokenizer(model_dir)
@@ -54,15 +54,16 @@ class InferRefEngine:
             enable_prefix_caching=options.prefix_caching,
             max_batch=options.max_num_seqs or 8,
         )
-        self.name = f"infer_ref Engine ({options.dtype}, block {block_size}, {self.engine.pool.num_blocks} blocks)"
+        self.name = f"infer_ref Engine ({options.dtype} on {device}, block {block_size}, {self.engine.pool.num_blocks} blocks)"
         self.options = options
+        self.device = device
 
     def repro_snippet(self) -> str | None:
         """The engine as a repro script starts and runs it (:mod:`infer_ref.conformance.engines.repro`)."""
         if not self.reproducible:
             return None
         e = self.engine
-        return _REPRO.format(dtype=self.options.dtype, num_blocks=e.pool.num_blocks, block_size=e.block_size,
+        return _REPRO.format(dtype=self.options.dtype, device=self.device, num_blocks=e.pool.num_blocks, block_size=e.block_size,
                              prefix=e.enable_prefix_caching, max_batch=e.max_batch)  # fmt: skip
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
@@ -103,7 +104,7 @@ from infer_ref.tokenizer import Tokenizer
 
 def start_engine():
     torch.set_num_threads(1)
-    model, _ = load_model(MODEL_DIR, dtype=torch.{dtype}, device="cpu")
+    model, _ = load_model(MODEL_DIR, dtype=torch.{dtype}, device="{device}")
     return Engine(model, Tokenizer(MODEL_DIR), num_blocks={num_blocks}, block_size={block_size},
                   enable_prefix_caching={prefix}, max_batch={max_batch})
 
@@ -149,9 +150,10 @@ def _output(r: EngineRequest, res: EngineResult, prompt_lp: tuple | None) -> Eng
     )
 
 
-def start_infer_ref(model_dir: Path, options: EngineOptions) -> InferRefEngine:
-    """``--engine infer_ref``: infer_ref's Engine on ``model_dir`` (CPU; one torch thread is the caller's choice)."""
-    return InferRefEngine(Path(model_dir), options)
+def start_infer_ref(model_dir: Path, options: EngineOptions, device: str = "cpu") -> InferRefEngine:
+    """``--engine infer_ref``: infer_ref's Engine on ``model_dir`` on ``device`` (``--engine-option
+    device=cuda`` for a GPU; on the CPU one torch thread is the caller's choice)."""
+    return InferRefEngine(Path(model_dir), options, device=device)
 
 
 start_infer_ref.capabilities = CAPABILITIES  # type: ignore[attr-defined]

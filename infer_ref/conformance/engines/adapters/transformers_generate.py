@@ -29,23 +29,26 @@ class TransformersEngine:
 
     capabilities = CAPABILITIES
 
-    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
+    def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu", attn_implementation: str | None = None) -> None:
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if options.prefix_caching or options.max_num_batched_tokens is not None:
             raise Unsupported("transformers' generate has no prefix cache and no chunked-prefill budget")
-        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[options.dtype]).eval()
+        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[options.dtype], attn_implementation=attn_implementation)
+        self.model = model.to(device).eval()
+        self.device = device
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.eos_ids = generation_eos_ids(self.model)
-        self.name = f"transformers {transformers.__version__} generate ({options.dtype})"
+        attention = self.model.config._attn_implementation
+        self.name = f"transformers {transformers.__version__} generate ({options.dtype} on {device}, {attention} attention)"
 
     @torch.inference_mode()
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
         return [self._one(r) for r in requests]
 
     def _one(self, r: EngineRequest) -> EngineOutput:
-        prompt = torch.tensor([r.prompt], dtype=torch.long)  # [1, T]
+        prompt = torch.tensor([r.prompt], dtype=torch.long, device=self.device)  # [1, T]
         if r.seed is not None:
             torch.manual_seed(r.seed)
         out: Any = self.model.generate(prompt, attention_mask=torch.ones_like(prompt), **self._settings(r))
@@ -90,9 +93,11 @@ def ends_with_eos(tokens: Sequence[int], eos_ids: Sequence[int]) -> bool:
     return bool(tokens) and tokens[-1] in eos_ids
 
 
-def start_transformers(model_dir: Path, options: EngineOptions) -> TransformersEngine:
-    """``--engine transformers``: ``AutoModelForCausalLM`` on ``model_dir`` in ``options.dtype``."""
-    return TransformersEngine(Path(model_dir), options)
+def start_transformers(model_dir: Path, options: EngineOptions, device: str = "cpu", attn_implementation: str | None = None) -> TransformersEngine:
+    """``--engine transformers``: ``AutoModelForCausalLM`` on ``model_dir`` in ``options.dtype``, on
+    ``device``, with transformers' ``attn_implementation`` (default: its own choice; ``sdpa``,
+    ``eager``, ``flash_attention_2`` where installed)."""
+    return TransformersEngine(Path(model_dir), options, device=device, attn_implementation=attn_implementation)
 
 
 start_transformers.capabilities = CAPABILITIES  # type: ignore[attr-defined]

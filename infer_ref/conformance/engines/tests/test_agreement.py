@@ -1,5 +1,8 @@
 """Agreement with the oracle: every logprob the engine returns, teacher-forced against transformers
-in float64 on the same folder, at the engine's dtype tolerance.
+in float64 on the same folder. In float32 every logprob must lie within the dtype's tolerance; in
+bfloat16 and float16 the distribution of the engine's distances over all positions (KL, logprob
+error, same top token) must lie within thresholds calibrated on correct implementations
+(:mod:`~infer_ref.conformance.engines.distribution`, docs/low-precision.md).
 
 Prompts cross block boundaries (k*bs - 1, k*bs, k*bs + 1 tokens, then 16 generated tokens across
 the next boundary), Gemma's sliding window several times, and share prefixes (hits on the stressed
@@ -11,65 +14,74 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from torch import Tensor
 
-from infer_ref.conformance.engines.oracle import (
-    agreement_tolerance,
-    compare_position,
-    dedupe,
-    distance_from_oracle,
-    oracle_logprobs,
+from infer_ref.conformance.engines.agreement import (
+    LOW_PRECISION,
+    PROMPT_LOGPROBS,
+    JudgedPosition,
+    agreement_workload,
+    disagreements,
+    judged_positions,
 )
-from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest, TokenLogprobs
+from infer_ref.conformance.engines.distribution import judge
+from infer_ref.conformance.engines.oracle import agreement_tolerance, distance_from_oracle
+from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
 from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import (
-    boundary_prompts,
-    greedy_requests,
-    shared_prefix_prompts,
-)
+from infer_ref.conformance.engines.thresholds import thresholds_for
 
 pytestmark = pytest.mark.ir_oracle("transformers float64")
 
 
 def _workload(model_dir: Path, tier: EngineTier, *, prompt_logprobs: int | None = None) -> list[EngineRequest]:
-    facts = tier.facts(model_dir)
-    prompts = boundary_prompts(facts) + shared_prefix_prompts(facts) + list(facts.canonical[:2])
-    requests = greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=prompt_logprobs)
+    requests = agreement_workload(tier.facts(model_dir), ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=prompt_logprobs)
     return tier.judgeable(model_dir, requests)
 
 
-def _positions(model_dir: Path, request: EngineRequest, output: EngineOutput) -> list[tuple[str, TokenLogprobs, Tensor, bool]]:
-    """``(where, the engine's entry, the oracle's row [V], chosen greedily)`` at every position the
-    engine reported: each generated step, then each prompt position past the first."""
-    oracle = oracle_logprobs(model_dir, (*request.prompt, *output.token_ids))  # [T, V]: row i predicts position i + 1
-    out = [(f"step {s}", e, oracle[len(request.prompt) - 1 + s], request.greedy) for s, e in enumerate(output.logprobs)]
-    out += [(f"prompt position {p}", e, oracle[p - 1], False) for p, e in enumerate(output.prompt_logprobs or ()) if e is not None]
-    return out
-
-
-def disagreements(positions: list[tuple[str, TokenLogprobs, Tensor, bool]], tol: float) -> list[str]:
-    """Every one of ``positions`` (:func:`_positions`) where the engine's logprobs leave the oracle's tolerance."""
-    found = [d for where, entry, row, chosen in positions for d in compare_position(where, entry, row, tol, chosen=chosen)]
-    return [str(d) for d in dedupe(found)]
-
-
 def _judge(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str, requests: list[EngineRequest],
-           outputs: list[EngineOutput]) -> None:  # fmt: skip
-    tol = agreement_tolerance(tier.dtype)
-    report = []
-    for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
-        positions = _positions(model_dir, request, output)
-        distances = [distance_from_oracle(entry, row) for _, entry, row, _ in positions]
-        tier.distances.record(f"{test}[{model_dir.name}]", max(distances, default=0.0))
-        found = disagreements(positions, tol)
-        if found:
-            report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(found[:3]))
-    if report:
-        summary = f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {tol:g})"
-        repro = write_repro(handle, test, model_dir, requests, [[list(range(len(requests)))]], summary + ": " + report[0], tol,
+           outputs: list[EngineOutput], kind: str) -> None:  # fmt: skip
+    """float32/float64: every position within the oracle tolerance. bfloat16/float16: the
+    distribution of the ``kind`` positions within the calibrated thresholds."""
+    per_request = [judged_positions(model_dir, i, r, o) for i, (r, o) in enumerate(zip(requests, outputs, strict=True))]
+    if tier.dtype in LOW_PRECISION:  # each test's own kind of position (thresholds are calibrated per kind)
+        per_request = [[p for p in positions if p.where.startswith("step" if kind == "generated" else "prompt")] for positions in per_request]
+    for positions in per_request:
+        tier.distances.record(f"{test}[{model_dir.name}]", max((distance_from_oracle(p.entry, p.row) for p in positions), default=0.0))
+    if tier.dtype in LOW_PRECISION:
+        failure = _distribution_failure(model_dir, tier, test, kind, per_request)
+    else:
+        failure = _position_failure(per_request, agreement_tolerance(tier.dtype), len(requests))
+    if failure:
+        summary, detail, tol = failure
+        repro = write_repro(handle, test, model_dir, requests, [[list(range(len(requests)))]], summary + ": " + detail.splitlines()[0], tol,
                             tier.selects(), tier.start_of("stressed"))  # fmt: skip
-        raise AssertionError(summary + ":\n" + "\n".join(report) + "\n" + repro)
+        raise AssertionError(summary + ":\n" + detail + "\n" + repro)
+
+
+def _position_failure(per_request: list[list[JudgedPosition]], tol: float, count: int) -> tuple[str, str, float] | None:
+    report = []
+    for positions in per_request:
+        found = disagreements(positions, tol)
+        if found and positions:
+            report.append(f"request {positions[0].request} ({positions[0].prompt_len} prompt tokens): " + "; ".join(found[:3]))
+    if not report:
+        return None
+    return f"{len(report)} of {count} requests disagree with the oracle (tolerance {tol:g})", "\n".join(report), tol
+
+
+def _distribution_failure(model_dir: Path, tier: EngineTier, test: str, kind: str,
+                          per_request: list[list[JudgedPosition]]) -> tuple[str, str, float] | None:  # fmt: skip
+    stats = [p.stat() for positions in per_request for p in positions]
+    if not stats:
+        return None
+    thresholds = thresholds_for(tier.dtype, kind, model_dir.name)
+    summary, exceeded = judge(stats, thresholds.values)
+    tier.distributions.append({"test": test, "checkpoint": model_dir.name, "kind": kind, "dtype": tier.dtype, **summary.as_dict(),
+                               "exceeded": [e.statistic for e in exceeded], "thresholds": thresholds.values, "source": thresholds.source})  # fmt: skip
+    if not exceeded:
+        return None
+    head = f"the {kind} positions' distribution departs from the oracle's in {tier.dtype} ({summary.positions} positions; {thresholds.source})"
+    return head, "\n".join(str(e) for e in exceeded), agreement_tolerance(tier.dtype)
 
 
 def test_generated_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
@@ -81,7 +93,7 @@ def test_generated_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier,
     requests = _workload(model_dir, tier)
     handle = started(model_dir)
     outputs = run(handle, requests)
-    _judge(model_dir, tier, handle, "test_generated_logprobs_agree_with_oracle", requests, outputs)
+    _judge(model_dir, tier, handle, "test_generated_logprobs_agree_with_oracle", requests, outputs, "generated")
 
 
 @pytest.mark.ir_engine_requires("prompt_logprobs")
@@ -90,8 +102,8 @@ def test_prompt_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier, st
     pass meets a warm prefix cache.
 
     Guards: *prompt logprobs of cached prefix positions stale or zero*."""
-    requests = _workload(model_dir, tier, prompt_logprobs=5)
+    requests = _workload(model_dir, tier, prompt_logprobs=PROMPT_LOGPROBS)
     handle = started(model_dir)
     for _ in range(2):
         outputs = run(handle, requests)
-        _judge(model_dir, tier, handle, "test_prompt_logprobs_agree_with_oracle", requests, outputs)
+        _judge(model_dir, tier, handle, "test_prompt_logprobs_agree_with_oracle", requests, outputs, "prompt")

@@ -1,5 +1,9 @@
 """Determinism: a seeded sampled request gives the same tokens every time, alone or in any batch,
-preempted or not, whatever the order the requests arrive in."""
+preempted or not, whatever the order the requests arrive in.
+
+In bfloat16 and float16 a batch or a recompute changes a step's logits by rounding, and the same
+seeded draw may then choose another token: there the tokens are compared up to the first step whose
+reported distribution differs between the runs (:func:`~infer_ref.conformance.engines.compare.seeded_tokens_differ`)."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from infer_ref.conformance.engines.agreement import LOW_PRECISION
+from infer_ref.conformance.engines.compare import seeded_tokens_differ
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import boundary_prompts
@@ -41,7 +47,8 @@ def test_seeded_request_same_in_batch(model_dir: Path, tier: EngineTier, started
     for row in range(len(others) + 1):
         batch = [*others[:row], target, *others[row:]]
         got = run(handle, batch)[row]
-        assert got.token_ids == alone.token_ids, f"row {row} of a batch of {len(batch)}: {got.token_ids}, alone: {alone.token_ids}"
+        why = seeded_tokens_differ(alone, got, exact=tier.dtype not in LOW_PRECISION)
+        assert why is None, f"row {row} of a batch of {len(batch)}: {why}"
 
 
 @pytest.mark.ir_engine_requires("batch", "kv_budget")
@@ -52,9 +59,10 @@ def test_seeded_requests_same_under_preemption_and_arrival_order(model_dir: Path
 
     Guards: *seeded tokens change when the request is preempted*, *seeded tokens depend on preemption or the batch*."""
     requests = tier.judgeable(model_dir, [_sampled(p, 500 + i) for i, p in enumerate(boundary_prompts(tier.facts(model_dir)))])
-    alone = [tier.alone(model_dir, r).token_ids for r in requests]
+    alone = [tier.alone(model_dir, r) for r in requests]
     handle = started(model_dir, "stressed")
     for name, order in (("arrival", list(range(len(requests)))), ("reverse", list(range(len(requests)))[::-1])):
         got = run(handle, [requests[i] for i in order])
         for i, out in zip(order, got, strict=True):
-            assert out.token_ids == alone[i], f"request {i} ({name} order, preempting budget): {out.token_ids}, alone: {alone[i]}"
+            why = seeded_tokens_differ(alone[i], out, exact=tier.dtype not in LOW_PRECISION)
+            assert why is None, f"request {i} ({name} order, preempting budget): {why}"

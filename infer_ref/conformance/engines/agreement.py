@@ -1,0 +1,87 @@
+"""Agreement with the oracle, shared by the tier's agreement tests and the low-precision calibration
+(``python -m infer_ref.conformance.engines.calibrate``), so both judge exactly the same positions.
+
+:func:`agreement_workload` is what the tests send; :func:`judged_positions` pairs every logprob an
+engine returned with the oracle's row at its position, teacher-forced on the engine's own tokens.
+float32 and float64 are judged position by position (:func:`disagreements`, the tolerance of
+:func:`~infer_ref.conformance.engines.oracle.agreement_tolerance`); bfloat16 and float16 by the
+distribution of the positions (:mod:`~infer_ref.conformance.engines.distribution`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from torch import Tensor
+
+from infer_ref.conformance.engines.distribution import PositionStat, position_stats
+from infer_ref.conformance.engines.oracle import compare_position, dedupe, oracle_logprobs
+from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest, TokenLogprobs
+from infer_ref.conformance.engines.workload import (
+    ModelFacts,
+    boundary_prompts,
+    greedy_requests,
+    shared_prefix_prompts,
+)
+
+LOW_PRECISION = ("bfloat16", "float16")  # judged by distribution; the others position by position
+PROMPT_LOGPROBS = 5  # top-k asked for at each prompt position
+
+
+@dataclass(frozen=True)
+class JudgedPosition:
+    """One position an engine reported, beside the oracle's log-softmax row ``[V]`` there."""
+
+    request: int
+    where: str  # "step 3" or "prompt position 7"
+    prompt_len: int
+    entry: TokenLogprobs
+    row: Tensor
+    chosen: bool  # the engine chose this token greedily: the oracle must rank it first
+
+    def stat(self) -> PositionStat:
+        return position_stats(self.request, self.where, self.prompt_len, self.entry, self.row)
+
+
+def agreement_workload(
+    facts: ModelFacts, *, ignore_eos: bool, prompt_logprobs: int | None = None
+) -> list[EngineRequest]:
+    """The agreement tests' requests: prompts across block boundaries and sliding windows, prompts
+    sharing a prefix, and (fixtures) two canonical prompts, each generating greedily."""
+    prompts = boundary_prompts(facts) + shared_prefix_prompts(facts) + list(facts.canonical[:2])
+    return greedy_requests(prompts, ignore_eos=ignore_eos, prompt_logprobs=prompt_logprobs)
+
+
+def judged_positions(
+    model_dir: Path, index: int, request: EngineRequest, output: EngineOutput
+) -> list[JudgedPosition]:
+    """Every position the engine reported for ``request``: each generated step, then each prompt
+    position past the first."""
+    oracle = oracle_logprobs(
+        model_dir, (*request.prompt, *output.token_ids)
+    )  # [T, V]: row i predicts position i + 1
+    n = len(request.prompt)
+    out = [
+        JudgedPosition(index, f"step {s}", n, e, oracle[n - 1 + s], request.greedy)
+        for s, e in enumerate(output.logprobs)
+    ]
+    out += [JudgedPosition(index, f"prompt position {p}", n, e, oracle[p - 1], False)
+            for p, e in enumerate(output.prompt_logprobs or ()) if e is not None]  # fmt: skip
+    return out
+
+
+def disagreements(positions: list[JudgedPosition], tol: float) -> list[str]:
+    """Every one of ``positions`` where the engine's logprobs leave the oracle's tolerance."""
+    found = [d for p in positions for d in compare_position(p.where, p.entry, p.row, tol, chosen=p.chosen)]
+    return [str(d) for d in dedupe(found)]
+
+
+__all__ = [
+    "LOW_PRECISION",
+    "PROMPT_LOGPROBS",
+    "JudgedPosition",
+    "agreement_workload",
+    "disagreements",
+    "judged_positions",
+]

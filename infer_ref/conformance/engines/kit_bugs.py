@@ -1,0 +1,264 @@
+"""The kit's bug classes planted inside infer_ref's Engine, for measuring what the engine tier
+catches in each dtype (``python -m infer_ref.conformance.engines.power``).
+
+The kit plants these bugs in a model or a cache it drives itself (:mod:`infer_ref.conformance.mutants`);
+an engine team meets them inside an engine, behind batching, paging and prefix caching. Each
+mutant here is infer_ref's Engine with one of them, planted where an engine has it:
+
+- in the **model** (RoPE, attention scale, QK-norm, the low-precision norm and RoPE steps): the
+  loaded model instance gets the kit's knobbed method (:func:`~infer_ref.conformance.mutants._patch_precision`
+  and friends), nothing global is touched;
+- in the **cache view** each engine forward sees (masks, windows, slots): a
+  :class:`~infer_ref.cache.paged.PagedKVCache` subclass set as the Engine's ``cache_class``.
+
+Bugs of the schedule and of the API layer (prefix reuse, preemption, sampler seeds, logprob
+bookkeeping) are :mod:`~infer_ref.conformance.engines.mutants`'s.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from infer_ref.attention import HeadTransform, cached_attention
+from infer_ref.cache.paged import PagedKVCache
+from infer_ref.conformance.engines.adapters.infer_ref_engine import CAPABILITIES, InferRefEngine
+from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.mutants import (
+    BUG_CLASSES,
+    EXTRA_BUG_CLASSES,
+    Knobs,
+    _gemma_embed_unrounded,
+    _patch_precision,
+    _strip_llama3,
+)
+from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES, DecodeSlotOffByOnePagedCache
+from infer_ref.models.common import apply_rope
+
+ModelPatch = Callable[[Any], None]
+
+
+# -- the model -----------------------------------------------------------------------------------
+
+
+def rope_restarts_each_forward(model: Any) -> None:
+    """RoPE positions counted from the forward's first token: every decode token at position 0,
+    a prefill after a prefix hit from 0 again (``rope_no_offset``)."""
+    for rotary in model.rotary.values():
+        forward = rotary.forward
+        rotary.forward = lambda positions, dtype, forward=forward: forward(
+            positions - positions[..., :1], dtype
+        )
+
+
+def scale_from_head_dim(model: Any) -> None:
+    """Attention scale ``head_dim ** -0.5`` instead of ``query_pre_attn_scalar ** -0.5`` (Gemma)."""
+    for block in model.layers:
+        block.self_attn.scale = block.self_attn.head_dim**-0.5
+
+
+def _attend_with(
+    transform_qkv: Callable[[Any, Tensor, Tensor, Tensor, HeadTransform], tuple[Tensor, Tensor, Tensor]],
+) -> ModelPatch:
+    """A patch replacing each attention's ``attend`` by one whose head transform is ``transform_qkv``."""
+
+    def patch(model: Any) -> None:
+        for block in model.layers:
+            attn = block.self_attn
+
+            def attend(
+                self: Any,
+                q: Tensor,
+                k: Tensor,
+                v: Tensor,
+                transform: HeadTransform,
+                step: Any,
+                kv_cache: Any,
+                layer_idx: int,
+            ) -> Tensor:
+                q, k, v = transform_qkv(self, q, k, v, transform)
+                return cached_attention(kv_cache, layer_idx, q, k, v, step.mask(layer_idx), self.scale)
+
+            attn.attend = types.MethodType(attend, attn)
+
+    return patch
+
+
+def _v_rotated(
+    attn: Any, q: Tensor, k: Tensor, v: Tensor, transform: HeadTransform
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, k = transform.apply(q, k)
+    return q, k, apply_rope(v, transform.cos, transform.sin)
+
+
+def _qk_norm_after_rope(
+    attn: Any, q: Tensor, k: Tensor, v: Tensor, transform: HeadTransform
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, k = HeadTransform(transform.cos, transform.sin).apply(q, k)
+    if transform.q_norm is not None and transform.k_norm is not None:
+        q, k = transform.q_norm(q), transform.k_norm(k)
+    return q, k, v
+
+
+def _qk_norm_missing(
+    attn: Any, q: Tensor, k: Tensor, v: Tensor, transform: HeadTransform
+) -> tuple[Tensor, Tensor, Tensor]:
+    q, k = HeadTransform(transform.cos, transform.sin).apply(q, k)
+    return q, k, v
+
+
+def embed_scale_unrounded(model: Any) -> None:
+    if model.config.model_type == "gemma3_text":
+        model.embed = types.MethodType(_gemma_embed_unrounded, model)
+
+
+def llama3_scaling_ignored(model: Any) -> None:
+    for rotary in model.rotary.values():
+        rotary.rope = _strip_llama3(rotary.rope)
+        rotary.reset_buffers(rotary.inv_freq.device)
+
+
+def _precision(knobs: Knobs) -> ModelPatch:
+    return lambda model: _patch_precision(model, knobs)
+
+
+# -- the cache view ------------------------------------------------------------------------------
+
+
+class WindowOffByOneView(PagedKVCache):
+    """Sliding layers see window + 1 keys (``>=`` for ``>``)."""
+
+    def attention_mask(self, t: int, window: int | None) -> Tensor | None:
+        return super().attention_mask(t, None if window is None else window + 1)
+
+
+class DecodeWindowMissingView(PagedKVCache):
+    """A single new token gets no window ("one token sees everything")."""
+
+    def attention_mask(self, t: int, window: int | None) -> Tensor | None:
+        return super().attention_mask(t, None if t == 1 else window)
+
+
+class TopLeftMaskView(PagedKVCache):
+    """Several new tokens over cached ones (a prefill after a prefix hit) masked ``ones(T, S).tril()``:
+    query i sees keys 0..i as if nothing were cached."""
+
+    def attention_mask(self, t: int, window: int | None) -> Tensor | None:
+        start = self.position.lengths[0]
+        if t == 1 or start == 0 or not self.position.uniform():
+            return super().attention_mask(t, window)
+        visible = torch.ones(t, start + t, dtype=torch.bool, device=self.device).tril()  # [T, S]
+        if window is not None:
+            q_idx = torch.arange(t, device=self.device)[:, None]
+            visible &= torch.arange(start + t, device=self.device)[None, :] > q_idx - window
+        return visible
+
+
+class PaddedTailView(PagedKVCache):
+    """In a batch of rows of different lengths, shorter rows also see the padded slots after their
+    end (gathered from whatever block the padding points at)."""
+
+    def attention_mask(self, t: int, window: int | None) -> Tensor | None:
+        mask = super().attention_mask(t, window)
+        if mask is None or mask.dim() != 3:
+            return mask
+        row_end = self.positions(t)[:, -1:]  # [B, 1], each row's last new position
+        past_end = torch.arange(mask.shape[-1], device=self.device)[None, :] > row_end  # [B, S]
+        return mask | past_end[:, None, :]
+
+
+class GlobalFromSlidingView(PagedKVCache):
+    """Every layer's keys as a window's: a global layer sees only the sliding window's keys
+    (one layer's window applied to all)."""
+
+    def attention_mask(self, t: int, window: int | None) -> Tensor | None:
+        return super().attention_mask(t, window if window is not None else self._first_window())
+
+    def _first_window(self) -> int | None:
+        return next((w for w in self.layer_windows or () if w is not None), None)
+
+
+# -- the mutants ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KitBugMutant:
+    """A kit bug class planted inside infer_ref's Engine."""
+
+    name: str
+    bug_class: str
+    doc: str
+    model_patch: ModelPatch | None = None
+    cache_class: type[PagedKVCache] | None = None
+
+    def factory(self) -> Callable[[Path, EngineOptions], InferRefEngine]:
+        mutant = self
+
+        def start(model_dir: Path, options: EngineOptions, device: str = "cpu") -> InferRefEngine:
+            return PlantedEngine(Path(model_dir), options, device=device, mutant=mutant)
+
+        start.capabilities = CAPABILITIES  # type: ignore[attr-defined]
+        return start
+
+
+class PlantedEngine(InferRefEngine):
+    """infer_ref's Engine with a :class:`KitBugMutant` planted."""
+
+    reproducible = False
+
+    def __init__(
+        self, model_dir: Path, options: EngineOptions, *, device: str = "cpu", mutant: KitBugMutant
+    ) -> None:
+        super().__init__(model_dir, options, device=device)
+        if mutant.model_patch is not None:
+            mutant.model_patch(self.engine.model)
+        if mutant.cache_class is not None:
+            self.engine.cache_class = mutant.cache_class
+        self.name += f", planted: {mutant.name}"
+
+
+KIT_BUG_MUTANTS = (
+    KitBugMutant("engine_rope_no_offset", BUG_CLASSES[0], "RoPE positions restart at 0 on every forward.",
+                 model_patch=rope_restarts_each_forward),
+    KitBugMutant("engine_decode_window_missing", BUG_CLASSES[1], "A decode token sees past its sliding window.",
+                 cache_class=DecodeWindowMissingView),
+    KitBugMutant("engine_window_off_by_one", BUG_CLASSES[2], "Sliding layers see window + 1 keys.",
+                 cache_class=WindowOffByOneView),
+    KitBugMutant("engine_sliding_window_everywhere", BUG_CLASSES[3], "Global layers masked with the sliding window.",
+                 cache_class=GlobalFromSlidingView),
+    KitBugMutant("engine_mask_top_left", BUG_CLASSES[5], "A prefill over a prefix hit masked as if nothing were cached.",
+                 cache_class=TopLeftMaskView),
+    KitBugMutant("engine_padded_tail_attended", BUG_CLASSES[6], "Batched rows see the padded slots past their end.",
+                 cache_class=PaddedTailView),
+    KitBugMutant("engine_decode_slot_off_by_one", CACHE_BUG_CLASSES[2], "Each decode token's K/V written at its predecessor's slot.",
+                 cache_class=DecodeSlotOffByOnePagedCache),
+    KitBugMutant("engine_v_rotated", BUG_CLASSES[9], "RoPE applied to V as well.", model_patch=_attend_with(_v_rotated)),
+    KitBugMutant("engine_qk_norm_after_rope", BUG_CLASSES[10], "QK-norm applied after RoPE (Qwen 3, Gemma 3).",
+                 model_patch=_attend_with(_qk_norm_after_rope)),
+    KitBugMutant("engine_qk_norm_missing", BUG_CLASSES[10], "QK-norm weights never applied (Qwen 3, Gemma 3).",
+                 model_patch=_attend_with(_qk_norm_missing)),
+    KitBugMutant("engine_scale_from_head_dim", BUG_CLASSES[11], "Attention scale from head_dim, not query_pre_attn_scalar (Gemma 3).",
+                 model_patch=scale_from_head_dim),
+    KitBugMutant("engine_embed_scale_unrounded", BUG_CLASSES[12], "Gemma's embedding scale not rounded to the dtype.",
+                 model_patch=embed_scale_unrounded),
+    KitBugMutant("engine_llama3_scaling_ignored", BUG_CLASSES[13], "Llama 3 RoPE scaling dropped.", model_patch=llama3_scaling_ignored),
+    KitBugMutant("engine_rms_norm_low_precision", EXTRA_BUG_CLASSES[0], "RMSNorm accumulated and scaled in the model dtype.",
+                 model_patch=_precision(Knobs(norm_precision="low_accumulate"))),
+    KitBugMutant("engine_gemma_one_plus_w_low_precision", EXTRA_BUG_CLASSES[1], "Gemma's 1 + w formed in the weight dtype.",
+                 model_patch=_precision(Knobs(norm_precision="gemma_one_plus_w_low"))),
+    KitBugMutant("engine_rope_angles_low_precision", EXTRA_BUG_CLASSES[2], "RoPE angles formed in the model dtype.",
+                 model_patch=_precision(Knobs(rope_precision="angles_low"))),
+    KitBugMutant("engine_rope_inv_freq_low_precision", EXTRA_BUG_CLASSES[2], "RoPE inverse frequencies rounded to the model dtype.",
+                 model_patch=_precision(Knobs(rope_precision="inv_freq_low"))),
+)  # fmt: skip
+globals().update(
+    {m.name: m.factory() for m in KIT_BUG_MUTANTS}
+)  # --engine infer_ref.conformance.engines.kit_bugs:NAME
+
+__all__ = ["KIT_BUG_MUTANTS", "KitBugMutant", "PlantedEngine"]
