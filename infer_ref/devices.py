@@ -80,3 +80,10 @@ def check_model_device(model: nn.Module, device: str | torch.device | None) -> t
             f"the model is; move the model (model.to(...)) or leave device unset"
         )
     return model_device
+
+
+def device_label(device: str) -> str:
+    """``device`` as a report names it: a CUDA device with its GPU's name (``cuda (NVIDIA H100 80GB HBM3)``)."""
+    if device.startswith("cuda") and torch.cuda.is_available():
+        return f"{device} ({torch.cuda.get_device_name(torch.device(device))})"
+    return device

@@ -3,7 +3,7 @@
 For every kit checkpoint, in bfloat16 and float16, the agreement workload
 (:func:`~infer_ref.conformance.engines.agreement.agreement_workload`) runs through each
 implementation of :data:`CALIBRATION_ENGINES` — infer_ref's Engine in both of the tier's starts
-and transformers' ``generate``, each correct in float32 to 5e-5 nats — and every position is
+and transformers' ``generate`` with SDPA and with eager attention, each correct in float32 to 5e-5 nats — and every position is
 summarised (:mod:`~infer_ref.conformance.engines.distribution`).
 
 A statistic's threshold is :data:`MARGIN` times the worst, over those implementations, of its
@@ -65,9 +65,10 @@ RESAMPLES = 1000
 PERCENTILE = 0.999
 # name -> (engine registry name, tier start): the implementations trusted to be correct.
 CALIBRATION_ENGINES = {
-    "infer_ref plain": ("infer_ref", "plain"),
-    "infer_ref stressed": ("infer_ref", "stressed"),
-    "transformers": ("transformers", "plain"),
+    "infer_ref plain": ("infer_ref", "plain", {}),
+    "infer_ref stressed": ("infer_ref", "stressed", {}),
+    "transformers sdpa": ("transformers", "plain", {"attn_implementation": "sdpa"}),
+    "transformers eager": ("transformers", "plain", {"attn_implementation": "eager"}),
 }
 
 Requests = list[list[PositionStat]]  # one list of positions per request
@@ -90,10 +91,10 @@ class Run:
 
 def collect(model_dir: Path, dtype: str, engine: str) -> dict[str, Requests]:
     """``engine``'s positions on ``model_dir`` in ``dtype``, split by kind (a kind it cannot report is absent)."""
-    name, kind = CALIBRATION_ENGINES[engine]
+    name, kind, keywords = CALIBRATION_ENGINES[engine]
     factory = load_factory(name)
     capabilities = declared_capabilities(factory)
-    handle: EngineHandle = factory(model_dir, options_for(kind, dtype, capabilities))
+    handle: EngineHandle = factory(model_dir, options_for(kind, dtype, capabilities), **keywords)
     try:
         wants = PROMPT_LOGPROBS if "prompt_logprobs" in capabilities else None
         requests = agreement_workload(

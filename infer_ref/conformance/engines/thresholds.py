@@ -20,7 +20,9 @@ from pathlib import Path
 from typing import Any
 
 TABLE = Path(__file__).with_name("low_precision_thresholds.json")
-JUDGED = ("kl_mean", "kl_p99", "kl_max", "logprob_error_max", "same_top")
+# kl_max is reported, not judged: one position's KL, it moved 3x between transformers' SDPA and
+# eager attention on qwen3-tiny in bfloat16 (7.8e-4 vs 2.5e-3), both correct.
+JUDGED = ("kl_mean", "kl_p99", "logprob_error_max", "same_top")
 KINDS = ("generated", "prompt")
 
 

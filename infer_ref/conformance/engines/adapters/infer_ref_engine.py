@@ -18,6 +18,7 @@ import torch
 from infer_ref.conformance.engines.logprobs import prompt_logprobs_from, token_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
+from infer_ref.devices import device_label
 from infer_ref.engine.engine import Engine, EngineResult
 from infer_ref.loader import load_model
 from infer_ref.sampling import SamplingParams
@@ -54,7 +55,7 @@ class InferRefEngine:
             enable_prefix_caching=options.prefix_caching,
             max_batch=options.max_num_seqs or 8,
         )
-        self.name = f"infer_ref Engine ({options.dtype} on {device}, block {block_size}, {self.engine.pool.num_blocks} blocks)"
+        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, block {block_size}, {self.engine.pool.num_blocks} blocks)"
         self.options = options
         self.device = device
 

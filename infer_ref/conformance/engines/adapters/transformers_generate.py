@@ -18,6 +18,7 @@ import torch
 from infer_ref.conformance.engines.logprobs import prompt_logprobs_from, token_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
+from infer_ref.devices import device_label
 from infer_ref.results import first_stop
 
 CAPABILITIES = frozenset({"prompt_logprobs", "seed", "stop_strings", "ignore_eos", "top_k_top_p", "top_logprobs"})
@@ -41,7 +42,7 @@ class TransformersEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.eos_ids = generation_eos_ids(self.model)
         attention = self.model.config._attn_implementation
-        self.name = f"transformers {transformers.__version__} generate ({options.dtype} on {device}, {attention} attention)"
+        self.name = f"transformers {transformers.__version__} generate ({options.dtype} on {device_label(device)}, {attention} attention)"
 
     @torch.inference_mode()
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
