@@ -46,3 +46,26 @@ def test_mutant_is_caught(mutant: EngineMutant) -> None:
     assert done.returncode == 1, f"{mutant.name} ({mutant.bug_class}) was not caught:\n{done.stdout[-3000:]}"
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     assert any(t in line for line in failed for t in mutant.caught_by), done.stdout[-3000:]
+
+
+BF16_CHECKPOINT = ROOT / "fixtures" / "checkpoints" / "gemma3-tiny"
+
+
+def _bf16_agreement(engine: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "0", "--pyargs", "infer_ref.conformance.engines.tests",
+           f"--ir-engine={engine}", f"--ir-model-dir={BF16_CHECKPOINT}", "--ir-engine-dtype=bfloat16", "-k", "agree_with_oracle"]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+
+def test_bfloat16_verdict_passes_the_unbroken_engine() -> None:
+    """The calibrated thresholds hold on a fresh run of a correct engine (no false alarm)."""
+    done = _bf16_agreement("infer_ref")
+    assert done.returncode == 0, done.stdout[-3000:]
+
+
+def test_bfloat16_verdict_catches_a_window_off_by_one() -> None:
+    """The distribution verdict fails a kit bug planted inside the Engine, naming the statistic."""
+    done = _bf16_agreement("infer_ref.conformance.engines.kit_bugs:engine_window_off_by_one")
+    assert done.returncode == 1, done.stdout[-3000:]
+    assert "distribution departs from the oracle's in bfloat16" in done.stdout and "worst positions: request" in done.stdout, done.stdout[-3000:]

@@ -139,19 +139,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dtype", action="append", choices=DTYPES, help="default: all three")
     parser.add_argument("--only", action="append", help="planted bug names (default: all, and the control)")
     parser.add_argument("--json", type=Path, default=None, help="write every run here")
+    parser.add_argument("--merge", type=Path, default=None, help="a --json of an earlier run: its runs stand where this one does not redo them")
     parser.add_argument("--doc", type=Path, default=DOC, help="the page whose power block is rewritten")
     args = parser.parse_args(argv)
     chosen = [p for p in PLANTED if not args.only or p.name in args.only]
     jobs = [(p, d) for p in chosen for d in (args.dtype or DTYPES)]
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:
         runs = list(pool.map(lambda job: run_tier(job[0], job[1], Path(tmp)), jobs))
+    if args.merge:
+        redone = {(r["engine"], r["dtype"]) for r in runs}
+        runs = [r for r in json.loads(args.merge.read_text()) if (r["engine"], r["dtype"]) not in redone] + runs
     for run in runs:
         print(
             f"{run['engine']} {run['dtype']}: " + (", ".join(run["failed"]) or "nothing failed"), flush=True
         )
     if args.json:
         args.json.write_text(json.dumps(runs, indent=1) + "\n")
-    if not args.only and not args.dtype:
+    if args.merge or (not args.only and not args.dtype):
         replace_between_markers(args.doc, "power", markdown(runs))
         print(f"wrote the power block of {args.doc}")
     return 0

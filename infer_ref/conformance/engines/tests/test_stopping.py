@@ -69,7 +69,10 @@ def test_stop_string_cut_at_earliest(model_dir: Path, tier: EngineTier, started)
     handle = started(model_dir)
     requests = tier.judgeable(model_dir, [EngineRequest(p, 32, logprobs=1) for p in list(facts.canonical) + boundary_prompts(facts)])
     prompts = [r.prompt for r in requests]
-    free = run(handle, requests)
+    # Each request alone, as the stopped one is sent: in bfloat16 a batch rounds differently from
+    # a request alone, and the greedy text of the two schedules may part (a schedule is not what
+    # this test judges).
+    free = [run(handle, [r])[0] for r in requests]
     judged = 0
     for prompt, out in zip(prompts, free, strict=True):
         stop = stop_string_in(out.text)
