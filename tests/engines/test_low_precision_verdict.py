@@ -9,7 +9,13 @@ import pytest
 import torch
 
 from infer_ref.conformance.engines.compare import seeded_tokens_differ
-from infer_ref.conformance.engines.distribution import PositionStat, binned_kl, judge, position_stats, summarise
+from infer_ref.conformance.engines.distribution import (
+    PositionStat,
+    binned_kl,
+    judge,
+    position_stats,
+    summarise,
+)
 from infer_ref.conformance.engines.protocol import EngineOutput, TokenLogprobs
 from infer_ref.conformance.engines.thresholds import JUDGED, load_table, thresholds_for
 
@@ -74,7 +80,7 @@ def test_summary_statistics() -> None:
 
 def test_judge_names_the_statistic_and_its_worst_positions() -> None:
     stats = _stats([0.001] * 97 + [0.5, 0.9, 0.7], [True] * 98 + [False, True])
-    summary, exceeded = judge(stats, {"kl_mean": 1.0, "kl_p99": 0.1, "same_top": 0.995})
+    _, exceeded = judge(stats, {"kl_mean": 1.0, "kl_p99": 0.1, "same_top": 0.995})
     assert [e.statistic for e in exceeded] == ["kl_p99", "same_top"]
     assert [p.request for p in exceeded[0].worst] == [98, 99, 97]  # the largest KLs first
     assert [p.request for p in exceeded[1].worst] == [98]  # the one position whose top token differs
