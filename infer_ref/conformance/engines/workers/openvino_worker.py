@@ -34,7 +34,11 @@ CAPABILITIES = ("prompt_logprobs", "seed", "stop_strings", "reset_prefix_cache",
 # The CPU plugin's inference and KV-cache precisions for the tier's dtypes. Set explicitly: the CPU
 # plugin's defaults depend on the processor (bf16 inference where it has AMX/AVX512-BF16, a u8 or
 # f16 KV cache), and a float32 engine judged at float32 tolerance needs float32 throughout.
-PRECISIONS = {"float32": "f32"}
+# bfloat16: weights exported in fp32 and computed in bf16 (the precision hint), the KV cache in bf16,
+# as the CPU plugin runs a bf16 model on processors with AVX512-BF16 or AMX. float16 is refused: the
+# CPU plugin computes in f16 only on processors with AVX512-FP16 or AMX-FP16, and elsewhere would
+# quietly run another precision than the one judged.
+PRECISIONS = {"float32": "f32", "bfloat16": "bf16"}
 BLOCK_SIZE = 32  # the CPU plugin's paged-attention block (positions per KV block); not configurable
 WHOLE_PREFILL_TOKENS = 8192  # a budget no prompt of the tier reaches: one step prefills a prompt whole
 DEFAULT_KV_TOKENS = 64 * BLOCK_SIZE
@@ -60,8 +64,9 @@ def scheduler_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 def plugin_properties(dtype: str) -> dict[str, str]:
     if dtype not in PRECISIONS:
-        raise Refused(f"the OpenVINO adapter runs float32 only (asked {dtype}): the model is exported with "
-                      "--weight-format fp32 and computed with f32 inference and KV-cache precisions")  # fmt: skip
+        raise Refused(f"the OpenVINO adapter runs float32 and bfloat16 (asked {dtype}): the model is exported with "
+                      "--weight-format fp32 and computed at that inference and KV-cache precision; OpenVINO's CPU "
+                      "plugin computes float16 only on processors with AVX512-FP16 or AMX-FP16")  # fmt: skip
     precision = PRECISIONS[dtype]
     return {"INFERENCE_PRECISION_HINT": precision, "KV_CACHE_PRECISION": precision}
 
