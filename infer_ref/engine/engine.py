@@ -10,6 +10,11 @@ model (on its device, in its dtype) and a :class:`~infer_ref.engine.block_manage
   first uncached token (its first token comes from the logits of its last prompt position), then
   decodes every running request in *one* batched forward, each row at its own position with its
   own mask (``[B, 1]`` positions, ``[B, 1, S]`` masks over the longest row), and chooses tokens;
+- with ``max_num_batched_tokens`` (chunked prefill, the scheduling of vLLM and SGLang), each step
+  spends that many tokens: first one per running request's decode, then the rest on prompt chunks
+  of the requests being prefilled, in admission order, admitting new ones while tokens are left. A
+  chunk is a forward of its tokens over the positions already computed; the last chunk's last
+  position gives the request's first token, and it decodes from the next step on;
 - each :class:`~infer_ref.engine.sequence.Request` holds its tokens, sampling and stopping rule.
 
 A finished request frees its blocks (its full blocks stay cached for later hits). Nothing changes
@@ -93,12 +98,18 @@ class Engine:
         enable_prefix_caching: bool = True,
         max_batch: int = 8,
         hash_fn: HashFn = block_hash,
+        max_num_batched_tokens: int | None = None,
     ) -> None:
         config = getattr(model, "config", None)
         if not isinstance(config, ModelConfig):
             raise TypeError("model must have a .config attribute (a ModelConfig): the engine sizes its pool from it")
         if isinstance(max_batch, bool) or not isinstance(max_batch, int) or max_batch < 1:
             raise ValueError(f"max_batch must be a positive integer, got {max_batch!r}")
+        if max_num_batched_tokens is not None and (
+            isinstance(max_num_batched_tokens, bool) or not isinstance(max_num_batched_tokens, int) or max_num_batched_tokens < 1
+        ):
+            raise ValueError(f"max_num_batched_tokens must be a positive integer (tokens per step) or None (whole prefills), got {max_num_batched_tokens!r}")
+        self.max_num_batched_tokens = max_num_batched_tokens
         self.model = model
         self.config = config
         self.tokenizer = tokenizer
@@ -147,8 +158,12 @@ class Engine:
         start = time.perf_counter()
         scheduler = self.scheduler_class(self.blocks, self.max_batch, requests)
         while scheduler.has_work():
-            self._admit(scheduler)
-            batch = scheduler.schedule_decode()
+            if self.max_num_batched_tokens is None:
+                self._admit(scheduler)
+                batch = scheduler.schedule_decode()
+            else:  # decodes first (a decode never waits behind prompt chunks), then chunks with what is left
+                batch = scheduler.schedule_decode()
+                self._prefill_chunks(scheduler, self.max_num_batched_tokens - len(batch))
             if batch:
                 self.stats.schedule.append(scheduler.step())
                 self._decode(batch, scheduler)
@@ -242,6 +257,35 @@ class Engine:
         self.stats.prefill_tokens_computed += len(uncached)
         self.blocks.commit(seq, len(seq))  # before the new token joins the sequence
         return self.runner.take_token(request, logits)
+
+    def _prefill_chunks(self, scheduler: Scheduler, budget: int) -> None:
+        """Spend ``budget`` tokens on prompt chunks: the requests being prefilled, in admission
+        order, then new admissions while tokens are left."""
+        for ongoing in list(scheduler.prefilling):
+            if budget <= 0:
+                return
+            budget -= self._prefill_chunk(ongoing, budget, scheduler)
+        while budget > 0 and (admitted := scheduler.next_admission()) is not None:
+            scheduler.begin_prefill(admitted)
+            budget -= self._prefill_chunk(admitted, budget, scheduler)
+
+    def _prefill_chunk(self, request: Request, budget: int, scheduler: Scheduler) -> int:
+        """Compute up to ``budget`` of the request's uncomputed tokens (one forward); the tokens computed.
+        When that completes its prompt, its first token is chosen and it starts decoding (or ends)."""
+        seq = request.seq
+        assert seq is not None
+        start = seq.num_computed_tokens
+        end = min(len(seq), start + budget)
+        logits = self.runner.prefill(request, seq.token_ids[start:end], block_table_cache(self.pool, [seq], self._windows, self.cache_class))
+        self.stats.prefill_forwards += 1
+        self.stats.prefill_tokens_computed += end - start
+        self.blocks.commit(seq, end)  # before the new token joins the sequence
+        if end == len(seq):
+            if self.runner.take_token(request, logits):
+                scheduler.finish(request)
+            else:
+                scheduler.start(request)
+        return end - start
 
     def _decode(self, batch: list[Request], scheduler: Scheduler) -> None:
         """One batched forward over ``batch``; finished requests leave it."""

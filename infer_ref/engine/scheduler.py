@@ -1,16 +1,18 @@
 """Which requests run: first-come first-served admission, room for every decode step, preemption.
 
-A request is *waiting* (in arrival order) or *running* (prefilled, decoding). The scheduler asks the
-block manager for blocks and never runs the model: the engine prefills what it admits and decodes
-what it schedules.
+A request is *waiting* (in arrival order), *prefilling* (admitted, its prompt computed in chunks
+under a per-step token budget: ``Engine(max_num_batched_tokens=...)``) or *running* (prefilled,
+decoding). The scheduler asks the block manager for blocks and never runs the model: the engine
+prefills what it admits and decodes what it schedules.
 
 - **Admission**, in order, while fewer than ``max_batch`` run and the pool can hold the head of the
   queue: the block manager gives it a table (a prefix hit covers its first ``num_cached_tokens``
   tokens). A request that cannot be admitted waits, and so does everything behind it.
 - **Decode room**: every running request gets room for its newest token (a new block when its
-  last one is full). When none is free, the most recently admitted request is *preempted*: its
-  blocks are freed and it goes back to the head of the queue with every token it has so far, to
-  be recomputed (through the prefix cache) when room returns.
+  last one is full). When none is free, the most recently admitted request (a prefilling one
+  first: they were admitted last) is *preempted*: its blocks are freed and it goes back to the head
+  of the queue with every token it has so far, to be recomputed (through the prefix cache) when
+  room returns.
 """
 
 from __future__ import annotations
@@ -39,20 +41,21 @@ class Scheduler:
         self.max_batch = max_batch
         self.waiting: deque[Request] = deque(requests)
         self.running: list[Request] = []
+        self.prefilling: list[Request] = []  # admitted, prompt not yet all computed (chunked prefill), admission order
         self.num_preemptions = 0
         self.peak_blocks_used = 0
 
     def has_work(self) -> bool:
-        return bool(self.waiting or self.running)
+        return bool(self.waiting or self.running or self.prefilling)
 
     def next_admission(self) -> Request | None:
         """The head of the queue, its blocks allocated (prefix hits claimed), or None when it must wait."""
-        if not self.waiting or len(self.running) >= self.max_batch:
+        if not self.waiting or len(self.running) + len(self.prefilling) >= self.max_batch:
             return None
         request = self.waiting[0]
         seq = _blocks_of(request)
         if not self.blocks.can_allocate(seq):
-            if not self.running:  # everything is free and it still does not fit: the engine's checks missed a case
+            if not self.running and not self.prefilling:  # everything is free and it still does not fit: the engine's checks missed a case
                 raise RuntimeError(
                     f"request {request.index} cannot be allocated in an idle pool of {self.blocks.pool.num_blocks} blocks"
                 )
@@ -66,12 +69,19 @@ class Scheduler:
 
     def start(self, request: Request) -> None:
         """A prefilled request that goes on decoding."""
+        if request in self.prefilling:
+            self.prefilling.remove(request)
         self.running.append(request)
+
+    def begin_prefill(self, request: Request) -> None:
+        """An admitted request whose prompt is computed in chunks, a step at a time."""
+        self.prefilling.append(request)
 
     def finish(self, request: Request) -> None:
         """A request that is done: its blocks are freed (its full blocks stay cached for later hits)."""
-        if request in self.running:
-            self.running.remove(request)
+        for group in (self.running, self.prefilling):
+            if request in group:
+                group.remove(request)
         self.blocks.deallocate(_blocks_of(request))
 
     def schedule_decode(self) -> list[Request]:
@@ -82,6 +92,8 @@ class Scheduler:
             if self.blocks.can_append(seq):
                 self.blocks.append(seq)
                 i += 1
+            elif self.prefilling:
+                self._preempt(self.prefilling.pop())  # admitted after every running request
             else:
                 self._preempt(self.running.pop())  # the most recently admitted (maybe running[i] itself)
         if self.running:

@@ -126,3 +126,11 @@ def test_seeded_tokens_in_low_precision_may_part_only_where_the_distributions_di
     assert "same reported distribution" in (seeded_tokens_differ(alone, same_rows_other_token, exact=False) or "")
     rounded_then_parted = _answer([1, 5, 6], [((1, -0.1001),), ((2, -0.2),), ((4, -0.3),)])
     assert seeded_tokens_differ(alone, rounded_then_parted, exact=False) is None
+
+
+def test_seeded_tokens_parting_without_top_logprobs_cannot_be_judged() -> None:
+    """An engine that reports only its chosen token's logprob: where two runs part at once, nothing
+    shows their distributions were the same, so rounding cannot be ruled out."""
+    alone, other = _answer([1, 2], [(), ()]), _answer([3, 2], [(), ()])
+    assert seeded_tokens_differ(alone, other, exact=False) is None
+    assert seeded_tokens_differ(alone, other, exact=True) is not None

@@ -1,5 +1,6 @@
 """The engine tier catches each planted engine bug (infer_ref.conformance.engines.mutants), and the
-same tests pass on the unbroken engine (the control), on llama-tiny.
+same tests pass on the unbroken engine (the control), on llama-tiny (gemma3-tiny for a bug that
+needs a sliding window).
 
 Each mutant runs the tier's tests that guard its bug class in a pytest subprocess (the tier's
 plugin options are per run); the run must fail, and fail in one of those tests.
@@ -17,14 +18,14 @@ import pytest
 from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES, ENGINE_MUTANTS, EngineMutant
 
 ROOT = Path(__file__).resolve().parents[2]
-MODEL = ROOT / "fixtures" / "checkpoints" / "llama-tiny"
+FIXTURES = ROOT / "fixtures" / "checkpoints"
 
 pytestmark = pytest.mark.slow
 
 
-def _tier(engine: str, tests: tuple[str, ...]) -> subprocess.CompletedProcess[str]:
+def _tier(engine: str, tests: tuple[str, ...], checkpoint: str = "llama-tiny") -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "0", "--pyargs",
-           "infer_ref.conformance.engines.tests", f"--ir-engine={engine}", f"--ir-model-dir={MODEL}",
+           "infer_ref.conformance.engines.tests", f"--ir-engine={engine}", f"--ir-model-dir={FIXTURES / checkpoint}",
            "-k", " or ".join(tests)]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
@@ -34,21 +35,22 @@ def test_every_engine_bug_class_has_a_mutant() -> None:
     assert {m.bug_class for m in ENGINE_MUTANTS} == set(ENGINE_BUG_CLASSES)
 
 
-def test_control_passes_the_guarding_tests() -> None:
-    tests = tuple(sorted({t for m in ENGINE_MUTANTS for t in m.caught_by}))
-    done = _tier("infer_ref", tests)
+@pytest.mark.parametrize("checkpoint", sorted({m.checkpoint for m in ENGINE_MUTANTS}))
+def test_control_passes_the_guarding_tests(checkpoint: str) -> None:
+    tests = tuple(sorted({t for m in ENGINE_MUTANTS if m.checkpoint == checkpoint for t in m.caught_by}))
+    done = _tier("infer_ref", tests, checkpoint)
     assert done.returncode == 0, done.stdout[-3000:]
 
 
 @pytest.mark.parametrize("mutant", ENGINE_MUTANTS, ids=[m.name for m in ENGINE_MUTANTS])
 def test_mutant_is_caught(mutant: EngineMutant) -> None:
-    done = _tier(f"infer_ref.conformance.engines.mutants:{mutant.name}", mutant.caught_by)
+    done = _tier(f"infer_ref.conformance.engines.mutants:{mutant.name}", mutant.caught_by, mutant.checkpoint)
     assert done.returncode == 1, f"{mutant.name} ({mutant.bug_class}) was not caught:\n{done.stdout[-3000:]}"
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     assert any(t in line for line in failed for t in mutant.caught_by), done.stdout[-3000:]
 
 
-BF16_CHECKPOINT = ROOT / "fixtures" / "checkpoints" / "gemma3-tiny"
+BF16_CHECKPOINT = FIXTURES / "gemma3-tiny"
 
 
 def _bf16_agreement(engine: str) -> subprocess.CompletedProcess[str]:

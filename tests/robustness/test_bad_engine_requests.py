@@ -27,6 +27,21 @@ def test_engine_refuses_a_max_batch_that_is_not_a_positive_int(llama: tuple[Deco
         Engine(model, num_blocks=4, max_batch=bad)
 
 
+@pytest.mark.parametrize("bad", [True, 2.5, 0, -3, "64"], ids=["budget-bool", "budget-float", "budget-zero", "budget-negative", "budget-str"])
+def test_engine_refuses_a_chunk_budget_that_is_not_a_positive_int(llama: tuple[DecoderLM, ModelConfig], bad: Any) -> None:
+    model, _ = llama
+    with pytest.raises(ValueError, match=rf"max_num_batched_tokens must be a positive integer \(tokens per step\) or None \(whole prefills\), got {bad!r}"):
+        Engine(model, num_blocks=4, max_num_batched_tokens=bad)
+
+
+def test_a_one_token_budget_runs(llama: tuple[DecoderLM, ModelConfig]) -> None:
+    """The smallest budget: one prompt token per step beside no decode, then one decode per step."""
+    model, _ = llama
+    engine = Engine(model, num_blocks=8, max_num_batched_tokens=1)
+    [result] = engine.generate([[1, 2, 3]], GREEDY2)
+    assert len(result.token_ids) == 2 and engine.stats.prefill_forwards == 3 and engine.stats.prefill_tokens_computed == 3
+
+
 def test_engine_refuses_a_model_without_a_config() -> None:
     with pytest.raises(TypeError, match=r"\.config attribute \(a ModelConfig\)"):
         Engine(object(), num_blocks=4)  # type: ignore[arg-type]

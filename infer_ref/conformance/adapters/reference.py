@@ -131,7 +131,7 @@ def materialize(snap: KVSnapshot) -> Any:
 def engine_callables(engine_class: type | None = None) -> tuple[Any, Any]:
     """``engine_generate`` and ``engine_trace`` over infer_ref's ``Engine`` (or a subclass of it)."""
 
-    def run(model: Any, prompts: list[list[int]], spec: EngineSpec) -> tuple[list[EngineOutput], list[EngineStep]]:
+    def run(model: Any, prompts: list[list[int]], spec: EngineSpec, budget: int | None = None) -> tuple[list[EngineOutput], list[EngineStep]]:
         from infer_ref.engine.engine import Engine
 
         engine = (engine_class or Engine)(
@@ -140,6 +140,7 @@ def engine_callables(engine_class: type | None = None) -> tuple[Any, Any]:
             block_size=spec.block_size,
             enable_prefix_caching=spec.enable_prefix_caching,
             max_batch=spec.max_batch,
+            max_num_batched_tokens=budget,
         )
         seeds = spec.seeds or (None,) * len(prompts)
         params = [SamplingParams(temperature=spec.temperature, seed=s, max_new_tokens=spec.max_new_tokens) for s in seeds]
@@ -157,6 +158,18 @@ def engine_callables(engine_class: type | None = None) -> tuple[Any, Any]:
 
 
 engine_generate, engine_trace = engine_callables()
+
+
+def chunked_over(trace: Any) -> Any:
+    """``engine_chunked_generate`` over an ``engine_trace`` of :func:`engine_callables`."""
+
+    def engine_chunked_generate(model: Any, prompts: list[list[int]], spec: EngineSpec, max_num_batched_tokens: int) -> list[EngineOutput]:
+        return trace(model, prompts, spec, max_num_batched_tokens)[0]
+
+    return engine_chunked_generate
+
+
+engine_chunked_generate = chunked_over(engine_trace)
 
 
 def rms_norm(model: Any, x: Tensor) -> Tensor:
@@ -224,6 +237,7 @@ INFER_REF = Adapter(
     make_block_manager=driver_factory(),
     engine_generate=engine_generate,
     engine_trace=engine_trace,
+    engine_chunked_generate=engine_chunked_generate,
     rms_norm=rms_norm,
     model_rope_tables=model_rope_tables,
     sample_probs=sample_probs,
@@ -285,6 +299,7 @@ def cache_adapter(kind: str, **build: Any) -> Adapter:
         make_block_manager=None,
         engine_generate=None,
         engine_trace=None,
+        engine_chunked_generate=None,
         rms_norm=None,
         model_rope_tables=None,
         sample_probs=None,

@@ -14,7 +14,13 @@ from pathlib import Path
 
 from infer_ref.conformance.engines.adapters.infer_ref_engine import CAPABILITIES, InferRefEngine
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
-from infer_ref.conformance.mutants.engine import ReseedingEngine
+from infer_ref.conformance.mutants.engine import (
+    CHUNK_BUG_CLASSES,
+    ChunkWindowEngine,
+    ReseedingEngine,
+    RestartingChunkEngine,
+    UnwrittenChunkEngine,
+)
 from infer_ref.conformance.mutants.prefix import UnchainedHash, UnverifiedHit
 from infer_ref.engine.block_manager import BlockManager, TokenSequence
 from infer_ref.engine.scheduler import Scheduler
@@ -31,6 +37,7 @@ ENGINE_BUG_CLASSES = (
     "preemption resumes from a stale position",
     "seeded tokens change when the request is preempted",
     "prefix cache stops hitting past the first block",
+    *CHUNK_BUG_CLASSES,
 )
 
 
@@ -178,12 +185,28 @@ class FirstBlockHits(InferRefEngine):
         self.engine.blocks = FirstBlockOnly(blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching)
 
 
+class ChunkPositionsRestart(InferRefEngine):
+    reproducible = False
+    engine_class = RestartingChunkEngine
+
+
+class ChunkWindowFromStart(InferRefEngine):
+    reproducible = False
+    engine_class = ChunkWindowEngine
+
+
+class ChunkKVUnwritten(InferRefEngine):
+    reproducible = False
+    engine_class = UnwrittenChunkEngine
+
+
 @dataclass(frozen=True)
 class EngineMutant:
     name: str
     bug_class: str
     engine: type[InferRefEngine]
     caught_by: tuple[str, ...]  # the tier's tests expected to fail (test function names)
+    checkpoint: str = "llama-tiny"  # the fixture its bug shows on (a window needs Gemma 3)
 
     def factory(self) -> Callable[[Path, EngineOptions], InferRefEngine]:
         def start(model_dir: Path, options: EngineOptions) -> InferRefEngine:
@@ -205,6 +228,9 @@ ENGINE_MUTANTS = (
     EngineMutant("preemption_stale_position", ENGINE_BUG_CLASSES[7], StalePreemption, ("test_generated_logprobs_agree_with_oracle",)),
     EngineMutant("reseeded_after_preemption", ENGINE_BUG_CLASSES[8], ReseededAfterPreemption, ("test_seeded_requests_same_under_preemption_and_arrival_order",)),
     EngineMutant("prefix_hits_first_block_only", ENGINE_BUG_CLASSES[9], FirstBlockHits, ("test_prefix_cache_serves_the_shared_prefix",)),
+    EngineMutant("chunk_positions_restart", ENGINE_BUG_CLASSES[10], ChunkPositionsRestart, ("test_chunked_prefill_matches_whole",)),
+    EngineMutant("chunk_window_from_chunk_start", ENGINE_BUG_CLASSES[11], ChunkWindowFromStart, ("test_chunked_prefill_matches_whole",), "gemma3-tiny"),
+    EngineMutant("chunk_kv_unwritten", ENGINE_BUG_CLASSES[12], ChunkKVUnwritten, ("test_chunked_prefill_matches_whole",)),
 )
 globals().update({m.name: m.factory() for m in ENGINE_MUTANTS})  # --engine infer_ref.conformance.engines.mutants:NAME
 

@@ -67,6 +67,11 @@ The callables, their shapes, and why each exists:
     caching on == off == transformers, and every row of a batch == that request alone; with
     ``spec.num_blocks`` too small for every request at once, the engine preempts, and a seeded
     request's tokens must not change (``test_engine_schedule.py``).
+``engine_chunked_generate(model, prompts, spec, max_num_batched_tokens) -> list[EngineOutput]`` (optional)
+    ``engine_generate`` with chunked prefill: each engine step spends at most
+    ``max_num_batched_tokens`` tokens, shared by the running requests' decodes and prompt chunks.
+    Judged by ``test_engine.py``: every request's logits and tokens equal those of whole prefills
+    (float64, 1e-9) for any budget from 1 token up.
 ``engine_trace(model, prompts, spec) -> (list[EngineOutput], list[EngineStep])`` (optional)
     ``engine_generate`` that also says how it scheduled: per decode step, the prompt indices that
     ran in it and those waiting (queue order, the head first). Judged by ``test_engine_schedule.py``:
@@ -146,6 +151,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "block_manager": ("make_block_manager",),
     "engine": ("load_model", "engine_generate"),
     "engine.schedule": ("load_model", "engine_trace"),
+    "engine.chunked_prefill": ("load_model", "engine_generate", "engine_chunked_generate"),
     "norm": ("load_model", "rms_norm"),
     "rope.model": ("load_model", "model_rope_tables"),
     "sampler": ("sample_probs",),
@@ -271,6 +277,7 @@ class Adapter:
     generate_stopping: Callable[[Any, Path, list[int], int, tuple[str, ...]], tuple[list[int], str]] | None = None
     cache_contract: CacheContract = field(default_factory=CacheContract)
     engine_trace: Callable[[Any, list[list[int]], EngineSpec], tuple[list[EngineOutput], list[EngineStep]]] | None = None
+    engine_chunked_generate: Callable[[Any, list[list[int]], EngineSpec, int], list[EngineOutput]] | None = None
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"

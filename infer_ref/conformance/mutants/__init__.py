@@ -298,7 +298,7 @@ def engine_hooks(knobs: Knobs) -> dict[str, Any]:
     if knobs.engine_class is None:
         return {}
     generate, trace = ref.engine_callables(knobs.engine_class)
-    return {"engine_generate": generate, "engine_trace": trace}
+    return {"engine_generate": generate, "engine_trace": trace, "engine_chunked_generate": ref.chunked_over(trace)}
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,13 @@ engine tier's (``engines/mutants.py``) both run these classes.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any
 
 import torch
+from torch import Tensor
+
+from infer_ref.cache.paged import PagedKVCache
+from infer_ref.cache.slots import store_rows
 
 from infer_ref.engine.block_manager import BlockManager
 from infer_ref.engine.engine import Engine
@@ -19,6 +24,67 @@ SCHEDULE_BUG_CLASSES = (
     "preempted request requeued behind new arrivals",
     "seeded tokens depend on preemption or the batch",
 )
+# Chunked prefill (``Engine(max_num_batched_tokens=...)``): a prompt chunk is a forward of several
+# tokens over positions already in the cache, the case every bug below gets wrong.
+CHUNK_BUG_CLASSES = (
+    "prompt chunk positions restart at 0",
+    "prompt chunk sees the cache past its sliding window",
+    "prompt chunk K/V not written",
+)
+
+
+class _ChunkOverCache(PagedKVCache):
+    def _is_chunk_over_cache(self, t: int) -> bool:
+        """Several new tokens after computed ones, one row: a chunk (or a prefill after a prefix hit)."""
+        return t > 1 and self.position.uniform() and self.position.lengths[0] > 0
+
+
+class RestartingChunkPositions(_ChunkOverCache):
+    """A chunk's positions counted from 0, as if it were the start of the prompt."""
+
+    def positions(self, t: int) -> Tensor:
+        if self._is_chunk_over_cache(t):
+            return torch.arange(t, device=self.device)
+        return super().positions(t)
+
+
+class ChunkWindowFromChunkStart(_ChunkOverCache):
+    """A chunk's sliding window applied to its own tokens only: every cached key stays visible."""
+
+    def attention_mask(self, t: int, window: int | None) -> Tensor | None:
+        mask = super().attention_mask(t, window)
+        if mask is None or window is None or not self._is_chunk_over_cache(t):
+            return mask
+        cached = self.position.lengths[0]
+        return mask | (torch.arange(mask.shape[-1], device=self.device) < cached)[None, :]  # [T, S]
+
+
+class UnwrittenChunkKV(_ChunkOverCache):
+    """A chunk after the first writes no K/V: later tokens read what its blocks held before."""
+
+    def write(self, layer_idx: int, k: Tensor, v: Tensor, *, store: Any = store_rows) -> Any:
+        if self._is_chunk_over_cache(k.shape[2]):
+            return super().write(layer_idx, k, v, store=lambda *args: None)
+        return super().write(layer_idx, k, v, store=store)
+
+
+class RestartingChunkEngine(Engine):
+    cache_class = RestartingChunkPositions
+
+
+class ChunkWindowEngine(Engine):
+    cache_class = ChunkWindowFromChunkStart
+
+
+class UnwrittenChunkEngine(Engine):
+    cache_class = UnwrittenChunkKV
+
+
+CHUNK_ENGINES: dict[str, tuple[str, type[Engine]]] = {
+    "chunk_positions_restart": (CHUNK_BUG_CLASSES[0], RestartingChunkEngine),
+    "chunk_window_from_chunk_start": (CHUNK_BUG_CLASSES[1], ChunkWindowEngine),
+    "chunk_kv_unwritten": (CHUNK_BUG_CLASSES[2], UnwrittenChunkEngine),
+}
 
 
 class OverAdmittingScheduler(Scheduler):
@@ -66,6 +132,11 @@ class ReseedingEngine(Engine):
             request.generator = request.params.make_generator()
         return super()._prefill(request)
 
+    def _prefill_chunk(self, request: Request, budget: int, scheduler: Scheduler) -> int:
+        if request.num_preemptions:  # no draw happens before a prompt's last chunk: resetting at each is the same
+            request.generator = request.params.make_generator()
+        return super()._prefill_chunk(request, budget, scheduler)
+
 
 def _slot_generator(request: Request, row: int) -> torch.Generator | None:
     seed = request.params.seed
@@ -84,4 +155,4 @@ SCHEDULE_ENGINES: dict[str, tuple[str, type[Engine], str]] = {
     "sampler_reseeded_on_readmission": (SCHEDULE_BUG_CLASSES[2], ReseedingEngine, " ".join((ReseedingEngine.__doc__ or "").split())),
 }
 
-__all__ = ["SCHEDULE_BUG_CLASSES", "SCHEDULE_ENGINES", "BackOfQueueScheduler", "OverAdmittingScheduler", "ReseedingEngine", "SlotSeededEngine"]
+__all__ = ["CHUNK_BUG_CLASSES", "CHUNK_ENGINES", "SCHEDULE_BUG_CLASSES", "SCHEDULE_ENGINES", "BackOfQueueScheduler", "OverAdmittingScheduler", "ReseedingEngine", "SlotSeededEngine"]

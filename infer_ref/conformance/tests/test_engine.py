@@ -7,6 +7,9 @@
   fails unless the engine reports a prefix hit.
 * **batch row == alone**: every request's tokens and logits in a batch equal those of the same
   request run alone, greedy and with seeded sampling.
+* **chunked == whole prefill** (``engine_chunked_generate``): with any per-step token budget from
+  1 token up (prompt chunks sharing it with the decodes, prefix hits and a small batch), every
+  request's logits and tokens equal those of whole prefills (float64, 1e-9).
 * a **negative control**: the same comparison between a float64 and a float32 model must fail,
   so the check can see a numerics change.
 """
@@ -120,6 +123,27 @@ def test_every_batch_row_equals_the_request_alone(ir_adapter: Adapter, family: s
         for p, s in zip(prompts, seeds, strict=True)
     ]
     compare_runs(batched, alone, "batch row vs the request alone (float64)", params)
+
+
+@pytest.mark.ir_requires("engine.chunked_prefill")
+@pytest.mark.parametrize("family", FAMILIES)
+@given(data=st.data())
+@_fewer(2)
+def test_chunked_prefill_equals_whole_prefill(ir_adapter: Adapter, family: str, data: st.DataObject) -> None:
+    """Budgets from 1 token (one prompt token per step beside the decodes) past the longest prompt;
+    blocks smaller and larger than Gemma's window, so chunks start inside, at and across it."""
+    case = data.draw(irst.model_configs(family), label="model")
+    bs = data.draw(st.sampled_from(WINDOW_STRADDLING_BLOCKS), label="block_size")
+    prompts = data.draw(request_sets(case.hf_config["vocab_size"], bs), label="prompts")
+    budget = data.draw(st.integers(1, 3 * bs + 3), label="max_num_batched_tokens")
+    max_batch = data.draw(st.integers(1, 4), label="max_batch")
+    model = case_models.load(ir_adapter, case)
+    params = {"family": family, "block_size": bs, "window": case.window, "budget": budget, "max_batch": max_batch, "prompts": prompts}
+    spec = EngineSpec(max_new_tokens=MAX_NEW, block_size=bs, num_blocks=256, max_batch=max_batch)
+    assert ir_adapter.engine_chunked_generate is not None
+    chunked = ir_adapter.engine_chunked_generate(model, prompts, spec, budget)
+    assert len(chunked) == len(prompts), f"{len(prompts)} prompts gave {len(chunked)} results ({params})"
+    compare_runs(chunked, _run(ir_adapter, model, prompts, spec), "chunked vs whole prefill (float64)", params)
 
 
 def test_negative_control_the_comparison_sees_a_numerics_change(ir_adapter: Adapter) -> None:

@@ -1,8 +1,8 @@
 """infer_ref's own :class:`~infer_ref.engine.engine.Engine` through the engine tier (``--engine infer_ref``).
 
 A known-good engine judged by the same properties as any other: paged KV with prefix caching,
-batched decode, preemption when its pool runs out. It has no chunked prefill and always stops at
-the model's EOS ids, and says so (no ``chunked_prefill``, no ``ignore_eos``).
+batched decode, chunked prefill under a per-step token budget, preemption when its pool runs out.
+It always stops at the model's EOS ids, and says so (no ``ignore_eos``).
 
 Prompt logprobs are computed through the engine itself: the prompt's first token is fed and the
 rest teacher-forced (``forced_tokens``), so they come out of its paged cache like any decode step.
@@ -26,7 +26,7 @@ from infer_ref.tokenizer import Tokenizer
 
 CAPABILITIES = frozenset(
     {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "cached_tokens", "reset_prefix_cache",
-     "kv_budget", "batch", "top_k_top_p", "top_logprobs"}
+     "kv_budget", "batch", "top_k_top_p", "top_logprobs", "chunked_prefill"}
 )  # fmt: skip
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_KV_TOKENS = 8192  # ample for the tier's requests: nothing is preempted unless a budget is set
@@ -41,8 +41,6 @@ class InferRefEngine:
     engine_class: type[Engine] = Engine  # a planted bug may run a subclass
 
     def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu") -> None:
-        if options.max_num_batched_tokens is not None:
-            raise Unsupported("infer_ref's Engine prefills each prompt whole (no chunked-prefill budget)")
         model, _ = load_model(model_dir, dtype=TORCH_DTYPES[options.dtype], device=device)
         block_size = options.block_size or DEFAULT_BLOCK_SIZE
         kv_tokens = options.kv_cache_tokens or DEFAULT_KV_TOKENS
@@ -54,8 +52,10 @@ class InferRefEngine:
             block_size=block_size,
             enable_prefix_caching=options.prefix_caching,
             max_batch=options.max_num_seqs or 8,
+            max_num_batched_tokens=options.max_num_batched_tokens,
         )
-        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, block {block_size}, {self.engine.pool.num_blocks} blocks)"
+        budget = f", {options.max_num_batched_tokens} tokens per step" if options.max_num_batched_tokens else ""
+        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, block {block_size}, {self.engine.pool.num_blocks} blocks{budget})"
         self.options = options
         self.device = device
 
@@ -65,7 +65,7 @@ class InferRefEngine:
             return None
         e = self.engine
         return _REPRO.format(dtype=self.options.dtype, device=self.device, num_blocks=e.pool.num_blocks, block_size=e.block_size,
-                             prefix=e.enable_prefix_caching, max_batch=e.max_batch)  # fmt: skip
+                             prefix=e.enable_prefix_caching, max_batch=e.max_batch, budget=e.max_num_batched_tokens)  # fmt: skip
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
         for i, r in enumerate(requests):
@@ -107,7 +107,7 @@ def start_engine():
     torch.set_num_threads(1)
     model, _ = load_model(MODEL_DIR, dtype=torch.{dtype}, device="{device}")
     return Engine(model, Tokenizer(MODEL_DIR), num_blocks={num_blocks}, block_size={block_size},
-                  enable_prefix_caching={prefix}, max_batch={max_batch})
+                  enable_prefix_caching={prefix}, max_batch={max_batch}, max_num_batched_tokens={budget})
 
 
 def run(engine, requests):

@@ -20,8 +20,15 @@ from infer_ref.conformance.engines.workload import boundary_prompts
 pytestmark = [pytest.mark.ir_oracle("self-consistency"), pytest.mark.ir_engine_requires("seed")]
 
 
-def _sampled(prompt: tuple[int, ...], seed: int) -> EngineRequest:
-    return EngineRequest(prompt, 12, temperature=1.0, seed=seed, logprobs=1)
+def _sampled(prompt: tuple[int, ...], seed: int, max_tokens: int = 12) -> EngineRequest:
+    return EngineRequest(prompt, max_tokens, temperature=1.0, seed=seed, logprobs=1)
+
+
+# Tokens per request of the preemption test: enough decode growth that running requests still need
+# blocks once every prompt is in. With chunked prefill the prompts enter a few per step and a
+# preemption takes the request being prefilled first (admitted last); at 12 tokens no decoding
+# request was preempted on infer_ref's Engine, at 24 one is (llama-tiny).
+PREEMPTING_TOKENS = 24
 
 
 def test_seeded_request_repeats(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
@@ -58,7 +65,8 @@ def test_seeded_requests_same_under_preemption_and_arrival_order(model_dir: Path
     each request's tokens are those it gives alone on the plain engine.
 
     Guards: *seeded tokens change when the request is preempted*, *seeded tokens depend on preemption or the batch*."""
-    requests = tier.judgeable(model_dir, [_sampled(p, 500 + i) for i, p in enumerate(boundary_prompts(tier.facts(model_dir)))])
+    prompts = boundary_prompts(tier.facts(model_dir))
+    requests = tier.judgeable(model_dir, [_sampled(p, 500 + i, PREEMPTING_TOKENS) for i, p in enumerate(prompts)])
     alone = [tier.alone(model_dir, r) for r in requests]
     handle = started(model_dir, "stressed")
     for name, order in (("arrival", list(range(len(requests)))), ("reverse", list(range(len(requests)))[::-1])):

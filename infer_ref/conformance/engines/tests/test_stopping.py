@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.protocol import EngineRequest
+from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import boundary_prompts, stop_string_in
 from infer_ref.conformance.interface.contract import Unsupported
@@ -69,16 +69,21 @@ def test_stop_string_cut_at_earliest(model_dir: Path, tier: EngineTier, started)
     handle = started(model_dir)
     requests = tier.judgeable(model_dir, [EngineRequest(p, 32, logprobs=1) for p in list(facts.canonical) + boundary_prompts(facts)])
     prompts = [r.prompt for r in requests]
-    # Each request alone, as the stopped one is sent: in bfloat16 a batch rounds differently from
-    # a request alone, and the greedy text of the two schedules may part (a schedule is not what
-    # this test judges).
-    free = [run(handle, [r])[0] for r in requests]
+    # Each request alone on a cold prefix cache, as the stopped one is sent: in bfloat16 a batch, or
+    # a prompt served from cache, rounds differently from a request computed alone, and the greedy
+    # text of the two schedules may part (a schedule is not what this test judges).
+    def cold_alone(request: EngineRequest) -> EngineOutput:
+        if "reset_prefix_cache" in tier.capabilities:
+            handle.reset_prefix_cache()
+        return run(handle, [request])[0]
+
+    free = [cold_alone(r) for r in requests]
     judged = 0
     for prompt, out in zip(prompts, free, strict=True):
         stop = stop_string_in(out.text)
         if stop is None:
             continue
-        [cut] = run(handle, [EngineRequest(prompt, 32, stop=(stop,), logprobs=1)])
+        cut = cold_alone(EngineRequest(prompt, 32, stop=(stop,), logprobs=1))
         expected = out.text[: out.text.find(stop)]
         assert cut.text == expected, f"stop {stop!r}: text {cut.text!r}, expected {expected!r} (cut at its first occurrence)"
         assert cut.finish_reason == "stop", f"stop {stop!r} reached but finish {cut.finish_reason!r}"
