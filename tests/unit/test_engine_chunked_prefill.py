@@ -79,3 +79,19 @@ def test_decodes_run_first_and_chunks_take_the_rest(model64: torch.nn.Module) ->
     running = [step.running for step in engine.stats.schedule]
     assert running[:4] == [(0,)] * 4, running  # request 0's four decodes, while request 1 prefills
     assert running[4:] == [(1,)], running  # request 1's one decode after its first token
+
+
+@pytest.mark.parametrize("engine_name", ["chunk_positions_restart", "chunk_kv_unwritten"])
+def test_the_kit_s_chunked_hook_shows_a_planted_chunk_bug(model64: torch.nn.Module, engine_name: str) -> None:
+    """``engine_chunked_generate`` over an Engine with a planted chunk bug departs from whole
+    prefills by far more than the kit's 1e-9: the kit's property can fail."""
+    from infer_ref.conformance.adapters import reference as ref
+    from infer_ref.conformance.interface.adapter import EngineSpec
+    from infer_ref.conformance.mutants.engine import CHUNK_ENGINES
+
+    _, planted = CHUNK_ENGINES[engine_name]
+    chunked = ref.chunked_over(ref.engine_callables(planted)[1])
+    spec = EngineSpec(max_new_tokens=4, block_size=16, num_blocks=64, max_batch=2)
+    prompts = _prompts(7)[3:]  # 3 and 70 tokens: the long one is prefilled in chunks
+    broken, whole = chunked(model64, prompts, spec, 16), ref.engine_generate(model64, prompts, spec)
+    assert needed_tolerance(broken[1].logits, whole[1].logits) > 1e-3
