@@ -21,6 +21,7 @@ from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest, 
 from infer_ref.conformance.engines.workload import (
     ModelFacts,
     boundary_prompts,
+    continuation_prompts,
     greedy_requests,
     shared_prefix_prompts,
 )
@@ -51,6 +52,17 @@ def agreement_workload(
     sharing a prefix, and (fixtures) two canonical prompts, each generating greedily."""
     prompts = boundary_prompts(facts) + shared_prefix_prompts(facts) + list(facts.canonical[:2])
     return greedy_requests(prompts, ignore_eos=ignore_eos, prompt_logprobs=prompt_logprobs)
+
+
+def first_turns(facts: ModelFacts, *, ignore_eos: bool) -> list[EngineRequest]:
+    """A conversation's first turns: the boundary prompts (5 to 97 tokens), each answered greedily."""
+    return greedy_requests(boundary_prompts(facts, seed=5), ignore_eos=ignore_eos)
+
+
+def continued_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *, ignore_eos: bool) -> list[EngineRequest]:
+    """Each first turn continued: its prompt, the engine's own answer, and a new turn."""
+    turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
+    return greedy_requests(continuation_prompts(facts, turns, seed=5), ignore_eos=ignore_eos)
 
 
 def judged_positions(

@@ -38,6 +38,8 @@ from infer_ref.conformance.engines.agreement import (
     LOW_PRECISION,
     PROMPT_LOGPROBS,
     agreement_workload,
+    continued_turns,
+    first_turns,
     judged_positions,
 )
 from infer_ref.conformance.engines.distribution import (
@@ -95,12 +97,14 @@ def collect(model_dir: Path, dtype: str, engine: str) -> dict[str, Requests]:
     factory = load_factory(name)
     capabilities = declared_capabilities(factory)
     handle: EngineHandle = factory(model_dir, options_for(kind, dtype, capabilities), **keywords)
+    facts, ignore_eos = model_facts(model_dir), "ignore_eos" in capabilities
     try:
         wants = PROMPT_LOGPROBS if "prompt_logprobs" in capabilities else None
-        requests = agreement_workload(
-            model_facts(model_dir), ignore_eos="ignore_eos" in capabilities, prompt_logprobs=wants
-        )
+        requests = agreement_workload(facts, ignore_eos=ignore_eos, prompt_logprobs=wants)
         outputs = handle.generate(requests)
+        first = first_turns(facts, ignore_eos=ignore_eos)
+        continued = continued_turns(facts, first, handle.generate(first), ignore_eos=ignore_eos)
+        continued_outputs = handle.generate(continued)  # on a prefix-caching start, the first turns are cached
     finally:
         handle.stop()
     by_kind: dict[str, Requests] = {k: [] for k in KINDS}
@@ -108,6 +112,8 @@ def collect(model_dir: Path, dtype: str, engine: str) -> dict[str, Requests]:
         positions = judged_positions(model_dir, i, request, output)
         by_kind["generated"].append([p.stat() for p in positions if p.where.startswith("step")])
         by_kind["prompt"].append([p.stat() for p in positions if p.where.startswith("prompt")])
+    for i, (request, output) in enumerate(zip(continued, continued_outputs, strict=True)):
+        by_kind["continued"].append([p.stat() for p in judged_positions(model_dir, i, request, output)])
     return {k: v for k, v in by_kind.items() if any(v)}
 
 
@@ -170,10 +176,10 @@ def calibrate(
                 log(f"{model_dir.name} {dtype} {engine}: done")
     table: dict = {"command": COMMAND, "date": date.today().isoformat(), "torch": torch.__version__, "margin": MARGIN,
                    "resamples": RESAMPLES, "percentile": PERCENTILE, "engines": list(engines), "thresholds": {}, "runs": []}  # fmt: skip
-    rng = random.Random(0)
     for key in sorted({(r.dtype, r.kind, r.checkpoint) for r in runs}):
         group = [r for r in runs if (r.dtype, r.kind, r.checkpoint) == key]
-        percentiles = {r.engine: bootstrap_percentiles(r.requests, rng) for r in group}
+        # Resamples seeded per group: adding a checkpoint, kind or engine leaves the others' thresholds as they were.
+        percentiles = {r.engine: bootstrap_percentiles(r.requests, random.Random(f"{key}/{r.engine}")) for r in group}
         thresholds = thresholds_from(list(percentiles.values()))
         table["thresholds"].setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = thresholds
         for r in group:
@@ -181,7 +187,7 @@ def calibrate(
             left_out = thresholds_from(others) if others else None
             table["runs"].append({
                 "engine": r.engine, "dtype": r.dtype, "kind": r.kind, "checkpoint": r.checkpoint, "summary": r.summary.as_dict(),
-                "false_alarm": false_alarm_rate(r.requests, thresholds, rng),
+                "false_alarm": false_alarm_rate(r.requests, thresholds, random.Random(f"{key}/{r.engine}/check")),
                 "passes_others_thresholds": None if left_out is None else not any(
                     _fails(n, getattr(r.summary, n), t) for n, t in left_out.items()),
             })  # fmt: skip

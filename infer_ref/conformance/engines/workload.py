@@ -22,6 +22,7 @@ BLOCK_SIZE = 32  # the tier's KV block size: vLLM's CPU backend needs a multiple
 GENERATED = 16  # tokens generated per request: decode crosses a block boundary from k*bs - 1
 SHARED_PREFIX = 2 * BLOCK_SIZE + 5  # two full blocks shared, then a partial one
 EXTENSION = 7  # tokens an extending prompt adds after a prompt computed before
+NEW_TURN = 9  # tokens a continued conversation's new turn adds after the previous prompt and answer
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,14 @@ def extending_prompts(facts: ModelFacts, prompts: list[tuple[int, ...]], seed: i
     reuse a prefix only when the new prompt goes past it)."""
     rng = random.Random(f"{facts.name}/extending/{seed}")
     return [p + random_prompt(facts, EXTENSION, rng, after=p) for p in prompts]
+
+
+def continuation_prompts(facts: ModelFacts, turns: list[tuple[tuple[int, ...], tuple[int, ...]]], seed: int = 0) -> list[tuple[int, ...]]:
+    """A conversation continued: each ``(prompt, answer)`` followed by a new turn of ``NEW_TURN``
+    fresh tokens. Sent after the first turn, a prefix-caching engine serves the prompt and answer
+    from cache; past a sliding window, the cached part is longer than the window."""
+    rng = random.Random(f"{facts.name}/continued/{seed}")
+    return [prompt + answer + random_prompt(facts, NEW_TURN, rng, after=prompt + answer) for prompt, answer in turns]
 
 
 def _after_another_first_block(facts: ModelFacts, text: TextStable, block: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:
