@@ -134,3 +134,25 @@ def test_seeded_tokens_parting_without_top_logprobs_cannot_be_judged() -> None:
     alone, other = _answer([1, 2], [(), ()]), _answer([3, 2], [(), ()])
     assert seeded_tokens_differ(alone, other, exact=False) is None
     assert seeded_tokens_differ(alone, other, exact=True) is not None
+
+
+def test_power_table_counts_what_float32_catches() -> None:
+    """Two planted bugs caught in float32, one of them in bfloat16, a third caught only in bfloat16:
+    bfloat16 catches 1 of the 2 float32 catches (50%) and 1 float32 cannot see; the control's
+    failure is a false alarm, never a catch."""
+    from infer_ref.conformance.engines import power
+
+    a, b, c = (p.name for p in power.PLANTED[1:4])
+    runs = [
+        {"engine": power.CONTROL, "dtype": "float32", "failed": [], "distributions": []},
+        {"engine": power.CONTROL, "dtype": "bfloat16", "failed": ["test_x[llama-tiny]"], "distributions": []},
+        {"engine": a, "dtype": "float32", "failed": ["test_x[llama-tiny]"], "distributions": []},
+        {"engine": a, "dtype": "bfloat16", "failed": ["test_x[llama-tiny]"], "distributions": []},
+        {"engine": b, "dtype": "float32", "failed": ["test_y[llama-tiny]"], "distributions": []},
+        {"engine": b, "dtype": "bfloat16", "failed": [], "distributions": []},
+        {"engine": c, "dtype": "float32", "failed": [], "distributions": []},
+        {"engine": c, "dtype": "bfloat16", "failed": ["test_z[qwen3-tiny]"], "distributions": []},
+    ]
+    text = power.markdown(runs)
+    assert f"- bfloat16: catches 1 of the 2 bugs float32 catches (50%), and 1 float32 cannot see ({c})." in text
+    assert "**false alarm**: test_x[llama-tiny]" in text
