@@ -113,10 +113,7 @@ def markdown(runs: list[dict]) -> str:
                     "no false alarm" if not run["failed"] else "**false alarm**: " + ", ".join(run["failed"])
                 )
             elif run["failed"]:
-                cells.append(
-                    "✔ "
-                    + ", ".join(t.split("[")[0].removeprefix("test_") for t in sorted(set(run["failed"]))[:3])
-                )
+                cells.append("✔ " + ", ".join(sorted({t.split("[")[0].removeprefix("test_") for t in run["failed"]})))
             else:
                 cells.append("✘" + (f" ({closest_miss(run)})" if dtype != "float32" else ""))
         lines.append(f"| {p.name} | {p.bug_class} | " + " | ".join(cells) + " |")
