@@ -240,23 +240,11 @@ class Engine:
     # -- one round: admit and prefill, then one batched decode step ------------------------------
 
     def _admit(self, scheduler: Scheduler) -> None:
-        """Prefill every request the scheduler admits now; one whose first token ends it is done at once."""
+        """Prefill every request the scheduler admits now, whole: one chunk of all its uncomputed
+        tokens. One whose first token ends it is done at once."""
         while (request := scheduler.next_admission()) is not None:
-            if self._prefill(request):
-                scheduler.finish(request)
-            else:
-                scheduler.start(request)
-
-    def _prefill(self, request: Request) -> bool:
-        """Compute the request's uncached tokens; True when its first token already finished it."""
-        seq = request.seq
-        assert seq is not None
-        uncached = seq.token_ids[seq.num_computed_tokens:]
-        logits = self.runner.prefill(request, uncached, block_table_cache(self.pool, [seq], self._windows, self.cache_class))  # [V]
-        self.stats.prefill_forwards += 1
-        self.stats.prefill_tokens_computed += len(uncached)
-        self.blocks.commit(seq, len(seq))  # before the new token joins the sequence
-        return self.runner.take_token(request, logits)
+            assert request.seq is not None
+            self._prefill_chunk(request, len(request.seq), scheduler)
 
     def _prefill_chunks(self, scheduler: Scheduler, budget: int) -> None:
         """Spend ``budget`` tokens on prompt chunks: the requests being prefilled, in admission
@@ -270,8 +258,10 @@ class Engine:
             budget -= self._prefill_chunk(admitted, budget, scheduler)
 
     def _prefill_chunk(self, request: Request, budget: int, scheduler: Scheduler) -> int:
-        """Compute up to ``budget`` of the request's uncomputed tokens (one forward); the tokens computed.
-        When that completes its prompt, its first token is chosen and it starts decoding (or ends)."""
+        """Compute up to ``budget`` of the request's uncomputed tokens (one forward over the ones
+        computed or cached before); the tokens computed. When that completes its prompt (or, after a
+        preemption, everything it had), its next token is chosen and it decodes from then on (or ends).
+        A whole prefill is the chunk of every uncomputed token."""
         seq = request.seq
         assert seq is not None
         start = seq.num_computed_tokens

@@ -127,11 +127,6 @@ class ReseedingEngine(Engine):
     """A readmitted request gets a fresh generator from its seed (the sampler state made when a
     request is scheduled): after each preemption its random stream starts over."""
 
-    def _prefill(self, request: Request) -> bool:
-        if request.num_preemptions:
-            request.generator = request.params.make_generator()
-        return super()._prefill(request)
-
     def _prefill_chunk(self, request: Request, budget: int, scheduler: Scheduler) -> int:
         if request.num_preemptions:  # no draw happens before a prompt's last chunk: resetting at each is the same
             request.generator = request.params.make_generator()
