@@ -38,7 +38,9 @@ from infer_ref.conformance.mutants import (
     _patch_precision,
     _strip_llama3,
 )
+from infer_ref.conformance.mutants.broken import mask_top_left_aligned
 from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES, DecodeSlotOffByOnePagedCache
+from infer_ref.conformance.mutants.engine import ChunkOverCacheView
 from infer_ref.models.common import apply_rope
 
 ModelPatch = Callable[[Any], None]
@@ -145,19 +147,14 @@ class DecodeWindowMissingView(PagedKVCache):
         return super().attention_mask(t, None if t == 1 else window)
 
 
-class TopLeftMaskView(PagedKVCache):
-    """Several new tokens over cached ones (a prefill after a prefix hit) masked ``ones(T, S).tril()``:
-    query i sees keys 0..i as if nothing were cached."""
+class TopLeftMaskView(ChunkOverCacheView):
+    """Several new tokens over cached ones (a chunk, a prefill after a prefix hit) masked
+    ``ones(T, S).tril()``: query i sees keys 0..i as if nothing were cached (the kit's mask)."""
 
     def attention_mask(self, t: int, window: int | None) -> Tensor | None:
-        start = self.position.lengths[0]
-        if t == 1 or start == 0 or not self.position.uniform():
+        if not self._is_chunk_over_cache(t):
             return super().attention_mask(t, window)
-        visible = torch.ones(t, start + t, dtype=torch.bool, device=self.device).tril()  # [T, S]
-        if window is not None:
-            q_idx = torch.arange(t, device=self.device)[:, None]
-            visible &= torch.arange(start + t, device=self.device)[None, :] > q_idx - window
-        return visible
+        return mask_top_left_aligned(t, self.position.lengths[0], window, self.device)
 
 
 class PaddedTailView(PagedKVCache):

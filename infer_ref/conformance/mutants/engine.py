@@ -33,13 +33,16 @@ CHUNK_BUG_CLASSES = (
 )
 
 
-class _ChunkOverCache(PagedKVCache):
+class ChunkOverCacheView(PagedKVCache):
+    """A cache view that knows when a forward is several new tokens over computed ones (one row):
+    what the planted chunk bugs, and the kit's top-left mask planted in an engine, get wrong."""
+
     def _is_chunk_over_cache(self, t: int) -> bool:
         """Several new tokens after computed ones, one row: a chunk (or a prefill after a prefix hit)."""
         return t > 1 and self.position.uniform() and self.position.lengths[0] > 0
 
 
-class RestartingChunkPositions(_ChunkOverCache):
+class RestartingChunkPositions(ChunkOverCacheView):
     """A chunk's positions counted from 0, as if it were the start of the prompt."""
 
     def positions(self, t: int) -> Tensor:
@@ -48,7 +51,7 @@ class RestartingChunkPositions(_ChunkOverCache):
         return super().positions(t)
 
 
-class ChunkWindowFromChunkStart(_ChunkOverCache):
+class ChunkWindowFromChunkStart(ChunkOverCacheView):
     """A chunk's sliding window applied to its own tokens only: every cached key stays visible."""
 
     def attention_mask(self, t: int, window: int | None) -> Tensor | None:
@@ -59,7 +62,7 @@ class ChunkWindowFromChunkStart(_ChunkOverCache):
         return mask | (torch.arange(mask.shape[-1], device=self.device) < cached)[None, :]  # [T, S]
 
 
-class UnwrittenChunkKV(_ChunkOverCache):
+class UnwrittenChunkKV(ChunkOverCacheView):
     """A chunk after the first writes no K/V: later tokens read what its blocks held before."""
 
     def write(self, layer_idx: int, k: Tensor, v: Tensor, *, store: Any = store_rows) -> Any:
@@ -150,4 +153,4 @@ SCHEDULE_ENGINES: dict[str, tuple[str, type[Engine], str]] = {
     "sampler_reseeded_on_readmission": (SCHEDULE_BUG_CLASSES[2], ReseedingEngine, " ".join((ReseedingEngine.__doc__ or "").split())),
 }
 
-__all__ = ["CHUNK_BUG_CLASSES", "CHUNK_ENGINES", "SCHEDULE_BUG_CLASSES", "SCHEDULE_ENGINES", "BackOfQueueScheduler", "OverAdmittingScheduler", "ReseedingEngine", "SlotSeededEngine"]
+__all__ = ["CHUNK_BUG_CLASSES", "CHUNK_ENGINES", "ChunkOverCacheView", "SCHEDULE_BUG_CLASSES", "SCHEDULE_ENGINES", "BackOfQueueScheduler", "OverAdmittingScheduler", "ReseedingEngine", "SlotSeededEngine"]
