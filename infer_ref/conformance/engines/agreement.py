@@ -40,6 +40,7 @@ class JudgedPosition:
     entry: TokenLogprobs
     row: Tensor
     chosen: bool  # the engine chose this token greedily: the oracle must rank it first
+    prompt: bool  # a prompt position (prompt logprobs), not a generated step
 
     def stat(self) -> PositionStat:
         return position_stats(self.request, self.where, self.prompt_len, self.entry, self.row)
@@ -75,12 +76,18 @@ def judged_positions(
     )  # [T, V]: row i predicts position i + 1
     n = len(request.prompt)
     out = [
-        JudgedPosition(index, f"step {s}", n, e, oracle[n - 1 + s], request.greedy)
+        JudgedPosition(index, f"step {s}", n, e, oracle[n - 1 + s], request.greedy, prompt=False)
         for s, e in enumerate(output.logprobs)
     ]
-    out += [JudgedPosition(index, f"prompt position {p}", n, e, oracle[p - 1], False)
+    out += [JudgedPosition(index, f"prompt position {p}", n, e, oracle[p - 1], False, prompt=True)
             for p, e in enumerate(output.prompt_logprobs or ()) if e is not None]  # fmt: skip
     return out
+
+
+def of_kind(positions: list[JudgedPosition], kind: str) -> list[JudgedPosition]:
+    """The positions a kind of the low-precision thresholds covers: the ``prompt`` positions, or
+    the generated steps (``generated``, ``continued``)."""
+    return [p for p in positions if p.prompt == (kind == "prompt")]
 
 
 def disagreements(positions: list[JudgedPosition], tol: float) -> list[str]:
@@ -94,6 +101,9 @@ __all__ = [
     "PROMPT_LOGPROBS",
     "JudgedPosition",
     "agreement_workload",
+    "continued_turns",
     "disagreements",
+    "first_turns",
     "judged_positions",
+    "of_kind",
 ]

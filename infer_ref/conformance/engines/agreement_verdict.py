@@ -13,6 +13,7 @@ from infer_ref.conformance.engines.agreement import (
     JudgedPosition,
     disagreements,
     judged_positions,
+    of_kind,
 )
 from infer_ref.conformance.engines.distribution import judge
 from infer_ref.conformance.engines.oracle import agreement_tolerance, distance_from_oracle
@@ -23,16 +24,17 @@ from infer_ref.conformance.engines.thresholds import thresholds_for
 
 
 def judge_agreement(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str, requests: list[EngineRequest],
-           outputs: list[EngineOutput], kind: str) -> None:  # fmt: skip
+                    outputs: list[EngineOutput], kind: str, run_label: str = "") -> None:  # fmt: skip
     """float32/float64: every position within the oracle tolerance. bfloat16/float16: the
-    distribution of the ``kind`` positions within the calibrated thresholds."""
+    distribution of the ``kind`` positions within the calibrated thresholds (``run_label`` tells
+    the report's rows of one test's runs apart: "cold", "warm")."""
     per_request = [judged_positions(model_dir, i, r, o) for i, (r, o) in enumerate(zip(requests, outputs, strict=True))]
     if tier.dtype in LOW_PRECISION:  # each test's own kind of position (thresholds are calibrated per kind)
-        per_request = [[p for p in positions if p.where.startswith("prompt" if kind == "prompt" else "step")] for positions in per_request]
+        per_request = [of_kind(positions, kind) for positions in per_request]
     for positions in per_request:
         tier.distances.record(f"{test}[{model_dir.name}]", max((distance_from_oracle(p.entry, p.row) for p in positions), default=0.0))
     if tier.dtype in LOW_PRECISION:
-        failure = _distribution_failure(model_dir, tier, test, kind, per_request)
+        failure = _distribution_failure(model_dir, tier, f"{test} ({run_label})" if run_label else test, kind, per_request)
     else:
         failure = _position_failure(per_request, agreement_tolerance(tier.dtype), len(requests))
     if failure:

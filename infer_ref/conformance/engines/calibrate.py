@@ -41,6 +41,7 @@ from infer_ref.conformance.engines.agreement import (
     continued_turns,
     first_turns,
     judged_positions,
+    of_kind,
 )
 from infer_ref.conformance.engines.distribution import (
     LOWER_IS_WORSE,
@@ -110,8 +111,8 @@ def collect(model_dir: Path, dtype: str, engine: str) -> dict[str, Requests]:
     by_kind: dict[str, Requests] = {k: [] for k in KINDS}
     for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
         positions = judged_positions(model_dir, i, request, output)
-        by_kind["generated"].append([p.stat() for p in positions if p.where.startswith("step")])
-        by_kind["prompt"].append([p.stat() for p in positions if p.where.startswith("prompt")])
+        for kind in ("generated", "prompt"):
+            by_kind[kind].append([p.stat() for p in of_kind(positions, kind)])
     for i, (request, output) in enumerate(zip(continued, continued_outputs, strict=True)):
         by_kind["continued"].append([p.stat() for p in judged_positions(model_dir, i, request, output)])
     return {k: v for k, v in by_kind.items() if any(v)}

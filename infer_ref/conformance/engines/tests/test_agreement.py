@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from infer_ref.conformance.engines.agreement import PROMPT_LOGPROBS, agreement_workload
-from infer_ref.conformance.engines.agreement_verdict import judge_agreement as _judge
+from infer_ref.conformance.engines.agreement_verdict import judge_agreement
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
 
@@ -37,7 +37,7 @@ def test_generated_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier,
     requests = _workload(model_dir, tier)
     handle = started(model_dir)
     outputs = run(handle, requests)
-    _judge(model_dir, tier, handle, "test_generated_logprobs_agree_with_oracle", requests, outputs, "generated")
+    judge_agreement(model_dir, tier, handle, "test_generated_logprobs_agree_with_oracle", requests, outputs, "generated")
 
 
 @pytest.mark.ir_engine_requires("prompt_logprobs")
@@ -48,6 +48,6 @@ def test_prompt_logprobs_agree_with_oracle(model_dir: Path, tier: EngineTier, st
     Guards: *prompt logprobs of cached prefix positions stale or zero*."""
     requests = _workload(model_dir, tier, prompt_logprobs=PROMPT_LOGPROBS)
     handle = started(model_dir)
-    for _ in range(2):
+    for cache in ("cold", "warm"):
         outputs = run(handle, requests)
-        _judge(model_dir, tier, handle, "test_prompt_logprobs_agree_with_oracle", requests, outputs, "prompt")
+        judge_agreement(model_dir, tier, handle, "test_prompt_logprobs_agree_with_oracle", requests, outputs, "prompt", cache)
