@@ -75,7 +75,7 @@ class EngineStats:
     wall_time_s: float = 0.0
     generated_tokens: int = 0
     prefix: PrefixCacheStats = field(default_factory=PrefixCacheStats)
-    schedule: list[ScheduleStep] = field(default_factory=list)  # one entry per decode step
+    schedule: list[ScheduleStep] = field(default_factory=list)  # one entry per step that decoded or (chunked) ran a prompt chunk
 
     @property
     def tokens_per_s(self) -> float:
@@ -159,14 +159,9 @@ class Engine:
         scheduler = self.scheduler_class(self.blocks, self.max_batch, requests)
         while scheduler.has_work():
             if self.max_num_batched_tokens is None:
-                self._admit(scheduler)
-                batch = scheduler.schedule_decode()
-            else:  # decodes first (a decode never waits behind prompt chunks), then chunks with what is left
-                batch = scheduler.schedule_decode()
-                self._prefill_chunks(scheduler, self.max_num_batched_tokens - len(batch))
-            if batch:
-                self.stats.schedule.append(scheduler.step())
-                self._decode(batch, scheduler)
+                self._whole_prefill_step(scheduler)
+            else:
+                self._chunked_step(scheduler, self.max_num_batched_tokens)
         self.runner.sync()
         self.stats.wall_time_s = time.perf_counter() - start
         self.stats.preemptions = scheduler.num_preemptions
@@ -239,6 +234,24 @@ class Engine:
 
     # -- one round: admit and prefill, then one batched decode step ------------------------------
 
+    def _whole_prefill_step(self, scheduler: Scheduler) -> None:
+        """Prefill every admissible request whole, then one decode step of the running batch."""
+        self._admit(scheduler)
+        batch = scheduler.schedule_decode()
+        if batch:
+            self.stats.schedule.append(scheduler.step())
+            self._decode(batch, scheduler)
+
+    def _chunked_step(self, scheduler: Scheduler, budget: int) -> None:
+        """One step of ``budget`` tokens: the running requests' decodes first (a decode never waits
+        behind prompt chunks), then prompt chunks with what is left."""
+        batch = scheduler.schedule_decode()
+        chunked = self._prefill_chunks(scheduler, budget - len(batch))
+        if batch or chunked:
+            self.stats.schedule.append(scheduler.step(batch, chunked))
+        if batch:
+            self._decode(batch, scheduler)
+
     def _admit(self, scheduler: Scheduler) -> None:
         """Prefill every request the scheduler admits now, whole: one chunk of all its uncomputed
         tokens. One whose first token ends it is done at once."""
@@ -246,16 +259,20 @@ class Engine:
             assert request.seq is not None
             self._prefill_chunk(request, len(request.seq), scheduler)
 
-    def _prefill_chunks(self, scheduler: Scheduler, budget: int) -> None:
+    def _prefill_chunks(self, scheduler: Scheduler, budget: int) -> list[Request]:
         """Spend ``budget`` tokens on prompt chunks: the requests being prefilled, in admission
-        order, then new admissions while tokens are left."""
+        order, then new admissions while tokens are left. The requests a chunk ran for."""
+        chunked: list[Request] = []
         for ongoing in list(scheduler.prefilling):
             if budget <= 0:
-                return
+                return chunked
             budget -= self._prefill_chunk(ongoing, budget, scheduler)
+            chunked.append(ongoing)
         while budget > 0 and (admitted := scheduler.next_admission()) is not None:
             scheduler.begin_prefill(admitted)
             budget -= self._prefill_chunk(admitted, budget, scheduler)
+            chunked.append(admitted)
+        return chunked
 
     def _prefill_chunk(self, request: Request, budget: int, scheduler: Scheduler) -> int:
         """Compute up to ``budget`` of the request's uncomputed tokens (one forward over the ones

@@ -18,7 +18,7 @@ prefills what it admits and decodes what it schedules.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from infer_ref.engine.block_manager import BlockManager, TokenSequence
@@ -27,10 +27,13 @@ from infer_ref.engine.sequence import Request
 
 @dataclass(frozen=True)
 class ScheduleStep:
-    """Who one decode step ran (request indices, batch order) and who waited (queue order, head first)."""
+    """Who one engine step decoded (request indices, batch order), who waited (queue order, head
+    first) and, with chunked prefill, whose prompt was being computed (admission order: those a
+    chunk ran for and those admitted but left without one this step)."""
 
     running: tuple[int, ...]
     waiting: tuple[int, ...]
+    prefilling: tuple[int, ...] = ()
 
 
 class Scheduler:
@@ -100,9 +103,12 @@ class Scheduler:
             self._track_peak()
         return list(self.running)
 
-    def step(self) -> ScheduleStep:
-        """The running batch and the waiting queue as they are now."""
-        return ScheduleStep(tuple(r.index for r in self.running), tuple(r.index for r in self.waiting))
+    def step(self, decoded: Sequence[Request] | None = None, chunked: Sequence[Request] = ()) -> ScheduleStep:
+        """The step that decoded ``decoded`` (default: the running batch) and ran prompt chunks for
+        ``chunked``, with the waiting queue and the prompts still being computed as they are now."""
+        decoded = self.running if decoded is None else decoded
+        prefilling = list(chunked) + [r for r in self.prefilling if r not in chunked]
+        return ScheduleStep(tuple(r.index for r in decoded), tuple(r.index for r in self.waiting), tuple(r.index for r in prefilling))
 
     def _preempt(self, request: Request) -> None:
         self.blocks.deallocate(_blocks_of(request))  # its tokens stay: readmission recomputes them (hits included)

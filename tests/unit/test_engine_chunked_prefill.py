@@ -76,9 +76,11 @@ def test_decodes_run_first_and_chunks_take_the_rest(model64: torch.nn.Module) ->
     engine.generate(prompts, params)
     assert engine.stats.prefill_forwards == 15
     assert engine.stats.prefill_tokens_computed == 103
-    running = [step.running for step in engine.stats.schedule]
-    assert running[:4] == [(0,)] * 4, running  # request 0's four decodes, while request 1 prefills
-    assert running[4:] == [(1,)], running  # request 1's one decode after its first token
+    steps = [(step.running, step.prefilling) for step in engine.stats.schedule]  # every step, chunk-only ones too
+    assert steps[0] == ((), (0, 1)), steps  # both prompts' first chunks
+    assert steps[1:5] == [((0,), (1,))] * 4, steps  # request 0's four decodes, each beside a chunk of request 1
+    assert steps[5:14] == [((), (1,))] * 9, steps  # request 1's remaining chunks alone
+    assert steps[14:] == [((1,), ())], steps  # request 1's one decode after its first token
 
 
 @pytest.mark.parametrize("engine_name", ["chunk_positions_restart", "chunk_kv_unwritten"])
@@ -90,7 +92,7 @@ def test_the_kit_s_chunked_hook_shows_a_planted_chunk_bug(model64: torch.nn.Modu
     from infer_ref.conformance.mutants.engine import CHUNK_ENGINES
 
     _, planted = CHUNK_ENGINES[engine_name]
-    chunked = ref.chunked_over(ref.engine_callables(planted)[1])
+    chunked, _ = ref.chunked_over(ref.engine_callables(planted)[1])
     spec = EngineSpec(max_new_tokens=4, block_size=16, num_blocks=64, max_batch=2)
     prompts = _prompts(7)[3:]  # 3 and 70 tokens: the long one is prefilled in chunks
     broken, whole = chunked(model64, prompts, spec, 16), ref.engine_generate(model64, prompts, spec)

@@ -149,7 +149,7 @@ def engine_callables(engine_class: type | None = None) -> tuple[Any, Any]:
         for r in results:
             assert r.step_logits is not None  # keep_logits and at least one token per request
             out.append(EngineOutput(r.token_ids, r.step_logits, r.num_cached_tokens))
-        return out, [EngineStep(s.running, s.waiting) for s in engine.stats.schedule]
+        return out, [EngineStep(s.running, s.waiting, s.prefilling) for s in engine.stats.schedule]
 
     def engine_generate(model: Any, prompts: list[list[int]], spec: EngineSpec) -> list[EngineOutput]:
         return run(model, prompts, spec)[0]
@@ -160,16 +160,20 @@ def engine_callables(engine_class: type | None = None) -> tuple[Any, Any]:
 engine_generate, engine_trace = engine_callables()
 
 
-def chunked_over(trace: Any) -> Any:
-    """``engine_chunked_generate`` over an ``engine_trace`` of :func:`engine_callables`."""
+def chunked_over(trace: Any) -> tuple[Any, Any]:
+    """``engine_chunked_generate`` and ``engine_chunked_trace`` over an ``engine_trace`` of
+    :func:`engine_callables` (which takes the budget as a fourth argument)."""
+
+    def engine_chunked_trace(model: Any, prompts: list[list[int]], spec: EngineSpec, max_num_batched_tokens: int) -> tuple[list[EngineOutput], list[EngineStep]]:
+        return trace(model, prompts, spec, max_num_batched_tokens)
 
     def engine_chunked_generate(model: Any, prompts: list[list[int]], spec: EngineSpec, max_num_batched_tokens: int) -> list[EngineOutput]:
-        return trace(model, prompts, spec, max_num_batched_tokens)[0]
+        return engine_chunked_trace(model, prompts, spec, max_num_batched_tokens)[0]
 
-    return engine_chunked_generate
+    return engine_chunked_generate, engine_chunked_trace
 
 
-engine_chunked_generate = chunked_over(engine_trace)
+engine_chunked_generate, engine_chunked_trace = chunked_over(engine_trace)
 
 
 def rms_norm(model: Any, x: Tensor) -> Tensor:
@@ -238,6 +242,7 @@ INFER_REF = Adapter(
     engine_generate=engine_generate,
     engine_trace=engine_trace,
     engine_chunked_generate=engine_chunked_generate,
+    engine_chunked_trace=engine_chunked_trace,
     rms_norm=rms_norm,
     model_rope_tables=model_rope_tables,
     sample_probs=sample_probs,
@@ -300,6 +305,7 @@ def cache_adapter(kind: str, **build: Any) -> Adapter:
         engine_generate=None,
         engine_trace=None,
         engine_chunked_generate=None,
+        engine_chunked_trace=None,
         rms_norm=None,
         model_rope_tables=None,
         sample_probs=None,

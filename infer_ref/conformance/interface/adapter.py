@@ -78,6 +78,12 @@ The callables, their shapes, and why each exists:
     never more than ``spec.max_batch`` running, and first-come first-served through preemption
     (a preempted request waits ahead of every request that never ran, and runs again before any of
     them starts). An engine that cannot show its schedule leaves it out: those tests are skipped.
+``engine_chunked_trace(model, prompts, spec, max_num_batched_tokens) -> (list[EngineOutput], list[EngineStep])`` (optional)
+    ``engine_trace`` with chunked prefill under that per-step token budget, every step reported
+    (those that only ran prompt chunks too) with its ``prefilling`` requests. Judged by
+    ``test_engine_schedule.py``: a request that decodes keeps decoding at every step until it
+    finishes, unless it is preempted (waiting) or recomputing its prompt — never left out of a step
+    that spent the budget on other requests' prompt chunks.
 
 Optional hooks of the low-precision, sampler and stopping tiers (appended; each unlocks its own
 capability):
@@ -152,6 +158,7 @@ CAPABILITIES: dict[str, tuple[str, ...]] = {
     "engine": ("load_model", "engine_generate"),
     "engine.schedule": ("load_model", "engine_trace"),
     "engine.chunked_prefill": ("load_model", "engine_generate", "engine_chunked_generate"),
+    "engine.chunked_schedule": ("load_model", "engine_chunked_trace"),
     "norm": ("load_model", "rms_norm"),
     "rope.model": ("load_model", "model_rope_tables"),
     "sampler": ("sample_probs",),
@@ -226,11 +233,14 @@ class EngineOutput:
 
 @dataclass(frozen=True)
 class EngineStep:
-    """One decode step of a multi-request engine, by prompt index: who ran (batch order) and who
-    waited (queue order, the head first). A request neither running nor waiting is finished."""
+    """One step of a multi-request engine, by prompt index: who decoded (batch order), who waited
+    (queue order, the head first) and, under a per-step token budget, whose prompt was being
+    computed in chunks (admitted, not yet decoding; default none). A request in none of them is
+    finished. An engine without chunked prefill reports its decode steps only."""
 
     running: tuple[int, ...]
     waiting: tuple[int, ...]
+    prefilling: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -278,6 +288,7 @@ class Adapter:
     cache_contract: CacheContract = field(default_factory=CacheContract)
     engine_trace: Callable[[Any, list[list[int]], EngineSpec], tuple[list[EngineOutput], list[EngineStep]]] | None = None
     engine_chunked_generate: Callable[[Any, list[list[int]], EngineSpec, int], list[EngineOutput]] | None = None
+    engine_chunked_trace: Callable[[Any, list[list[int]], EngineSpec, int], tuple[list[EngineOutput], list[EngineStep]]] | None = None
 
     def __repr__(self) -> str:
         return f"Adapter({self.name!r})"

@@ -42,7 +42,7 @@ from infer_ref.conformance.mutants.broken import (
     mask_window_off_by_one,
 )
 from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES
-from infer_ref.conformance.mutants.engine import SCHEDULE_BUG_CLASSES, SCHEDULE_ENGINES
+from infer_ref.conformance.mutants.engine import CHUNK_BUG_CLASSES, CHUNK_ENGINES, SCHEDULE_BUG_CLASSES, SCHEDULE_ENGINES
 from infer_ref.conformance.mutants.knobs import Knobs
 from infer_ref.conformance.mutants.prefix import PREFIX_BUG_CLASSES, PREFIX_MANAGERS, prefix_adapter
 from infer_ref.conformance.mutants.sampling import _generate_stopping, _sample_draws, _warp_logits
@@ -298,7 +298,8 @@ def engine_hooks(knobs: Knobs) -> dict[str, Any]:
     if knobs.engine_class is None:
         return {}
     generate, trace = ref.engine_callables(knobs.engine_class)
-    return {"engine_generate": generate, "engine_trace": trace, "engine_chunked_generate": ref.chunked_over(trace)}
+    chunked_generate, chunked_trace = ref.chunked_over(trace)
+    return {"engine_generate": generate, "engine_trace": trace, "engine_chunked_generate": chunked_generate, "engine_chunked_trace": chunked_trace}
 
 
 @dataclass(frozen=True)
@@ -477,9 +478,16 @@ MUTANTS.update(
     for name, (bug_class, engine, doc) in SCHEDULE_ENGINES.items()
 )
 
+# Chunked-prefill mutants: infer_ref's Engine whose cache view gets a prompt chunk over computed
+# tokens wrong, caught by the chunked == whole property of test_engine.py.
+MUTANTS.update(
+    (name, EngineMutant(name, bug_class, " ".join((engine.cache_class.__doc__ or "").split()), Knobs(engine_class=engine), ("test_engine.py",)))
+    for name, (bug_class, engine) in CHUNK_ENGINES.items()
+)
+
 # Every class the suite must catch: DESIGN's list, then precision/sampling/stopping, cache systems,
-# prefix caching, scheduling.
-ALL_BUG_CLASSES = BUG_CLASSES + EXTRA_BUG_CLASSES + CACHE_BUG_CLASSES + PREFIX_BUG_CLASSES + SCHEDULE_BUG_CLASSES
+# prefix caching, scheduling, chunked prefill.
+ALL_BUG_CLASSES = BUG_CLASSES + EXTRA_BUG_CLASSES + CACHE_BUG_CLASSES + PREFIX_BUG_CLASSES + SCHEDULE_BUG_CLASSES + CHUNK_BUG_CLASSES
 
 # The unbroken copy: all knobs at their defaults (must pass everything).
 CONTROL = make_adapter("control", Knobs(), "infer_ref through the mutant machinery with no bug planted")

@@ -23,6 +23,7 @@ SCHEDULE_BUG_CLASSES = (
     "more sequences running than the batch limit",
     "preempted request requeued behind new arrivals",
     "seeded tokens depend on preemption or the batch",
+    "a decode starves behind prompt chunks",
 )
 # Chunked prefill (``Engine(max_num_batched_tokens=...)``): a prompt chunk is a forward of several
 # tokens over positions already in the cache, the case every bug below gets wrong.
@@ -115,6 +116,22 @@ class BackOfQueueEngine(Engine):
     scheduler_class = BackOfQueueScheduler
 
 
+class ChunksFirstEngine(Engine):
+    """Under a token budget, prompt chunks take the step's tokens first and the running requests
+    decode with what is left (prefill-first scheduling): while a long prompt is computed in chunks,
+    requests already decoding stall. Every token and logit stays right; only the schedule shows it."""
+
+    def _chunked_step(self, scheduler: Scheduler, budget: int) -> None:
+        batch = scheduler.schedule_decode()
+        computed_before = self.stats.prefill_tokens_computed
+        chunked = self._prefill_chunks(scheduler, budget)
+        batch = batch[: max(0, budget - (self.stats.prefill_tokens_computed - computed_before))]
+        if batch or chunked:
+            self.stats.schedule.append(scheduler.step(batch, chunked))
+        if batch:
+            self._decode(batch, scheduler)
+
+
 class SlotSeededEngine(Engine):
     """Each decode row samples from a generator seeded with ``seed + row``, made the first time
     the request decodes in that row (per-slot generators): a seeded request's tokens change with
@@ -151,6 +168,7 @@ SCHEDULE_ENGINES: dict[str, tuple[str, type[Engine], str]] = {
     "preempted_to_back_of_queue": (SCHEDULE_BUG_CLASSES[1], BackOfQueueEngine, " ".join((BackOfQueueScheduler.__doc__ or "").split())),
     "sampler_seeded_by_batch_slot": (SCHEDULE_BUG_CLASSES[2], SlotSeededEngine, " ".join((SlotSeededEngine.__doc__ or "").split())),
     "sampler_reseeded_on_readmission": (SCHEDULE_BUG_CLASSES[2], ReseedingEngine, " ".join((ReseedingEngine.__doc__ or "").split())),
+    "decode_starved_behind_chunks": (SCHEDULE_BUG_CLASSES[3], ChunksFirstEngine, " ".join((ChunksFirstEngine.__doc__ or "").split())),
 }
 
-__all__ = ["CHUNK_BUG_CLASSES", "CHUNK_ENGINES", "ChunkOverCacheView", "SCHEDULE_BUG_CLASSES", "SCHEDULE_ENGINES", "BackOfQueueScheduler", "OverAdmittingScheduler", "ReseedingEngine", "SlotSeededEngine"]
+__all__ = ["CHUNK_BUG_CLASSES", "CHUNK_ENGINES", "ChunkOverCacheView", "ChunksFirstEngine", "SCHEDULE_BUG_CLASSES", "SCHEDULE_ENGINES", "BackOfQueueScheduler", "OverAdmittingScheduler", "ReseedingEngine", "SlotSeededEngine"]

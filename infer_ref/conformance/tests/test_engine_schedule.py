@@ -5,6 +5,8 @@
 * **first-come first-served through preemption** (``engine_trace``): requests first run in arrival
   order; a preempted request waits ahead of every request that never ran, and runs again before
   any of them starts.
+* **decodes first under chunked prefill** (``engine_chunked_trace``): a decoding request is never
+  left out of a step that spends the token budget on other requests' prompt chunks.
 * **seeded tokens are the request's own** (``engine_generate``): a seeded sampled request gives
   the same tokens and logits alone (one at a time, an ample pool), in a batch that a small pool
   forces to preempt, and with the requests sent in reverse order.
@@ -214,3 +216,86 @@ def test_seeded_tokens_survive_the_fixed_preempting_workload(ir_adapter: Adapter
     sampled = [r.token_ids for r in _alone(ir_adapter, model, FIXED_PROMPTS, spec)]
     greedy = [r.token_ids for r in _alone(ir_adapter, model, FIXED_PROMPTS, replace(spec, temperature=0.0))]
     assert sampled != greedy, "the seeded draws all equal the greedy tokens: a wrong generator would go unseen"
+
+
+# -- chunked prefill: decodes first ---------------------------------------------------------------
+
+
+def _chunked_trace(adapter: Adapter, model: Any, prompts: list[list[int]], spec: EngineSpec, budget: int) -> list[EngineStep]:
+    assert adapter.engine_chunked_trace is not None
+    outputs, steps = adapter.engine_chunked_trace(model, prompts, spec, budget)
+    assert len(outputs) == len(prompts), f"{len(prompts)} prompts gave {len(outputs)} results"
+    for i, r in enumerate(outputs):
+        assert len(r.token_ids) == spec.max_new_tokens, f"request {i}: {len(r.token_ids)} tokens, asked {spec.max_new_tokens}"
+    return steps
+
+
+def check_decodes_not_starved(steps: list[EngineStep], max_batch: int, params: dict[str, Any]) -> int:
+    """From the step it is admitted until its last decode, a request decodes at every step, or
+    waits (preempted), or is computing its prompt: never is it left out of a step that spent the
+    budget on other requests' prompt chunks (its first decode included: the step after its prompt's
+    last chunk). Every step decodes or prefills 1..``max_batch`` distinct requests. Returns how many
+    steps ran another request's prompt chunk while one was decoding (what the check could see)."""
+    for t, step in enumerate(steps):
+        active = step.running + step.prefilling
+        if not 1 <= len(active) <= max_batch or len(set(active)) != len(active):
+            raise AssertionError(f"step {t} decoded {step.running} and prefilled {step.prefilling}: none, a request twice, or more than max_batch {max_batch} ({params})")
+    seen = 0
+    for i in {i for step in steps for i in step.running}:
+        admitted = next(t for t, step in enumerate(steps) if i in step.running + step.prefilling)
+        last_decode = max(t for t, step in enumerate(steps) if i in step.running)
+        for t in range(admitted, last_decode + 1):
+            step = steps[t]
+            if i not in step.running + step.waiting + step.prefilling:
+                raise AssertionError(
+                    f"step {t}: request {i} (admitted at step {admitted}, last decode at step {last_decode}) neither decoded nor "
+                    f"waited nor prefilled; the step ran prompt chunks for {step.prefilling} and decoded {step.running}: "
+                    f"a decode starved behind prompt chunks ({params})"
+                )  # fmt: skip
+            seen += i in step.running and bool(step.prefilling)
+    return seen
+
+
+@st.composite
+def chunked_workloads(draw: st.DrawFn) -> tuple[list[list[int]], EngineSpec, int]:
+    """2-4 prompts of 1-24 tokens (long ones take several chunks), a budget of 1-8 tokens per step,
+    batch limits of 1-3 and pools from tight (preempting) to ample."""
+    prompts = draw(st.lists(st.lists(st.integers(0, 127), min_size=1, max_size=24), min_size=2, max_size=4), label="prompts")
+    max_new = draw(st.integers(2, 5), label="max_new_tokens")
+    pool = max(blocks_needed(p, max_new) for p in prompts) + draw(st.integers(0, 16), label="spare blocks")
+    spec = EngineSpec(max_new_tokens=max_new, block_size=BLOCK, num_blocks=pool, max_batch=draw(st.integers(1, 3), label="max_batch"),
+                      enable_prefix_caching=draw(st.booleans(), label="prefix caching"))  # fmt: skip
+    return prompts, spec, draw(st.integers(1, 8), label="max_num_batched_tokens")
+
+
+# A short request that decodes while a 30-token prompt is computed 4 tokens a step: every step after
+# the first runs a chunk beside its decode, so a scheduler that spends the budget on chunks first
+# leaves it out.
+STARVING_PROMPTS = [[5, 6, 7], list(range(20, 50))]
+STARVING_SPEC = EngineSpec(max_new_tokens=6, block_size=BLOCK, num_blocks=64, max_batch=2, enable_prefix_caching=False)
+STARVING_BUDGET = 4
+
+
+@pytest.mark.ir_requires("engine.chunked_schedule")
+@given(case=chunked_workloads())
+@_fewer(3, fraction=4)
+def test_decodes_are_never_starved_behind_prompt_chunks(ir_adapter: Adapter, case: tuple[list[list[int]], EngineSpec, int]) -> None:
+    """Drawn chunked workloads: see :func:`check_decodes_not_starved`.
+
+    Guards: *a decode starves behind prompt chunks*.
+    """
+    prompts, spec, budget = case
+    params = {"prompts": prompts, "spec": spec, "max_num_batched_tokens": budget}
+    check_decodes_not_starved(_chunked_trace(ir_adapter, _model(ir_adapter), prompts, spec, budget), spec.max_batch, params)
+
+
+@pytest.mark.ir_requires("engine.chunked_schedule")
+def test_a_decode_runs_beside_every_chunk_of_a_long_prompt(ir_adapter: Adapter) -> None:
+    """The fixed workload puts a decoding request beside a long prompt's chunks (so the check met
+    the case), and it decodes at every one of those steps.
+
+    Guards: *a decode starves behind prompt chunks*.
+    """
+    params = {"prompts": STARVING_PROMPTS, "spec": STARVING_SPEC, "max_num_batched_tokens": STARVING_BUDGET}
+    steps = _chunked_trace(ir_adapter, _model(ir_adapter), STARVING_PROMPTS, STARVING_SPEC, STARVING_BUDGET)
+    assert check_decodes_not_starved(steps, STARVING_SPEC.max_batch, params) >= 4, f"no decode ran beside a prompt chunk: {steps}"
