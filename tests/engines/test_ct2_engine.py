@@ -64,3 +64,17 @@ def test_a_venv_without_the_converter_is_named(ct2_interpreter: str, tmp_path: P
     monkeypatch.setattr(ct2_convert, "converter_path", lambda python: missing)
     with pytest.raises(EngineNotInstalled, match=f"no ct2-transformers-converter beside it \\({missing}\\)"):
         start_ct2(MODEL_DIR, OPTIONS, python=ct2_interpreter, cache=tmp_path / "cache")
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_dtype_this_cpu_does_not_compute_is_refused_with_the_types_it_does(ct2_interpreter: str, dtype: str) -> None:
+    """Asked for a compute type the CPU lacks, CTranslate2 would compute in another: the start is
+    refused, naming the types it has, rather than judged as ``dtype``."""
+    import subprocess
+
+    supported = subprocess.run([ct2_interpreter, "-c", "import ctranslate2; print(sorted(ctranslate2.get_supported_compute_types('cpu')))"],
+                               capture_output=True, text=True, check=True).stdout  # fmt: skip
+    if f"'{dtype}'" in supported:
+        pytest.skip(f"this CPU computes {dtype} in CTranslate2 ({supported.strip()})")
+    with pytest.raises(Unsupported, match=rf"computes no {dtype} on this CPU \(its compute types here: .*float32"):
+        start_ct2(MODEL_DIR, EngineOptions(dtype=dtype, prefix_caching=False, max_model_len=256), python=ct2_interpreter)

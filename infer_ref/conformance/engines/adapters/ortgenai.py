@@ -20,6 +20,7 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.interface.contract import Unsupported
 
 PYTHON_ENV = "INFER_REF_ORTGENAI_PYTHON"
 WORKER = WORKERS_DIR / "ortgenai_worker.py"
@@ -35,12 +36,25 @@ def not_installed_message(interpreter: str, reason: str) -> str:
             "that has it (scripts/install_ortgenai.sh builds one)")  # fmt: skip
 
 
+# The tier runs the builder's CPU target; measured with onnxruntime-genai 0.18.0 (onnxruntime 1.32.0)
+# on llama-tiny, what a low-precision build does there (docs/engines.md, "bfloat16 and float16 on the CPU").
+CPU_LOW_PRECISION_REFUSED = {
+    "float16": "ONNX Runtime's CPU execution provider has no float16 kernels for this graph: it inserts casts to "
+               "float32 around them (InsertedPrecisionFreeCast nodes), so the model would not compute in float16, "
+               "and that build fails at its first generate (a shape mismatch re-using a cast's buffer)",
+    "bfloat16": "ONNX Runtime's CPU execution provider cannot run the builder's bfloat16 model: the session does not "
+                "start (no bfloat16 kernel for the attention mask's Where(16) node)",
+}  # fmt: skip
+
+
 def start_ortgenai(
     model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
     cache: str | os.PathLike[str] | None = None, start_timeout: float = 300.0, request_timeout: float = 300.0,
 ) -> BridgedEngine:  # fmt: skip
     """Build ``model_dir`` with ONNX Runtime GenAI's model builder and open it in ``og.Model`` in a worker."""
     check_model_dir(model_dir)
+    if options.dtype in CPU_LOW_PRECISION_REFUSED:
+        raise Unsupported(CPU_LOW_PRECISION_REFUSED[options.dtype])
     interpreter = ortgenai_python(python)
     try:
         built = build(Path(model_dir), options.dtype, python=interpreter, env=worker_env(), cache=cache)

@@ -45,6 +45,10 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
         raise Refused("CTranslate2's Generator keeps no prefix cache across calls (only a static_prompt named by the caller)")
     if options.get("max_num_batched_tokens") is not None:
         raise Refused("CTranslate2's Generator prefills a prompt in one forward: no chunked-prefill budget")
+    supported = sorted(ctranslate2.get_supported_compute_types("cpu"))
+    if args["compute_type"] not in supported:  # asked anyway, CTranslate2 would compute in another type
+        raise Refused(f"CTranslate2 {ctranslate2.__version__} computes no {args['compute_type']} on this CPU "
+                      f"(its compute types here: {', '.join(supported)})")  # fmt: skip
     kwargs = {"device": "cpu", "compute_type": args["compute_type"], "intra_threads": int(args.get("threads", 1)),
               "inter_threads": 1}  # fmt: skip
     generator = ctranslate2.Generator(args["converted"], **kwargs)

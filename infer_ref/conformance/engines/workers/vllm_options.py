@@ -6,6 +6,7 @@ an option means the same in-process and over HTTP.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from worker_loop import Refused
@@ -86,3 +87,15 @@ def _kv_blocks(tokens: int, block_size: int | None, *, is_cpu: bool) -> int:
         raise Refused(f"vLLM holds whole KV blocks: kv_cache_tokens={tokens} is not a multiple of "
                       f"the block size {block_size}")  # fmt: skip
     return tokens // block_size + NULL_BLOCKS
+
+
+# vLLM's own refusal of a dtype for a model type, in its ModelConfig's validation error: "The model
+# type 'gemma3_text' does not support float16. Reason: Numerical instability. ..."
+_DECLINED = re.compile(r"The model type '[^']+' does not support (float16|bfloat16)[^.]*\.(?: Reason: [^.]*\.)?")
+
+
+def declined_dtype(error_text: str, dtype: str) -> str | None:
+    """vLLM's sentence declining ``dtype`` for the model, when ``error_text`` (a start failure) is
+    that refusal; None for any other failure."""
+    found = _DECLINED.search(error_text)
+    return found.group(0) if found is not None and found.group(1) == dtype else None

@@ -24,8 +24,8 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 # A sibling module (the script's folder is on sys.path), imported after the environment is set.
-from vllm_options import llm_kwargs
-from worker_loop import NotInstalled, serve
+from vllm_options import declined_dtype, llm_kwargs
+from worker_loop import NotInstalled, Refused, serve
 
 CAPABILITIES = (
     "prompt_logprobs", "seed", "stop_strings", "cached_tokens", "reset_prefix_cache",
@@ -44,7 +44,13 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
     options = args["options"]
     kwargs = llm_kwargs(args["model_dir"], options, is_cpu=current_platform.is_cpu(),
                         enforce_eager=bool(args.get("enforce_eager", True)))  # fmt: skip
-    _engine["llm"] = vllm.LLM(**kwargs)
+    try:
+        _engine["llm"] = vllm.LLM(**kwargs)
+    except Exception as err:  # vLLM declining the dtype for this model is a limit it states, not a fault
+        declined = declined_dtype(str(err), options["dtype"])
+        if declined is None:
+            raise
+        raise Refused(f"vLLM declines {options['dtype']} for this model: {declined}") from None
     _engine["vllm"] = vllm
     capabilities = [*CAPABILITIES, *(["prefix_caching"] if options["prefix_caching"] else [])]
     return {
