@@ -131,7 +131,11 @@ def test_every_batch_row_equals_the_request_alone(ir_adapter: Adapter, family: s
 @_fewer(2)
 def test_chunked_prefill_equals_whole_prefill(ir_adapter: Adapter, family: str, data: st.DataObject) -> None:
     """Budgets from 1 token (one prompt token per step beside the decodes) past the longest prompt;
-    blocks smaller and larger than Gemma's window, so chunks start inside, at and across it."""
+    blocks smaller and larger than Gemma's window, so chunks start inside, at and across it.
+
+    Guards: *prompt chunk positions restart at 0*, *prompt chunk sees the cache past its sliding
+    window*, *prompt chunk K/V not written*.
+    """
     case = data.draw(irst.model_configs(family), label="model")
     bs = data.draw(st.sampled_from(WINDOW_STRADDLING_BLOCKS), label="block_size")
     prompts = data.draw(request_sets(case.hf_config["vocab_size"], bs), label="prompts")
