@@ -243,14 +243,20 @@ class Engine:
             self._decode(batch, scheduler)
 
     def _chunked_step(self, scheduler: Scheduler, budget: int) -> None:
-        """One step of ``budget`` tokens: the running requests' decodes first (a decode never waits
-        behind prompt chunks), then prompt chunks with what is left."""
-        batch = scheduler.schedule_decode()
-        chunked = self._prefill_chunks(scheduler, budget - len(batch))
+        """One step of ``budget`` tokens: its prompt chunks and decodes as :meth:`_share_budget`
+        splits it, recorded in the schedule, then the batched decode."""
+        batch, chunked = self._share_budget(scheduler, budget)
         if batch or chunked:
             self.stats.schedule.append(scheduler.step(batch, chunked))
         if batch:
             self._decode(batch, scheduler)
+
+    def _share_budget(self, scheduler: Scheduler, budget: int) -> tuple[list[Request], list[Request]]:
+        """The policy: the running requests' decodes first (a decode never waits behind prompt
+        chunks), then prompt chunks with what is left. The batch to decode, the requests chunked."""
+        batch = scheduler.schedule_decode()
+        chunked, _ = self._prefill_chunks(scheduler, budget - len(batch))
+        return batch, chunked
 
     def _admit(self, scheduler: Scheduler) -> None:
         """Prefill every request the scheduler admits now, whole: one chunk of all its uncomputed
@@ -259,20 +265,22 @@ class Engine:
             assert request.seq is not None
             self._prefill_chunk(request, len(request.seq), scheduler)
 
-    def _prefill_chunks(self, scheduler: Scheduler, budget: int) -> list[Request]:
-        """Spend ``budget`` tokens on prompt chunks: the requests being prefilled, in admission
-        order, then new admissions while tokens are left. The requests a chunk ran for."""
+    def _prefill_chunks(self, scheduler: Scheduler, budget: int) -> tuple[list[Request], int]:
+        """Spend up to ``budget`` tokens on prompt chunks: the requests being prefilled, in admission
+        order, then new admissions while tokens are left. The requests a chunk ran for, and the
+        tokens spent."""
         chunked: list[Request] = []
+        spent = 0
         for ongoing in list(scheduler.prefilling):
-            if budget <= 0:
-                return chunked
-            budget -= self._prefill_chunk(ongoing, budget, scheduler)
+            if spent >= budget:
+                return chunked, spent
+            spent += self._prefill_chunk(ongoing, budget - spent, scheduler)
             chunked.append(ongoing)
-        while budget > 0 and (admitted := scheduler.next_admission()) is not None:
+        while spent < budget and (admitted := scheduler.next_admission()) is not None:
             scheduler.begin_prefill(admitted)
-            budget -= self._prefill_chunk(admitted, budget, scheduler)
+            spent += self._prefill_chunk(admitted, budget - spent, scheduler)
             chunked.append(admitted)
-        return chunked
+        return chunked, spent
 
     def _prefill_chunk(self, request: Request, budget: int, scheduler: Scheduler) -> int:
         """Compute up to ``budget`` of the request's uncomputed tokens (one forward over the ones

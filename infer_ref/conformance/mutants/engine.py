@@ -121,15 +121,10 @@ class ChunksFirstEngine(Engine):
     decode with what is left (prefill-first scheduling): while a long prompt is computed in chunks,
     requests already decoding stall. Every token and logit stays right; only the schedule shows it."""
 
-    def _chunked_step(self, scheduler: Scheduler, budget: int) -> None:
+    def _share_budget(self, scheduler: Scheduler, budget: int) -> tuple[list[Request], list[Request]]:
         batch = scheduler.schedule_decode()
-        computed_before = self.stats.prefill_tokens_computed
-        chunked = self._prefill_chunks(scheduler, budget)
-        batch = batch[: max(0, budget - (self.stats.prefill_tokens_computed - computed_before))]
-        if batch or chunked:
-            self.stats.schedule.append(scheduler.step(batch, chunked))
-        if batch:
-            self._decode(batch, scheduler)
+        chunked, spent = self._prefill_chunks(scheduler, budget)
+        return batch[: budget - spent], chunked
 
 
 class SlotSeededEngine(Engine):
