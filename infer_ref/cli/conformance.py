@@ -60,6 +60,10 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
                    help="engine tier: checkpoint folder(s) to judge on (default: the kit's checkpoints)")
     p.add_argument("--engine-option", action="append", default=None, metavar="KEY=VALUE",
                    help="engine tier: a keyword of the engine's factory, e.g. kv_cache_type=float16 for llama.cpp (repeatable)")
+    p.add_argument("--long-context", action="store_true",
+                   help="engine tier: the long-context workload instead of the default one: prompts to 8193 positions "
+                        "crossing windows of 512/1024, Llama 3's RoPE threshold 8192 and block boundaries, on the kit's "
+                        "long checkpoints (or --model-dir); 4-8 minutes an engine on one core")
     p.add_argument("--consistency-tolerance", type=float, default=None, metavar="NATS",
                    help="engine tier: self-consistency tolerance for an engine the kit has not measured (default: the oracle's)")
     p.add_argument("--xfails", action="append", default=None, metavar="FILE",
@@ -81,6 +85,7 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
         out += [f"--ir-engine={args.engine}"] if args.engine else [f"--ir-endpoint={args.endpoint}"]
         out += [f"--ir-model-dir={d}" for d in args.model_dir or []]
         out += [f"--ir-engine-option={o}" for o in args.engine_option or []]
+        out += ["--ir-long-context"] if args.long_context else []
         if args.consistency_tolerance is not None:
             out += [f"--ir-consistency-tolerance={args.consistency_tolerance!r}"]
     else:
@@ -114,6 +119,8 @@ def check_engine_args(args: argparse.Namespace) -> None:
         raise UsageError("--endpoint needs --model-dir DIR: the folder the server serves (the oracle reads it)")
     if args.engine_option and not args.engine:
         raise UsageError("--engine-option sets a keyword of an engine the tier starts: add --engine ENGINE")
+    if args.long_context and not (args.engine or args.endpoint):
+        raise UsageError("--long-context is a workload of the engine tier: add --engine ENGINE or --endpoint URL")
     if args.model_dir and not (args.engine or args.endpoint):
         raise UsageError("--model-dir belongs to the engine tier: add --engine ENGINE or --endpoint URL")
     if args.engine and not args.model_dir and not FIXTURES.is_dir():
@@ -191,18 +198,18 @@ def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
     if args.numprocesses and importlib.util.find_spec("xdist") is None:
         raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")
     if (args.engine or args.endpoint) and not args.model_dir:
-        _write_engine_checkpoints()
+        _write_engine_checkpoints(args.long_context)
     return conformance_exit_status(int(pytest.main(pytest_args(args, extra))))
 
 
-def _write_engine_checkpoints() -> None:
+def _write_engine_checkpoints(long_context: bool) -> None:
     """The kit's engine checkpoints, written on first use before pytest starts (so the progress
     lines reach the terminal, not pytest's capture); a later run finds them cached."""
     import sys
 
     from infer_ref.conformance.engines.session import default_model_dirs
 
-    default_model_dirs(progress=lambda line: print(line, file=sys.stderr, flush=True))
+    default_model_dirs(progress=lambda line: print(line, file=sys.stderr, flush=True), long_context=long_context)
 
 
 # pytest's exit codes -> the command's (docs/errors.md). The report plugin already turns a run with no

@@ -80,6 +80,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="engine tier: an OpenAI-compatible server's base URL (http://127.0.0.1:PORT/v1)")
     group.addoption("--ir-model-dir", action="append", default=None, metavar="DIR",
                     help="engine tier: a checkpoint folder to judge on (repeatable; default: the kit's checkpoints)")
+    group.addoption("--ir-long-context", action="store_true", default=False,
+                    help="engine tier: the long-context workload only (prompts to 8193 positions on the kit's long "
+                         "checkpoints, or the --ir-model-dir folders; its own engine starts)")
     group.addoption("--ir-engine-dtype", default="float32", choices=list(DTYPES),
                     help="engine tier: the dtype engines are started with (default float32)")
     group.addoption("--ir-engine-option", action="append", default=None, metavar="KEY=VALUE",
@@ -246,6 +249,7 @@ def engine_tier_header(config: pytest.Config) -> list[str]:
     """The engine tier's header: which engine, how started, on what, judged at which tolerances (not
     the in-process adapter's float64 banner, whose cache contract and Hypothesis profile it never uses)."""
     from infer_ref.conformance.engines.consistency import consistency_tolerance
+    from infer_ref.conformance.engines.long_workload import LONG_MAX_MODEL_LEN
     from infer_ref.conformance.engines.names import ENGINES
     from infer_ref.conformance.engines.oracle import agreement_tolerance
 
@@ -254,14 +258,20 @@ def engine_tier_header(config: pytest.Config) -> list[str]:
     dirs = config.getoption("--ir-model-dir") or []
     registered = None if endpoint or engine not in ENGINES else engine
     try:
-        consistency = consistency_tolerance(registered, dtype, config.getoption("--ir-consistency-tolerance"))
+        consistency = consistency_tolerance(registered, dtype, config.getoption("--ir-consistency-tolerance"),
+                                            long_context=bool(config.getoption("--ir-long-context")))
         spread = f"{consistency.value:g} nats ({consistency.source})"
     except ValueError as e:
         spread = f"refused ({e})"
+    long_context = bool(config.getoption("--ir-long-context"))
+    kit = "the kit's long-context checkpoints" if long_context else "the kit's (fixtures and engine checkpoints)"
+    flat, at_longest = agreement_tolerance(dtype), agreement_tolerance(dtype, LONG_MAX_MODEL_LEN)
+    grows = f", growing with a request's length past {flat:g} (to {at_longest:g} at {LONG_MAX_MODEL_LEN} positions)" if at_longest > flat else ""
     lines = [
-        f"infer_ref engine tier: {f'endpoint {endpoint}' if endpoint else f'engine {engine}'}, dtype {dtype}",
-        "  checkpoints: " + (", ".join(str(d) for d in dirs) if dirs else "the kit's (fixtures and engine checkpoints)"),
-        f"  tolerances: {agreement_tolerance(dtype):g} nats from the float64 oracle (transformers); "
+        f"infer_ref engine tier: {f'endpoint {endpoint}' if endpoint else f'engine {engine}'}, dtype {dtype}"
+        + (", the long-context workload" if long_context else ""),
+        "  checkpoints: " + (", ".join(str(d) for d in dirs) if dirs else kit),
+        f"  tolerances: {flat:g} nats from the float64 oracle (transformers){grows if long_context else ''}; "
         f"{spread} between two schedules of the engine",
         f"  versions (the oracle's side): {_versions(with_hypothesis=False)}",
     ]

@@ -202,7 +202,7 @@ def test_run_mode_draws_then_fails_when_a_tier_failed(tmp_path: Path, monkeypatc
     from infer_ref.conformance.engines.matrix import main as command
 
     def tier_exits(status: int):  # type: ignore[no-untyped-def]
-        def fake(engines: Sequence[str], out: Path, model_dirs: Sequence[Path]) -> dict[str, int]:
+        def fake(engines: Sequence[str], out: Path, model_dirs: Sequence[Path], long_context: bool = False) -> dict[str, int]:
             _write(out, "infer_ref", BETA, BETA_NOTES)
             return {"infer_ref": status}
         return fake
@@ -224,3 +224,15 @@ def test_a_runs_time_and_date_come_from_its_junit_file(tmp_path: Path) -> None:
     bare = tmp_path / "bare.xml"
     bare.write_text('<testsuites><testsuite name="pytest"></testsuite></testsuites>')
     assert read_run(bare) == ""
+
+
+def test_long_context_results_join_the_engines_column(results: Path, tmp_path: Path) -> None:
+    """``RESULTS/long/E.xml`` (a ``--long-context`` run) adds its rows and tolerance notes to E's column."""
+    long_notes = ["engine: beta 1.0 (offline)",
+                  "largest difference from the oracle: 2.5e-03 nats (test_y[qwen3-long-t4], 2 answers); tolerance 0.005 (at 8448 positions)"]  # fmt: skip
+    _write(results / "long", "beta", [("test_long_context", "test_long_prompts_agree_with_oracle[qwen3-long-t4]", "failed")], long_notes)
+    text, _ = _draw(results, tmp_path)
+    assert "**long contexts (prompts to 8193 positions: --long-context)**" in text
+    assert "| `test_long_prompts_agree_with_oracle` | · / · / · | · / ✗ / · |" in text  # beta's Qwen 3 cell; alpha ran none
+    assert "long contexts: largest difference from the oracle: 2.5e-03 nats" in text
+    assert "**beta** (beta 1.0 (offline), float32): 1 passed, 1 failed" in text

@@ -15,7 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES, ENGINE_MUTANTS, EngineMutant
+from infer_ref.conformance.engines.mutants import (
+    ENGINE_BUG_CLASSES,
+    ENGINE_MUTANTS,
+    LONG_CONTEXT_MUTANTS,
+    EngineMutant,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures" / "checkpoints"
@@ -23,12 +28,19 @@ FIXTURES = ROOT / "fixtures" / "checkpoints"
 pytestmark = pytest.mark.slow
 
 
-def _tier(engine: str, tests: tuple[str, ...], checkpoint: str = "llama-tiny") -> subprocess.CompletedProcess[str]:
+def _tier(engine: str, tests: tuple[str, ...], checkpoint: str = "llama-tiny", *, long_context: bool = False) -> subprocess.CompletedProcess[str]:
+    folder = _long_folder(checkpoint) if long_context else FIXTURES / checkpoint
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "0", "--pyargs",
-           "infer_ref.conformance.engines.tests", f"--ir-engine={engine}", f"--ir-model-dir={FIXTURES / checkpoint}",
-           "-k", " or ".join(tests)]  # fmt: skip
+           "infer_ref.conformance.engines.tests", f"--ir-engine={engine}", f"--ir-model-dir={folder}",
+           "-k", " or ".join(tests), *(["--ir-long-context"] if long_context else [])]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+
+def _long_folder(name: str) -> Path:
+    from infer_ref.conformance.engines.session import default_model_dirs
+
+    return next(d for d in default_model_dirs(long_context=True) if d.name.startswith(name))
 
 
 def test_every_engine_bug_class_has_a_mutant() -> None:
@@ -48,6 +60,20 @@ def test_mutant_is_caught(mutant: EngineMutant) -> None:
     assert done.returncode == 1, f"{mutant.name} ({mutant.bug_class}) was not caught:\n{done.stdout[-3000:]}"
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
     assert any(t in line for line in failed for t in mutant.caught_by), done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("mutant", LONG_CONTEXT_MUTANTS, ids=[m.name for m in LONG_CONTEXT_MUTANTS])
+def test_long_context_mutant_is_caught_there_and_only_there(mutant: EngineMutant) -> None:
+    """A bug of released sizes: the long-context workload catches it, its guarding test passes on the
+    unbroken engine, and the default workload (pools of 64 blocks, positions below 256) cannot see it."""
+    engine = f"infer_ref.conformance.engines.mutants:{mutant.name}"
+    done = _tier(engine, mutant.caught_by, mutant.checkpoint, long_context=True)
+    assert done.returncode == 1, f"{mutant.name} ({mutant.bug_class}) was not caught:\n{done.stdout[-3000:]}"
+    assert any(t in line for line in done.stdout.splitlines() if line.startswith("FAILED") for t in mutant.caught_by), done.stdout[-3000:]
+    control = _tier("infer_ref", mutant.caught_by, mutant.checkpoint, long_context=True)
+    assert control.returncode == 0, control.stdout[-3000:]
+    default = _tier(engine, ("test_generated_logprobs_agree_with_oracle", "test_batch_matches_alone"))
+    assert default.returncode == 0, f"the default workload saw {mutant.name}:\n{default.stdout[-3000:]}"
 
 
 BF16_CHECKPOINT = FIXTURES / "gemma3-tiny"

@@ -36,7 +36,7 @@ def judge_agreement(model_dir: Path, tier: EngineTier, handle: EngineHandle, tes
     if tier.dtype in LOW_PRECISION:
         failure = _distribution_failure(model_dir, tier, f"{test} ({run_label})" if run_label else test, kind, per_request)
     else:
-        failure = _position_failure(per_request, agreement_tolerance(tier.dtype), len(requests))
+        failure = _position_failure(per_request, tier.dtype, requests, outputs)
     if failure:
         summary, detail, tol = failure
         repro = write_repro(handle, test, model_dir, requests, [[list(range(len(requests)))]], summary + ": " + detail.splitlines()[0], tol,
@@ -44,15 +44,21 @@ def judge_agreement(model_dir: Path, tier: EngineTier, handle: EngineHandle, tes
         raise AssertionError(summary + ":\n" + detail + "\n" + repro)
 
 
-def _position_failure(per_request: list[list[JudgedPosition]], tol: float, count: int) -> tuple[str, str, float] | None:
-    report = []
-    for positions in per_request:
+def _position_failure(per_request: list[list[JudgedPosition]], dtype: str, requests: list[EngineRequest],
+                      outputs: list[EngineOutput]) -> tuple[str, str, float] | None:  # fmt: skip
+    """Each request judged at the tolerance of its length (float32's grows past 333 positions)."""
+    report, tolerances = [], []
+    for positions, request, output in zip(per_request, requests, outputs, strict=True):
+        tol = agreement_tolerance(dtype, len(request.prompt) + len(output.token_ids))
         found = disagreements(positions, tol)
         if found and positions:
-            report.append(f"request {positions[0].request} ({positions[0].prompt_len} prompt tokens): " + "; ".join(found[:3]))
+            report.append(f"request {positions[0].request} ({positions[0].prompt_len} prompt tokens, tolerance {tol:.3g}): " + "; ".join(found[:3]))
+            tolerances.append(tol)
     if not report:
         return None
-    return f"{len(report)} of {count} requests disagree with the oracle (tolerance {tol:g})", "\n".join(report), tol
+    flat = agreement_tolerance(dtype)
+    grows = "" if max(tolerances) == flat else f", growing with the request's length to {max(tolerances):.3g}"
+    return f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {flat:g}{grows})", "\n".join(report), max(tolerances)
 
 
 def _distribution_failure(model_dir: Path, tier: EngineTier, test: str, kind: str,

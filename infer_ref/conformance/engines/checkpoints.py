@@ -251,8 +251,10 @@ def write_checkpoint(spec: EngineCheckpoint, dest_dir: str | os.PathLike[str], s
     return dest
 
 
-def write_all(root: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> list[Path]:
-    """Every spec of :data:`ENGINE_CHECKPOINTS` in every style under ``root`` (``root/<name>-<style>``).
+def write_all(root: str | os.PathLike[str], progress: Callable[[str], None] | None = None, *,
+              specs: Sequence[EngineCheckpoint] = ENGINE_CHECKPOINTS, styles: Sequence[Style] = STYLES) -> list[Path]:  # fmt: skip
+    """Every one of ``specs`` (default :data:`ENGINE_CHECKPOINTS`) in every one of ``styles`` under
+    ``root`` (``root/<name>-<style>``).
 
     A folder whose record matches the current recipe and whose files still hash to what it
     recorded is kept as it is; any other is written afresh through a temporary folder, so an
@@ -262,10 +264,10 @@ def write_all(root: str | os.PathLike[str], progress: Callable[[str], None] | No
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     folders = []
-    todo = [(spec, style) for spec in ENGINE_CHECKPOINTS for style in STYLES
+    todo = [(spec, style) for spec in specs for style in styles
             if not is_current(spec, style, root / spec.folder_name(style))]  # fmt: skip
-    for spec in ENGINE_CHECKPOINTS:
-        for style in STYLES:
+    for spec in specs:
+        for style in styles:
             dest = root / spec.folder_name(style)
             if (spec, style) in todo:
                 if progress is not None:

@@ -12,6 +12,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import torch
+from torch import Tensor
+
+from infer_ref.cache.paged import PagedKVCache
 from infer_ref.conformance.engines.adapters.infer_ref_engine import CAPABILITIES, InferRefEngine
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
 from infer_ref.conformance.mutants.engine import (
@@ -23,6 +27,7 @@ from infer_ref.conformance.mutants.engine import (
 )
 from infer_ref.conformance.mutants.prefix import UnchainedHash, UnverifiedHit
 from infer_ref.engine.block_manager import BlockManager, TokenSequence
+from infer_ref.engine.engine import Engine
 from infer_ref.engine.scheduler import Scheduler
 from infer_ref.engine.sequence import Request
 
@@ -38,6 +43,12 @@ ENGINE_BUG_CLASSES = (
     "seeded tokens change when the request is preempted",
     "prefix cache stops hitting past the first block",
     *CHUNK_BUG_CLASSES,
+)
+# Bugs that are right at small sizes and wrong at released ones: only the long-context workload
+# (``--ir-long-context``) reaches them.
+LONG_CONTEXT_BUG_CLASSES = (
+    "block table entries truncated to a narrow integer",
+    "RoPE positions past a precomputed table clamped",
 )
 
 
@@ -200,6 +211,45 @@ class ChunkKVUnwritten(InferRefEngine):
     engine_class = UnwrittenChunkEngine
 
 
+# -- bugs only long contexts reach --------------------------------------------------------------
+
+NARROW_BLOCK_ID_BITS = 8  # block ids 256 and up alias 0 and up: a pool or table past 256 blocks
+ROPE_TABLE_POSITIONS = 8192  # a cos/sin table of Llama 3's original context, indexed with a clamp
+
+
+class NarrowBlockIdCache(PagedKVCache):
+    """Block tables handed to the kernels as 8-bit ids: block 256 is read and written as block 0."""
+
+    def _device_table(self) -> Tensor:
+        table = super()._device_table()  # [B, M] int64, -1 past each row's blocks
+        return torch.where(table >= 0, table % (1 << NARROW_BLOCK_ID_BITS), table)
+
+
+class ClampedRopeTableCache(PagedKVCache):
+    """Positions read from a RoPE table of 8192 rows with a clamp: every later position gets row 8191."""
+
+    def positions(self, t: int) -> Tensor:
+        return super().positions(t).clamp(max=ROPE_TABLE_POSITIONS - 1)
+
+
+class NarrowBlockIdEngine(Engine):
+    cache_class = NarrowBlockIdCache
+
+
+class ClampedRopeEngine(Engine):
+    cache_class = ClampedRopeTableCache
+
+
+class NarrowBlockIds(InferRefEngine):
+    reproducible = False
+    engine_class = NarrowBlockIdEngine
+
+
+class ClampedRopeTable(InferRefEngine):
+    reproducible = False
+    engine_class = ClampedRopeEngine
+
+
 @dataclass(frozen=True)
 class EngineMutant:
     name: str
@@ -207,6 +257,7 @@ class EngineMutant:
     engine: type[InferRefEngine]
     caught_by: tuple[str, ...]  # the tier's tests expected to fail (test function names)
     checkpoint: str = "llama-tiny"  # the fixture its bug shows on (a window needs Gemma 3)
+    long_context: bool = False  # caught by the long-context workload (checkpoint: a long checkpoint's name)
 
     def factory(self) -> Callable[[Path, EngineOptions], InferRefEngine]:
         def start(model_dir: Path, options: EngineOptions) -> InferRefEngine:
@@ -232,6 +283,12 @@ ENGINE_MUTANTS = (
     EngineMutant("chunk_window_from_chunk_start", ENGINE_BUG_CLASSES[11], ChunkWindowFromStart, ("test_chunked_prefill_matches_whole",), "gemma3-tiny"),
     EngineMutant("chunk_kv_unwritten", ENGINE_BUG_CLASSES[12], ChunkKVUnwritten, ("test_chunked_prefill_matches_whole",)),
 )
-globals().update({m.name: m.factory() for m in ENGINE_MUTANTS})  # --engine infer_ref.conformance.engines.mutants:NAME
+LONG_CONTEXT_MUTANTS = (
+    EngineMutant("block_ids_8_bit", LONG_CONTEXT_BUG_CLASSES[0], NarrowBlockIds, ("test_long_prompts_agree_with_oracle",),
+                 "qwen3-long", long_context=True),
+    EngineMutant("rope_table_clamped_at_8192", LONG_CONTEXT_BUG_CLASSES[1], ClampedRopeTable, ("test_long_prompts_agree_with_oracle",),
+                 "llama3-long-ropescaling8192", long_context=True),
+)
+globals().update({m.name: m.factory() for m in (*ENGINE_MUTANTS, *LONG_CONTEXT_MUTANTS)})  # --engine infer_ref.conformance.engines.mutants:NAME
 
-__all__ = ["ENGINE_BUG_CLASSES", "ENGINE_MUTANTS", "EngineMutant"]
+__all__ = ["ENGINE_BUG_CLASSES", "ENGINE_MUTANTS", "LONG_CONTEXT_BUG_CLASSES", "LONG_CONTEXT_MUTANTS", "EngineMutant"]

@@ -36,6 +36,7 @@ CAPABILITIES = (
     "reset_prefix_cache",  # EngineHandle.reset_prefix_cache empties the prefix cache
     "chunked_prefill",  # EngineOptions.max_num_batched_tokens splits a long prompt's prefill
     "kv_budget",  # EngineOptions.kv_cache_tokens bounds the KV cache (small budgets preempt)
+    "block_size",  # EngineOptions.block_size sets the KV block size (an engine may refuse sizes it lacks)
     "batch",  # several requests in one generate call run concurrently
     "top_k_top_p",  # EngineRequest.top_k / top_p are honoured
     "ignore_eos",  # EngineRequest.ignore_eos is honoured

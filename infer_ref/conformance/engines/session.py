@@ -8,6 +8,11 @@ Per checkpoint the tier starts an engine at most twice:
   budget of ``KV_BUDGET_BLOCKS`` blocks (smaller than a full batch needs, so a batch preempts),
   wherever the engine declares the capability. The agreement properties run on it.
 
+The long-context tier (``--ir-long-context``, :mod:`~infer_ref.conformance.engines.long_workload`)
+starts the same two kinds at its own lengths (a chunk budget of 1000 tokens, a pool exactly as large
+as its pool-edge pair), and ``block-1`` / ``block-16``: the stressed engine with KV blocks of 1 and
+16 positions.
+
 An HTTP endpoint is one engine started by someone else: plain and stressed are then the same handle.
 """
 
@@ -23,6 +28,12 @@ from pathlib import Path
 
 from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
 from infer_ref.conformance.engines.factory_options import EngineOptionError, parse_engine_options
+from infer_ref.conformance.engines.long_workload import (
+    LONG_CHUNK_BUDGET,
+    LONG_MAX_MODEL_LEN,
+    PLAIN_LONG_KV_TOKENS,
+    POOL_BLOCKS,
+)
 from infer_ref.conformance.engines.names import ENGINES, known_engine
 from infer_ref.conformance.engines.notes import left_out_note
 from infer_ref.conformance.engines.prefix_hits import PrefixHit
@@ -58,15 +69,19 @@ class EngineStartError(UsageError):
     """An engine could not be started or reached; the message says what to do."""
 
 
-def default_model_dirs(progress: Callable[[str], None] | None = None) -> list[Path]:
+def default_model_dirs(progress: Callable[[str], None] | None = None, *, long_context: bool = False) -> list[Path]:
     """The kit's checkpoints: the three trained fixtures (from a checkout, or the wheel's data folder)
     and the engine checkpoints written from them on first use (in both config.json styles, under
     ``$INFER_REF_ENGINE_CHECKPOINTS``, default ``~/.cache/infer_ref/engine-checkpoints``; ``progress``
-    hears a line per folder written). None without the fixtures."""
+    hears a line per folder written). ``long_context``: the long-context checkpoints instead, in
+    their one style. None without the fixtures."""
     from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS, write_all
+    from infer_ref.conformance.engines.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
 
     if not FIXTURE_CHECKPOINTS.is_dir():
         return []
+    if long_context:
+        return write_all(engine_checkpoints_root(), progress, specs=LONG_CHECKPOINTS, styles=(LONG_STYLE,))
     fixtures = sorted(p for p in FIXTURE_CHECKPOINTS.iterdir() if (p / "config.json").is_file())
     return fixtures + write_all(engine_checkpoints_root(), progress)
 
@@ -98,8 +113,11 @@ def declared_capabilities(factory: object) -> frozenset[str]:
     return frozenset(CAPABILITIES) if caps is None else frozenset(caps)
 
 
-def options_for(kind: str, dtype: str, capabilities: frozenset[str]) -> EngineOptions:
-    """The options of a ``plain`` or ``stressed`` start, limited to what the engine can honour."""
+def options_for(kind: str, dtype: str, capabilities: frozenset[str], *, long_context: bool = False) -> EngineOptions:
+    """The options of a ``plain``, ``stressed`` or (long context) ``block-N`` start, limited to what the
+    engine can honour."""
+    if long_context:
+        return _long_options(kind, dtype, capabilities)
     plain = EngineOptions(dtype=dtype, prefix_caching=False, block_size=BLOCK_SIZE,
                           kv_cache_tokens=PLAIN_KV_TOKENS, max_model_len=MAX_MODEL_LEN)  # fmt: skip
     if kind == "plain":
@@ -109,6 +127,22 @@ def options_for(kind: str, dtype: str, capabilities: frozenset[str]) -> EngineOp
         prefix_caching="prefix_caching" in capabilities,
         max_num_batched_tokens=CHUNK_BUDGET if "chunked_prefill" in capabilities else None,
         kv_cache_tokens=KV_BUDGET_BLOCKS * BLOCK_SIZE if "kv_budget" in capabilities else PLAIN_KV_TOKENS,
+    )
+
+
+def _long_options(kind: str, dtype: str, capabilities: frozenset[str]) -> EngineOptions:
+    plain = EngineOptions(dtype=dtype, prefix_caching=False, block_size=BLOCK_SIZE,
+                          kv_cache_tokens=PLAIN_LONG_KV_TOKENS, max_model_len=LONG_MAX_MODEL_LEN)  # fmt: skip
+    if kind == "plain":
+        return plain
+    block = int(kind.removeprefix("block-")) if kind.startswith("block-") else BLOCK_SIZE
+    return replace(
+        plain,
+        prefix_caching="prefix_caching" in capabilities,
+        block_size=block,
+        max_num_batched_tokens=LONG_CHUNK_BUDGET if "chunked_prefill" in capabilities else None,
+        # The same tokens at every block size: exhausted at the same positions, each a block boundary.
+        kv_cache_tokens=POOL_BLOCKS * BLOCK_SIZE if "kv_budget" in capabilities else PLAIN_LONG_KV_TOKENS,
     )
 
 
@@ -122,6 +156,7 @@ class EngineTier:
     endpoint_model_dir: Path | None = None  # the folder the endpoint serves
     consistency_given: float | None = None  # --ir-consistency-tolerance
     engine_options: tuple[str, ...] = ()  # --ir-engine-option KEY=VALUE: the factory's own keywords
+    long_context: bool = False  # --ir-long-context: the long workload's starts (options_for)
     factory: Callable[..., EngineHandle] | None = None
     factory_kwargs: dict[str, object] = field(default_factory=dict)  # engine_options, parsed and checked
     started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict)
@@ -148,7 +183,8 @@ class EngineTier:
             raise EngineStartError("--engine-option sets an engine the tier starts; a running endpoint was started by you")
         registered = None if self.endpoint else (self.engine or "infer_ref")
         try:
-            self.consistency = consistency_tolerance(registered if registered in ENGINES else None, self.dtype, self.consistency_given)
+            self.consistency = consistency_tolerance(registered if registered in ENGINES else None, self.dtype, self.consistency_given,
+                                                     long_context=self.long_context)  # fmt: skip
         except ValueError as e:
             raise EngineStartError(str(e)) from None
 
@@ -160,7 +196,7 @@ class EngineTier:
         """How the ``kind`` engine is started, for a repro script of an engine with no snippet of its own."""
         if self.endpoint is not None:
             return EngineStart(endpoint=self.endpoint)
-        options = options_for(kind, self.dtype, self.capabilities)
+        options = options_for(kind, self.dtype, self.capabilities, long_context=self.long_context)
         return EngineStart(factory=ENGINES.get(self.engine or "infer_ref", self.engine or "infer_ref"),
                            options=asdict(options), kwargs=dict(self.factory_kwargs))  # fmt: skip
 
@@ -225,7 +261,8 @@ class EngineTier:
 
             return connect(self.endpoint, model_dir)
         assert self.factory is not None
-        return self.factory(model_dir, options_for(kind, self.dtype, self.capabilities), **self.factory_kwargs)
+        options = options_for(kind, self.dtype, self.capabilities, long_context=self.long_context)
+        return self.factory(model_dir, options, **self.factory_kwargs)
 
     def alone(self, model_dir: Path, request: EngineRequest) -> EngineOutput:
         """``request`` run alone on the plain engine (memoised): the self-consistency reference."""

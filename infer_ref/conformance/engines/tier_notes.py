@@ -30,12 +30,12 @@ if TYPE_CHECKING:
 STATE_KEY = "ir_engine_tier_state"  # the workeroutput entry
 
 
-def tier_state(tier: EngineTier, agreement_tolerance: float) -> dict[str, Any]:
+def tier_state(tier: EngineTier, agreement_tolerance: float, source: str) -> dict[str, Any]:
     """What one process's tier learnt, as plain data (it crosses from an xdist worker as JSON-like)."""
     if tier.dtype in LOW_PRECISION:  # agreement is judged by distribution there: the largest distance is reported, not judged
         oracle = (tier.distances, math.inf, f"not judged alone in {tier.dtype}: the distribution verdict judges agreement")
     else:
-        oracle = (tier.distances, agreement_tolerance, f"the oracle tolerance for {tier.dtype}")
+        oracle = (tier.distances, agreement_tolerance, source)
     logs = [oracle,
             (tier.spreads, tier.consistency.value, tier.consistency.source)]  # fmt: skip
     return {

@@ -26,7 +26,7 @@ from infer_ref.tokenizer import Tokenizer
 
 CAPABILITIES = frozenset(
     {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "cached_tokens", "reset_prefix_cache",
-     "kv_budget", "batch", "top_k_top_p", "top_logprobs", "chunked_prefill"}
+     "kv_budget", "block_size", "batch", "top_k_top_p", "top_logprobs", "chunked_prefill"}
 )  # fmt: skip
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_KV_TOKENS = 8192  # ample for the tier's requests: nothing is preempted unless a budget is set

@@ -126,5 +126,5 @@ def run(pipe, requests):
 # "top_logprobs" (the chosen token's logprob only), no "cached_tokens" (not reported per request).
 start_openvino.capabilities = frozenset(  # type: ignore[attr-defined]
     {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "reset_prefix_cache", "chunked_prefill",
-     "kv_budget", "batch", "top_k_top_p", "ignore_eos"}
+     "kv_budget", "block_size", "batch", "top_k_top_p", "ignore_eos"}
 )  # fmt: skip

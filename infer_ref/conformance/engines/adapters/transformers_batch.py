@@ -34,7 +34,7 @@ from infer_ref.conformance.engines.adapters.transformers_generate import (
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
 from infer_ref.conformance.interface.contract import Unsupported
 
-CAPABILITIES = frozenset({"batch", "chunked_prefill", "kv_budget", "prefix_caching", "ignore_eos"})
+CAPABILITIES = frozenset({"batch", "chunked_prefill", "kv_budget", "block_size", "prefix_caching", "ignore_eos"})
 PLAIN_PAGE_SIZE = 32
 # Whole prefill for the plain start: a budget no prompt of the tier reaches in one step.
 WHOLE_PREFILL_TOKENS = 8192

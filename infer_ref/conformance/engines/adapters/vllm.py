@@ -95,5 +95,5 @@ def not_installed_message(interpreter: str, reason: str) -> str:
 # Everything the tier can ask of vLLM offline (the worker reports the same after a start).
 start_vllm.capabilities = frozenset(  # type: ignore[attr-defined]
     {"prompt_logprobs", "seed", "stop_strings", "cached_tokens", "reset_prefix_cache", "chunked_prefill",
-     "kv_budget", "batch", "top_k_top_p", "ignore_eos", "prefix_caching", "top_logprobs"}
+     "kv_budget", "block_size", "batch", "top_k_top_p", "ignore_eos", "prefix_caching", "top_logprobs"}
 )  # fmt: skip

@@ -17,6 +17,7 @@ GROUPS = {
     "test_determinism": "determinism",
     "test_stopping": "stopping",
     "test_logprobs": "logprob semantics",
+    "test_long_context": "long contexts (prompts to 8193 positions: --long-context)",
 }
 MARKS = {"passed": "✓", "xfailed": "x", "failed": "✗", "not judged": "?", "skipped": "–"}
 NOT_RUN = "·"  # the engine's results hold no case of this test on this family

@@ -22,7 +22,7 @@ from infer_ref.conformance.engines.matrix.grid import build_grid
 from infer_ref.conformance.engines.matrix.markdown import checkpoint_table, matrix_markdown
 from infer_ref.conformance.engines.matrix.results import EngineResult, load_result, read_junit
 from infer_ref.conformance.engines.matrix.svg import matrix_svg
-from infer_ref.conformance.engines.matrix.tier_runs import RUNS, check_engines, run_engines
+from infer_ref.conformance.engines.matrix.tier_runs import LONG_CONTEXT_DIR, RUNS, check_engines, run_engines
 from infer_ref.errors import UsageError
 
 
@@ -32,6 +32,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, metavar="DIR", help="with --engines: where each engine's XML, JSON and log go")
     p.add_argument("--model-dir", action="append", type=Path, default=[], metavar="DIR",
                    help="with --engines: judge on these checkpoints only (default: the kit's)")
+    p.add_argument("--long-context", action="store_true",
+                   help="with --engines: run the long-context workload instead, into OUT/long (drawn beside the default one)")
     p.add_argument("--results", type=Path, metavar="DIR", help="draw from DIR/ENGINE.xml (and ENGINE.json where there)")
     p.add_argument("--version", action="append", default=[], metavar="ENGINE=TEXT",
                    help="the engine's version, where its results carry none (no report JSON)")
@@ -61,7 +63,7 @@ def draw(args: argparse.Namespace, argv: Sequence[str]) -> int:
         if args.out is None:
             raise UsageError("--engines needs --out DIR: where each engine's results go")
         check_engines(args.engines)
-        statuses = run_engines(args.engines, args.out, args.model_dir)
+        statuses = run_engines(args.engines, args.out, args.model_dir, long_context=args.long_context)
         folder, engines = args.out, list(statuses)
     else:
         folder, engines, statuses = args.results, engines_in(args.results), {}
@@ -88,9 +90,19 @@ def engines_in(folder: Path) -> list[str]:
 
 
 def result_of(engine: str, folder: Path, versions: dict[str, str], xfails: dict[str, str]) -> EngineResult:
+    """The engine's results in ``folder``, its long-context ones (``folder/long``) added where there."""
     report = folder / f"{engine}.json"
-    return load_result(engine, folder / f"{engine}.xml", report if report.is_file() else None, versions.get(engine),
-                       Path(xfails[engine]) if engine in xfails else None)  # fmt: skip
+    result = load_result(engine, folder / f"{engine}.xml", report if report.is_file() else None, versions.get(engine),
+                         Path(xfails[engine]) if engine in xfails else None)  # fmt: skip
+    long_folder = folder / LONG_CONTEXT_DIR
+    if (long_folder / f"{engine}.xml").is_file():
+        long_report = long_folder / f"{engine}.json"
+        long = load_result(engine, long_folder / f"{engine}.xml", long_report if long_report.is_file() else None, versions.get(engine),
+                           Path(xfails[engine]) if engine in xfails else None)  # fmt: skip
+        result.cases += long.cases
+        result.tolerances += [f"long contexts: {t}" for t in long.tolerances]
+        result.run += f"; long contexts {long.run}" if long.run else ""
+    return result
 
 
 def _pairs(values: Sequence[str], option: str) -> dict[str, str]:

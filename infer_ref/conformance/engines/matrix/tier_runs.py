@@ -70,17 +70,34 @@ def missing_venv(engine: str) -> str | None:
     return None
 
 
-def tier_command(engine: str, out: Path, model_dirs: Sequence[Path] = ()) -> list[str]:
-    """``infer-ref conformance --engine E [--xfails F] --report OUT/E.json -- --junitxml=OUT/E.xml``."""
+LONG_CONTEXT_DIR = "long"  # the long-context workload's results: OUT/long/E.xml beside OUT/E.xml
+
+
+def tier_command(engine: str, out: Path, model_dirs: Sequence[Path] = (), *, long_context: bool = False) -> list[str]:
+    """``infer-ref conformance --engine E [--xfails F] [--long-context] --report OUT/E.json -- --junitxml=OUT/E.xml``
+    (``out`` is then the long-context folder)."""
     spec = RUNS[engine]
     command = [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", spec.engine or engine]
+    if long_context:
+        command.append("--long-context")
     if spec.dtype:
         command += ["--dtype", spec.dtype]
-    if spec.xfails:
-        command += ["--xfails", str(XFAILS_DIR / spec.xfails)]
+    xfails = long_context_xfails(spec.xfails) if long_context else spec.xfails
+    if xfails:
+        command += ["--xfails", str(XFAILS_DIR / xfails)]
     for folder in model_dirs:
         command += ["--model-dir", str(folder)]
     return [*command, "--report", str(out / f"{engine}.json"), "--", f"--junitxml={out / f'{engine}.xml'}", "-q"]
+
+
+def long_context_xfails(default: str | None) -> str | None:
+    """The long-context workload's expected failures of an engine: ``NAME-long.txt`` beside its
+    default file, where there is one (the default file's entries name tests that run would not
+    collect: stale, they would fail it)."""
+    if default is None:
+        return None
+    name = default.removesuffix(".txt") + "-long.txt"
+    return name if (XFAILS_DIR / name).is_file() else None
 
 
 def run_with_log(command: Sequence[str], log: Path) -> int:
@@ -89,10 +106,12 @@ def run_with_log(command: Sequence[str], log: Path) -> int:
 
 
 def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = (), runner: Runner = run_with_log,
-                say: Callable[[str], None] = print) -> dict[str, int]:  # fmt: skip
-    """Run the tier on each engine that can run here: the engines whose results are in ``out``,
-    with their tiers' exit statuses."""
+                say: Callable[[str], None] = print, *, long_context: bool = False) -> dict[str, int]:  # fmt: skip
+    """Run the tier (``long_context``: the long-context workload, into ``out/long``) on each engine
+    that can run here: the engines whose results are in ``out``, with their tiers' exit statuses."""
     check_engines(engines)
+    if long_context:
+        out = out / LONG_CONTEXT_DIR
     out.mkdir(parents=True, exist_ok=True)
     ran: dict[str, int] = {}
     for engine in engines:
@@ -101,7 +120,7 @@ def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = 
             say(why_not)
             continue
         start = time.monotonic()
-        status = runner(tier_command(engine, out, model_dirs), out / f"{engine}.log")
+        status = runner(tier_command(engine, out, model_dirs, long_context=long_context), out / f"{engine}.log")
         seconds = time.monotonic() - start
         if not (out / f"{engine}.xml").is_file():
             say(f"{engine}: left out: the tier wrote no results (exit status {status}; see {out / f'{engine}.log'})")

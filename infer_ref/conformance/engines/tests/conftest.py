@@ -32,26 +32,30 @@ def _tier(config: pytest.Config) -> EngineTier:
             endpoint_model_dir=Path(dirs[0]) if endpoint else None,
             consistency_given=config.getoption("--ir-consistency-tolerance"),
             engine_options=tuple(config.getoption("--ir-engine-option") or ()),
+            long_context=bool(config.getoption("--ir-long-context")),
         )
     return _TIER["tier"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ir_engine_requires(*capabilities): skip unless the engine declares them")
+    config.addinivalue_line("markers", "ir_long_context: the long-context workload (run with --ir-long-context, and only then)")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_dir" in metafunc.fixturenames:
-        dirs = [Path(d) for d in metafunc.config.getoption("--ir-model-dir") or []] or _default_dirs()
+        long_context = bool(metafunc.config.getoption("--ir-long-context"))
+        dirs = [Path(d) for d in metafunc.config.getoption("--ir-model-dir") or []] or _default_dirs(long_context)
         metafunc.parametrize("model_dir", dirs, ids=[d.name for d in dirs], scope="session")
 
 
-def _default_dirs() -> list[Path]:
-    if "dirs" not in _DIRS:  # written once per process (cached on disk across runs)
-        _DIRS["dirs"] = default_model_dirs()
-        if not _DIRS["dirs"]:
+def _default_dirs(long_context: bool) -> list[Path]:
+    key = "long" if long_context else "default"
+    if key not in _DIRS:  # written once per process (cached on disk across runs)
+        _DIRS[key] = default_model_dirs(long_context=long_context)
+        if not _DIRS[key]:
             raise pytest.UsageError("no checkpoints to judge: pass --ir-model-dir DIR (the kit's own need a checkout of infer_ref)")
-    return _DIRS["dirs"]
+    return _DIRS[key]
 
 
 _DIRS: dict[str, list[Path]] = {}
@@ -62,6 +66,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         tier = _tier(config)
     except EngineStartError as e:
         raise pytest.UsageError(str(e)) from None
+    _select_workload(config, items)
     for item in items:
         if "model_dir" not in getattr(item, "fixturenames", ()):
             continue  # not an engine-tier test
@@ -72,14 +77,25 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"not supported by {tier.name} ({', '.join(missing)})"))
 
 
+def _select_workload(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``--ir-long-context`` runs the long-context tests alone; without it they are not collected
+    (deselected: they are another workload, not a test of this run that was skipped)."""
+    long_context = bool(config.getoption("--ir-long-context"))
+    kept = [i for i in items if (i.get_closest_marker("ir_long_context") is not None) == long_context
+            or "model_dir" not in getattr(i, "fixturenames", ())]  # fmt: skip
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+        items[:] = kept
+
+
 def _record(item: pytest.Item, needed: list[str]) -> None:
     """What the conformance report tallies: capabilities, bug classes, oracle, checkpoint."""
-    from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES
+    from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES, LONG_CONTEXT_BUG_CLASSES
     from infer_ref.conformance.mutants import ALL_BUG_CLASSES
     from infer_ref.conformance.report import bug_classes_of
 
     item.user_properties.append(("ir_capabilities", sorted(set(needed)) or ["(any engine)"]))
-    item.user_properties.append(("ir_bug_classes", bug_classes_of(item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES)))
+    item.user_properties.append(("ir_bug_classes", bug_classes_of(item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES + LONG_CONTEXT_BUG_CLASSES)))
     oracle = item.get_closest_marker("ir_oracle")
     if oracle is not None:
         item.user_properties.append(("ir_oracle", str(oracle.args[0])))
@@ -98,7 +114,14 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     tier = _TIER.get("tier")
     if tier is None:
         return
-    state = tier_state(tier, agreement_tolerance(tier.dtype))
+    if tier.long_context:  # the verdict judges each request at its length's tolerance; the note, the longest's
+        from infer_ref.conformance.engines.long_workload import LONG_MAX_MODEL_LEN
+
+        tolerance = agreement_tolerance(tier.dtype, LONG_MAX_MODEL_LEN)
+        source = f"the oracle tolerance for {tier.dtype} at {LONG_MAX_MODEL_LEN} positions (each request is judged at its own length's)"
+    else:
+        tolerance, source = agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"
+    state = tier_state(tier, tolerance, source)
     if hasattr(session.config, "workerinput"):
         session.config.workeroutput[STATE_KEY] = state  # type: ignore[attr-defined]
         return

@@ -15,18 +15,16 @@ import pytest
 
 from infer_ref.conformance.engines.agreement import continued_turns, first_turns
 from infer_ref.conformance.engines.agreement_verdict import judge_agreement
-from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
+from infer_ref.conformance.engines.conversation import converse, judge_warm_against_cold
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
-from infer_ref.conformance.engines.repro import write_repro
-from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.engines.session import EngineTier
 
 
 def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> tuple[list[EngineRequest], list[EngineOutput]]:
     """The first turns, then their continuations on the same (warm) engine."""
     facts, ignore_eos = tier.facts(model_dir), "ignore_eos" in tier.capabilities
-    first = tier.judgeable(model_dir, first_turns(facts, ignore_eos=ignore_eos))
-    continued = tier.judgeable(model_dir, continued_turns(facts, first, run(handle, first), ignore_eos=ignore_eos))
-    return continued, run(handle, continued)
+    return converse(model_dir, tier, handle, first_turns(facts, ignore_eos=ignore_eos),
+                    lambda first, answers: continued_turns(facts, first, answers, ignore_eos=ignore_eos))  # fmt: skip
 
 
 @pytest.mark.ir_oracle("transformers float64")
@@ -36,8 +34,8 @@ def test_continued_conversation_agrees_with_oracle(model_dir: Path, tier: Engine
 
     Guards: *prefix hit reuses another prompt's block*, *causal mask top-left aligned for T>1 over a cache*."""
     handle = started(model_dir)
-    handle_requests, outputs = _conversation(model_dir, tier, handle)
-    judge_agreement(model_dir, tier, handle, "test_continued_conversation_agrees_with_oracle", handle_requests, outputs, "continued")
+    requests, outputs = _conversation(model_dir, tier, handle)
+    judge_agreement(model_dir, tier, handle, "test_continued_conversation_agrees_with_oracle", requests, outputs, "continued")
 
 
 @pytest.mark.ir_oracle("self-consistency")
@@ -50,17 +48,4 @@ def test_continued_conversation_matches_cold(model_dir: Path, tier: EngineTier, 
     handle = started(model_dir)
     handle.reset_prefix_cache()
     continued, warm = _conversation(model_dir, tier, handle)
-    handle.reset_prefix_cache()
-    cold = run(handle, continued)
-    tol = tier.consistency.value
-    problems = []
-    for i, (c, w) in enumerate(zip(cold, warm, strict=True)):
-        tier.spreads.record(f"test_continued_conversation_matches_cold[{model_dir.name}]", largest_difference(c, w))
-        if found := compare_outputs(c, w, tol):
-            problems.append(f"request {i} ({len(continued[i].prompt)} prompt tokens): " + "; ".join(found[:3]))
-    if problems:
-        everything = list(range(len(continued)))
-        repro = write_repro(handle, "test_continued_conversation_matches_cold", model_dir, continued, [[everything], [everything]],
-                            f"a continued conversation served warm differs from cold: {problems[0]}", tol, tier.selects(),
-                            tier.start_of("stressed"))  # fmt: skip
-        raise AssertionError(f"{len(problems)} of {len(continued)} continued conversations differ warm from cold:\n" + "\n".join(problems) + "\n" + repro)
+    judge_warm_against_cold(model_dir, tier, handle, "test_continued_conversation_matches_cold", continued, warm)

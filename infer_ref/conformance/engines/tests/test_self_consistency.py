@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from infer_ref.conformance.engines.alone_verdict import judge_against_alone
 from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
 from infer_ref.conformance.engines.prefix_hits import PrefixHit, shortfalls
-from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
+from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import (
@@ -36,25 +37,6 @@ def _requests(model_dir: Path, tier: EngineTier, prompts: list[tuple[int, ...]],
     return tier.judgeable(model_dir, greedy_requests(prompts, ignore_eos="ignore_eos" in tier.capabilities, prompt_logprobs=wants))
 
 
-def _against_alone(model_dir: Path, tier: EngineTier, requests: list[EngineRequest], outputs: list[EngineOutput], what: str,
-                   test: str, schedule: list[list[int]]) -> None:  # fmt: skip
-    """``outputs`` (the requests as ``schedule`` sent them to the stressed engine) against each request alone."""
-    tol = tier.consistency.value
-    report = []
-    for i, (request, output) in enumerate(zip(requests, outputs, strict=True)):
-        reference = tier.alone(model_dir, request)
-        tier.spreads.record(f"{test}[{model_dir.name}]", largest_difference(reference, output))
-        problems = compare_outputs(reference, output, tol)
-        if problems:
-            report.append(f"request {i} ({len(request.prompt)} prompt tokens): " + "; ".join(problems[:3]))
-    if report:
-        summary = f"{what}: {len(report)} of {len(requests)} requests differ from the same request alone"
-        alone = [[i] for i in range(len(requests))]
-        repro = write_repro(tier.handle(model_dir, "stressed"), test, model_dir, requests, [alone, schedule], f"{summary}: {report[0]}", tol,
-                            tier.selects(), tier.start_of("stressed"))  # fmt: skip
-        raise AssertionError(summary + ":\n" + "\n".join(report) + "\n" + repro)
-
-
 def test_batch_matches_alone(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
     """Each request inside a batch (on the stressed engine: chunked prefill, small KV budget, prefix
     caching) answers as it does alone on the plain engine.
@@ -62,7 +44,7 @@ def test_batch_matches_alone(model_dir: Path, tier: EngineTier, started) -> None
     Guards: *batch row reads a neighbour's cache*, *preemption resumes from a stale position*."""
     facts = tier.facts(model_dir)
     requests = _requests(model_dir, tier, boundary_prompts(facts) + shared_prefix_prompts(facts))
-    _against_alone(model_dir, tier, requests, run(started(model_dir), requests), "batched on the stressed engine",
+    judge_against_alone(model_dir, tier, requests, run(started(model_dir), requests), "batched on the stressed engine",
                    "test_batch_matches_alone", [list(range(len(requests)))])  # fmt: skip
 
 
@@ -75,7 +57,7 @@ def test_permuted_order_matches(model_dir: Path, tier: EngineTier, started) -> N
     requests = _requests(model_dir, tier, shared_prefix_prompts(facts, seed=1), prompt_logprobs=True)
     handle = started(model_dir)
     reverse = run(handle, requests[::-1])[::-1]
-    _against_alone(model_dir, tier, requests, reverse, "sent in reverse order", "test_permuted_order_matches",
+    judge_against_alone(model_dir, tier, requests, reverse, "sent in reverse order", "test_permuted_order_matches",
                    [list(range(len(requests)))[::-1]])  # fmt: skip
 
 
@@ -108,7 +90,7 @@ def test_warm_prefix_cache_matches_cold(model_dir: Path, tier: EngineTier, start
         repro = write_repro(handle, "test_warm_prefix_cache_matches_cold", model_dir, base, [[everything], [everything]],
                             f"warm prefix cache differs from cold: {problems[0]}", tol, tier.selects(), tier.start_of("stressed"))  # fmt: skip
         raise AssertionError("warm prefix cache differs from cold:\n" + "\n".join(problems) + "\n" + repro)
-    _against_alone(model_dir, tier, extended, warm[len(base):], "extending prompts on the warm prefix cache",
+    judge_against_alone(model_dir, tier, extended, warm[len(base):], "extending prompts on the warm prefix cache",
                    "test_warm_prefix_cache_matches_cold", [list(range(len(extended)))])  # fmt: skip
 
 
@@ -153,5 +135,5 @@ def test_chunked_prefill_matches_whole(model_dir: Path, tier: EngineTier, starte
     requests = _requests(model_dir, tier, long_prompts)
     handle = started(model_dir)
     outputs = [run(handle, [r])[0] for r in requests]
-    _against_alone(model_dir, tier, requests, outputs, "prefilled in chunks of 64 tokens", "test_chunked_prefill_matches_whole",
+    judge_against_alone(model_dir, tier, requests, outputs, "prefilled in chunks of 64 tokens", "test_chunked_prefill_matches_whole",
                    [[i] for i in range(len(requests))])  # fmt: skip

@@ -29,7 +29,7 @@ from worker_loop import NotInstalled, Refused, serve
 
 CAPABILITIES = (
     "prompt_logprobs", "seed", "stop_strings", "cached_tokens", "reset_prefix_cache",
-    "chunked_prefill", "kv_budget", "batch", "top_k_top_p", "ignore_eos", "top_logprobs",
+    "chunked_prefill", "kv_budget", "block_size", "batch", "top_k_top_p", "ignore_eos", "top_logprobs",
 )  # fmt: skip
 
 _engine: dict[str, Any] = {}  # "llm": the vllm.LLM, "vllm": the module

@@ -1,0 +1,49 @@
+"""Continued conversations, shared by the default and the long-context workloads: the first turns
+run, then each continued (its prompt, the engine's own answer, a new turn) on the same warm engine;
+and the verdict of the warm continuations against the same requests on an emptied prefix cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
+from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
+from infer_ref.conformance.engines.repro import write_repro
+from infer_ref.conformance.engines.session import EngineTier, run
+
+# (first turns, the engine's answers to them) -> the continued requests
+Continue = Callable[[list[EngineRequest], list[EngineOutput]], list[EngineRequest]]
+
+
+def converse(model_dir: Path, tier: EngineTier, handle: EngineHandle, first: list[EngineRequest],
+             continue_turns: Continue) -> tuple[list[EngineRequest], list[EngineOutput]]:  # fmt: skip
+    """``first`` run on ``handle``, then their continuations on the same (warm) engine: the
+    continued requests and their answers (requests whose answers the engine cannot show left out)."""
+    first = tier.judgeable(model_dir, first)
+    continued = tier.judgeable(model_dir, continue_turns(first, run(handle, first)))
+    return continued, run(handle, continued)
+
+
+def judge_warm_against_cold(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str,
+                            continued: list[EngineRequest], warm: list[EngineOutput]) -> None:  # fmt: skip
+    """The ``warm`` answers of ``continued`` against the same requests sent again on an emptied
+    prefix cache, within the engine's self-consistency tolerance."""
+    handle.reset_prefix_cache()
+    cold = run(handle, continued)
+    tol = tier.consistency.value
+    problems = []
+    for i, (c, w) in enumerate(zip(cold, warm, strict=True)):
+        tier.spreads.record(f"{test}[{model_dir.name}]", largest_difference(c, w))
+        if found := compare_outputs(c, w, tol):
+            problems.append(f"request {i} ({len(continued[i].prompt)} prompt tokens): " + "; ".join(found[:3]))
+    if problems:
+        everything = list(range(len(continued)))
+        repro = write_repro(handle, test, model_dir, continued, [[everything], [everything]],
+                            f"a continued conversation served warm differs from cold: {problems[0]}", tol, tier.selects(),
+                            tier.start_of("stressed"))  # fmt: skip
+        raise AssertionError(f"{len(problems)} of {len(continued)} continued conversations differ warm from cold:\n" + "\n".join(problems) + "\n" + repro)
+
+
+__all__ = ["Continue", "converse", "judge_warm_against_cold"]
