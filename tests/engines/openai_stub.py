@@ -34,6 +34,7 @@ class Stub:
     text_prompts_only: bool = False  # refuse token-id prompts (HTTP 422), answer text ones (llama_cpp.server)
     extras_tokenize: bool = False  # offer /extras/tokenize (BOS first, as llama_cpp.server) and answer token texts
     empty_text_top: bool = False  # an empty token text among the top logprobs (a control token, rendered empty)
+    max_context: int | None = None  # refuse (HTTP 400, as vLLM words it) a prompt + max_tokens longer than this
 
 
 BOS = 433  # llama-tiny's <|begin_of_text|>, which llama_cpp.server puts before a text prompt
@@ -158,7 +159,11 @@ class StubServer:
                     else:
                         self._send(422, {"detail": [{"loc": ["body", "prompt"], "msg": "Input should be a valid string"}]})
                 elif self.path == "/v1/completions":
-                    if any(t >= stub.vocab_size for t in body["prompt"]):
+                    asked = len(body["prompt"]) + body["max_tokens"]
+                    if stub.max_context is not None and asked > stub.max_context:
+                        self._send(400, {"error": {"message": f"This model's maximum context length is {stub.max_context} tokens. "
+                                                              f"However, you requested {asked} tokens."}})  # fmt: skip
+                    elif any(t >= stub.vocab_size for t in body["prompt"]):
                         self._send(400, {"error": {"message": f"token id out of vocabulary ({stub.vocab_size})"}})
                     else:
                         self._send(200, completion(stub, body))

@@ -135,3 +135,21 @@ def test_text_prompts_only_server_refuses_a_token_text_several_tokens_render_to(
         engine = connect(url, MODEL_DIR)
         with pytest.raises(Unsupported, match="the engine answered the token text '', which several of .* its id is not known exactly"):
             engine.generate([EngineRequest(prompt=ROUND_TRIPS, max_tokens=1, logprobs=3)])
+
+
+def test_a_request_longer_than_the_servers_context_is_not_supported() -> None:
+    """A server started by someone else with a shorter context than the long-context workload's
+    requests refuses them (HTTP 400): a setting of the server, "not supported" with its sentence."""
+    with StubServer(Stub(extras=True, max_context=64)) as url:
+        engine = connect(url, MODEL_DIR)
+        [short] = engine.generate([EngineRequest(prompt=PROMPT, max_tokens=3)])
+        with pytest.raises(Unsupported, match=r"context shorter than 103 positions .*maximum context length is 64"):
+            engine.generate([EngineRequest(prompt=PROMPT * 25, max_tokens=3)])
+    assert short.token_ids == (64, 64, 64)
+
+
+def test_only_a_context_refusal_is_read_as_not_supported() -> None:
+    from infer_ref.conformance.engines.adapters.openai_engine import _CONTEXT_TOO_SHORT
+
+    assert _CONTEXT_TOO_SHORT.search("Requested tokens (8209) exceed context window of 2048")  # llama_cpp.server
+    assert not _CONTEXT_TOO_SHORT.search("token id out of vocabulary (300)")  # any other 400 stays an error

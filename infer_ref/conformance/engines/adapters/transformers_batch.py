@@ -58,6 +58,8 @@ class TransformersBatchEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.eos_ids = generation_eos_ids(self.model)
         self.batching = _batching_config(options)
+        if (why := _out_of_bounds(self.batching)) is not None:  # generate_batch would raise it at its first call
+            raise Unsupported(f"transformers {transformers.__version__} generate_batch: {why}")
         logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)  # CPU memory notes on every call
         self.name = (f"transformers {transformers.__version__} generate_batch ({options.dtype}, "
                      f"page {self.batching.page_size}, {self.batching.num_blocks} pages)")  # fmt: skip
@@ -121,6 +123,20 @@ def _batching_config(options: EngineOptions) -> Any:
         allow_block_sharing=options.prefix_caching,
         use_cuda_graph=False,
     )
+
+
+def _out_of_bounds(config: Any) -> str | None:
+    """What transformers' own bounds check says of ``config`` (a page of fewer than 4 positions, in
+    5.24), or None; None too where this transformers has no such check to ask."""
+    try:
+        from transformers.generation.continuous_batching.initialization import check_cb_values_bounds
+    except ImportError:
+        return None
+    try:
+        check_cb_values_bounds(config)
+    except ValueError as e:
+        return str(e)
+    return None
 
 
 def _check_supported(i: int, r: EngineRequest) -> None:
