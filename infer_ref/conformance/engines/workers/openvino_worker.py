@@ -134,7 +134,18 @@ def generate(args: dict[str, Any]) -> list[dict[str, Any]]:
         _engine["next_id"] += 1
     while pipe.has_non_finished_requests():
         pipe.step()
-    return [_answer(request, handle.read_all()[0]) for request, handle in zip(args["requests"], handles, strict=True)]
+    return [_answer(request, _only_output(i, handle)) for i, (request, handle) in enumerate(zip(args["requests"], handles, strict=True))]
+
+
+def _only_output(index: int, handle: Any) -> Any:
+    """The request's one output; a request the pipeline finished without one (status IGNORED: its
+    scheduler dropped it) is an error naming the status, not an index error."""
+    outputs = handle.read_all()
+    if len(outputs) != 1:
+        status = str(handle.get_status()).rsplit(".", 1)[-1]
+        raise RuntimeError(f"request {index}: OpenVINO finished it with status {status} and {len(outputs)} outputs "
+                           "(one expected): the pipeline answered nothing")  # fmt: skip
+    return outputs[0]
 
 
 def _answer(request: dict[str, Any], output: Any) -> dict[str, Any]:
