@@ -195,7 +195,8 @@ def _name_the_engine(report: ir_report.Report, config: pytest.Config) -> None:
 
     engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
     dtype = str(config.getoption("--ir-engine-dtype"))
-    parts = selection_options(engine, endpoint, dtype, config.getoption("--ir-engine-option") or ())
+    parts = selection_options(engine, endpoint, dtype, config.getoption("--ir-engine-option") or (),
+                              long_context=bool(config.getoption("--ir-long-context")))
     parts += [f"--ir-model-dir={shlex.quote(str(d))}" for d in config.getoption("--ir-model-dir") or []]
     report.impl = " ".join(parts)  # what a failure's repro command needs to run the same engine the same way
     report.adapter, report.version = "engine tier:", engine or endpoint or "infer_ref"

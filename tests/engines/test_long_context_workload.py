@@ -132,8 +132,9 @@ def test_long_context_consistency_tolerance() -> None:
     measured = MEASURED_LONG_SPREAD[("vllm", "float32")]
     assert MEASURED_SPREAD[("vllm", "float32")] == 0.0 and vllm.value == max(LONG_FLOOR, MARGIN * measured) and "long-context" in vllm.source
     assert consistency_tolerance("vllm", "float32").value < vllm.value  # bitwise alike at short lengths: tighter there
-    openvino = consistency_tolerance("openvino", "float32", long_context=True)  # measured on the default workload only
-    assert openvino.value == max(LONG_FLOOR, MARGIN * MEASURED_SPREAD[("openvino", "float32")]) and "default workload" in openvino.source
+    ort = consistency_tolerance("onnxruntime-genai", "float32", long_context=True)  # measured on the default workload only
+    assert ("onnxruntime-genai", "float32") not in MEASURED_LONG_SPREAD
+    assert ort.value == max(LONG_FLOOR, MARGIN * MEASURED_SPREAD[("onnxruntime-genai", "float32")]) and "default workload" in ort.source
     unknown = consistency_tolerance(None, "float32", long_context=True)
     assert unknown.value == agreement_tolerance("float32") and "no spread measured" in unknown.source
 

@@ -6,6 +6,7 @@ conversations and the calibration's kinds of position.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from infer_ref.conformance.engines.agreement import (
@@ -24,10 +25,13 @@ from infer_ref.conformance.engines.thresholds import thresholds_for
 
 
 def judge_agreement(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str, requests: list[EngineRequest],
-                    outputs: list[EngineOutput], kind: str, run_label: str = "") -> None:  # fmt: skip
+                    outputs: list[EngineOutput], kind: str, run_label: str = "",
+                    sent_before: Sequence[EngineRequest] = ()) -> None:  # fmt: skip
     """float32/float64: every position within the oracle tolerance. bfloat16/float16: the
     distribution of the ``kind`` positions within the calibrated thresholds (``run_label`` tells
-    the report's rows of one test's runs apart: "cold", "warm")."""
+    the report's rows of one test's runs apart: "cold", "warm"). ``sent_before``: requests the
+    engine ran first whose cached state ``requests`` meet (a conversation's first turns): a repro
+    sends them first too."""
     per_request = [judged_positions(model_dir, i, r, o) for i, (r, o) in enumerate(zip(requests, outputs, strict=True))]
     if tier.dtype in LOW_PRECISION:  # each test's own kind of position (thresholds are calibrated per kind)
         per_request = [of_kind(positions, kind) for positions in per_request]
@@ -39,7 +43,8 @@ def judge_agreement(model_dir: Path, tier: EngineTier, handle: EngineHandle, tes
         failure = _position_failure(per_request, tier.dtype, requests, outputs)
     if failure:
         summary, detail, tol = failure
-        repro = write_repro(handle, test, model_dir, requests, [[list(range(len(requests)))]], summary + ": " + detail.splitlines()[0], tol,
+        every, schedule = [*sent_before, *requests], [list(range(len(sent_before))), list(range(len(sent_before), len(sent_before) + len(requests)))]
+        repro = write_repro(handle, test, model_dir, every, [[group for group in schedule if group]], summary + ": " + detail.splitlines()[0], tol,
                             tier.selects(), tier.start_of("stressed"))  # fmt: skip
         raise AssertionError(summary + ":\n" + detail + "\n" + repro)
 

@@ -47,6 +47,9 @@ MEASURED_SPREAD: dict[tuple[str, str], float] = {
 MEASURED_LONG_SPREAD: dict[tuple[str, str], float] = {
     ("infer_ref", "float32"): 2.89e-5,  # a request in a batch vs alone (qwen3-long)
     ("vllm", "float32"): 3.53e-5,  # chunked vs whole prefill (qwen3-long)
+    ("transformers-cb", "float32"): 7.39e-6,  # a request in a batch vs alone (gemma3-long-window512)
+    ("openvino", "float32"): 4.77e-6,  # the pool-edge pair vs alone (llama3-long)
+    ("transformers", "float32"): 0.0,  # one request at a time
 }
 # What reordering moves a logprob by at 8000 positions (the largest of the spreads above, 3.5e-5), times
 # MARGIN: an engine bitwise alike on the default workload is judged at least this loosely on the long one.

@@ -56,10 +56,13 @@ PLAIN_KV_TOKENS = 64 * BLOCK_SIZE
 MAX_MODEL_LEN = 256  # the longest request is 97 + 16 tokens; a KV budget must hold one whole (vLLM checks)
 
 
-def selection_options(engine: str | None, endpoint: str | None, dtype: str, engine_options: Sequence[str]) -> list[str]:
-    """The pytest options that select this engine, started the same way: what a repro command needs
-    beside the test and the checkpoint folder."""
+def selection_options(engine: str | None, endpoint: str | None, dtype: str, engine_options: Sequence[str], *,
+                      long_context: bool = False) -> list[str]:  # fmt: skip
+    """The pytest options that select this engine, started the same way (and the workload): what a
+    repro command needs beside the test and the checkpoint folder."""
     options = [f"--ir-endpoint={endpoint}" if endpoint else f"--ir-engine={engine or 'infer_ref'}"]
+    if long_context:
+        options.append("--ir-long-context")
     if dtype != "float32":
         options.append(f"--ir-engine-dtype={dtype}")
     return options + [f"--ir-engine-option={shlex.quote(o)}" for o in engine_options]
@@ -202,7 +205,7 @@ class EngineTier:
 
     def selects(self) -> str:
         """The pytest options that select this engine, started the same way (a repro command's)."""
-        return " ".join(selection_options(self.engine, self.endpoint, self.dtype, self.engine_options))
+        return " ".join(selection_options(self.engine, self.endpoint, self.dtype, self.engine_options, long_context=self.long_context))
 
     @property
     def capabilities(self) -> frozenset[str]:

@@ -14,6 +14,7 @@ from infer_ref.conformance.engines.matrix.results import OUTCOMES, EngineResult
 GROUPS = {
     "test_agreement": "agreement with the float64 oracle",
     "test_self_consistency": "self-consistency (the engine against itself)",
+    "test_conversation": "continued conversations (a prompt, the engine's answer, a new turn; served warm)",
     "test_determinism": "determinism",
     "test_stopping": "stopping",
     "test_logprobs": "logprob semantics",

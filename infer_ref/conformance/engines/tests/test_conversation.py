@@ -15,12 +15,12 @@ import pytest
 
 from infer_ref.conformance.engines.agreement import continued_turns, first_turns
 from infer_ref.conformance.engines.agreement_verdict import judge_agreement
-from infer_ref.conformance.engines.conversation import converse, judge_warm_against_cold
-from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
+from infer_ref.conformance.engines.conversation import Conversation, converse, judge_warm_against_cold
+from infer_ref.conformance.engines.protocol import EngineHandle
 from infer_ref.conformance.engines.session import EngineTier
 
 
-def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> tuple[list[EngineRequest], list[EngineOutput]]:
+def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> Conversation:
     """The first turns, then their continuations on the same (warm) engine."""
     facts, ignore_eos = tier.facts(model_dir), "ignore_eos" in tier.capabilities
     return converse(model_dir, tier, handle, first_turns(facts, ignore_eos=ignore_eos),
@@ -34,8 +34,9 @@ def test_continued_conversation_agrees_with_oracle(model_dir: Path, tier: Engine
 
     Guards: *prefix hit reuses another prompt's block*, *causal mask top-left aligned for T>1 over a cache*."""
     handle = started(model_dir)
-    requests, outputs = _conversation(model_dir, tier, handle)
-    judge_agreement(model_dir, tier, handle, "test_continued_conversation_agrees_with_oracle", requests, outputs, "continued")
+    talk = _conversation(model_dir, tier, handle)
+    judge_agreement(model_dir, tier, handle, "test_continued_conversation_agrees_with_oracle", talk.continued, talk.answers, "continued",
+                    sent_before=talk.first)  # fmt: skip
 
 
 @pytest.mark.ir_oracle("self-consistency")
@@ -47,5 +48,4 @@ def test_continued_conversation_matches_cold(model_dir: Path, tier: EngineTier, 
     Guards: *prefix hit reuses another prompt's block*."""
     handle = started(model_dir)
     handle.reset_prefix_cache()
-    continued, warm = _conversation(model_dir, tier, handle)
-    judge_warm_against_cold(model_dir, tier, handle, "test_continued_conversation_matches_cold", continued, warm)
+    judge_warm_against_cold(model_dir, tier, handle, "test_continued_conversation_matches_cold", _conversation(model_dir, tier, handle))

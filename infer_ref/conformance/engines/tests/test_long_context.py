@@ -18,7 +18,7 @@ import pytest
 
 from infer_ref.conformance.engines.agreement_verdict import judge_agreement
 from infer_ref.conformance.engines.alone_verdict import judge_against_alone
-from infer_ref.conformance.engines.conversation import converse, judge_warm_against_cold
+from infer_ref.conformance.engines.conversation import Conversation, converse, judge_warm_against_cold
 from infer_ref.conformance.engines.long_workload import (
     BLOCK_SIZES,
     LONG_CHUNK_BUDGET,
@@ -29,7 +29,7 @@ from infer_ref.conformance.engines.long_workload import (
     pool_edge_prompts,
 )
 from infer_ref.conformance.engines.prefix_hits import PrefixHit, shortfalls
-from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
+from infer_ref.conformance.engines.protocol import EngineHandle, EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import greedy_requests
 from infer_ref.conformance.report import NOT_JUDGED
@@ -42,7 +42,7 @@ def _long(model_dir: Path, tier: EngineTier) -> list[EngineRequest]:
     return tier.judgeable(model_dir, long_requests(facts, model_dir, ignore_eos="ignore_eos" in tier.capabilities))
 
 
-def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> tuple[list[EngineRequest], list[EngineOutput]]:
+def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> Conversation:
     facts, ignore_eos = tier.facts(model_dir), "ignore_eos" in tier.capabilities
     return converse(model_dir, tier, handle, first_long_turns(facts, model_dir, ignore_eos=ignore_eos),
                     lambda first, answers: continued_long_turns(facts, first, answers, ignore_eos=ignore_eos))  # fmt: skip
@@ -132,8 +132,9 @@ def test_long_continued_conversation_agrees_with_oracle(model_dir: Path, tier: E
 
     Guards: *causal mask top-left aligned for T>1 over a cache*, *prefix hit reuses another prompt's block*."""
     handle = started(model_dir)
-    requests, outputs = _conversation(model_dir, tier, handle)
-    judge_agreement(model_dir, tier, handle, "test_long_continued_conversation_agrees_with_oracle", requests, outputs, "continued")
+    talk = _conversation(model_dir, tier, handle)
+    judge_agreement(model_dir, tier, handle, "test_long_continued_conversation_agrees_with_oracle", talk.continued, talk.answers,
+                    "continued", sent_before=talk.first)  # fmt: skip
 
 
 @pytest.mark.ir_oracle("self-consistency")
@@ -170,5 +171,4 @@ def test_long_continued_conversation_matches_cold(model_dir: Path, tier: EngineT
     Guards: *prefix hit reuses another prompt's block*."""
     handle = started(model_dir)
     handle.reset_prefix_cache()
-    continued, warm = _conversation(model_dir, tier, handle)
-    judge_warm_against_cold(model_dir, tier, handle, "test_long_continued_conversation_matches_cold", continued, warm)
+    judge_warm_against_cold(model_dir, tier, handle, "test_long_continued_conversation_matches_cold", _conversation(model_dir, tier, handle))
