@@ -1,6 +1,6 @@
 """The engines of one tier run: which engine, on which checkpoints, started how — each started once.
 
-Per checkpoint the tier starts an engine at most twice:
+Per checkpoint the tier starts an engine at most twice (four times on the long-context workload):
 
 * **plain**: prefix caching off, the whole prompt prefilled at once, an ample KV cache. Each request
   run *alone* on it gives the reference answers of the self-consistency properties.
@@ -239,7 +239,7 @@ class EngineTier:
             kind = "plain"  # one server: both roles
         key = (str(model_dir), kind)
         if any(started != str(model_dir) for started, _ in self.started):
-            self.stop_all()  # tests run checkpoint by checkpoint: at most two engines are ever up
+            self.stop_all()  # tests run checkpoint by checkpoint: only one checkpoint's engines are ever up
         if key in self.refused:
             raise Unsupported(self.refused[key])
         if key in self.failed:
