@@ -250,9 +250,9 @@ def engine_tier_header(config: pytest.Config) -> list[str]:
     """The engine tier's header: which engine, how started, on what, judged at which tolerances (not
     the in-process adapter's float64 banner, whose cache contract and Hypothesis profile it never uses)."""
     from infer_ref.conformance.engines.consistency import consistency_tolerance
-    from infer_ref.conformance.engines.long_workload import LONG_MAX_MODEL_LEN
     from infer_ref.conformance.engines.names import ENGINES
     from infer_ref.conformance.engines.oracle import agreement_tolerance
+    from infer_ref.conformance.engines.session import LONG_GEOMETRY
 
     engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
     dtype = str(config.getoption("--ir-engine-dtype"))
@@ -266,8 +266,9 @@ def engine_tier_header(config: pytest.Config) -> list[str]:
         spread = f"refused ({e})"
     long_context = bool(config.getoption("--ir-long-context"))
     kit = "the kit's long-context checkpoints" if long_context else "the kit's (fixtures and engine checkpoints)"
-    flat, at_longest = agreement_tolerance(dtype), agreement_tolerance(dtype, LONG_MAX_MODEL_LEN)
-    grows = f", growing with a request's length past {flat:g} (to {at_longest:g} at {LONG_MAX_MODEL_LEN} positions)" if at_longest > flat else ""
+    longest = LONG_GEOMETRY.max_model_len
+    flat, at_longest = agreement_tolerance(dtype), agreement_tolerance(dtype, longest)
+    grows = f", growing with a request's length past {flat:g} (to {at_longest:g} at {longest} positions)" if at_longest > flat else ""
     lines = [
         f"infer_ref engine tier: {f'endpoint {endpoint}' if endpoint else f'engine {engine}'}, dtype {dtype}"
         + (", the long-context workload" if long_context else ""),

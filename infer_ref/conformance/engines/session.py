@@ -116,36 +116,35 @@ def declared_capabilities(factory: object) -> frozenset[str]:
     return frozenset(CAPABILITIES) if caps is None else frozenset(caps)
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """The sizes a workload's starts use: the same rules (:func:`options_for`), other lengths."""
+
+    max_model_len: int  # the longest request, prompt and generation
+    plain_kv_tokens: int  # the plain start's ample KV cache
+    chunk_budget: int  # the stressed start's tokens per step
+    stressed_kv_tokens: int  # the stressed start's KV budget (the same tokens at every block size)
+
+
+DEFAULT_GEOMETRY = Geometry(MAX_MODEL_LEN, PLAIN_KV_TOKENS, CHUNK_BUDGET, KV_BUDGET_BLOCKS * BLOCK_SIZE)
+# Its pool is exactly the pool-edge pair's blocks: exhausted at a block boundary, at every block size.
+LONG_GEOMETRY = Geometry(LONG_MAX_MODEL_LEN, PLAIN_LONG_KV_TOKENS, LONG_CHUNK_BUDGET, POOL_BLOCKS * BLOCK_SIZE)
+
+
 def options_for(kind: str, dtype: str, capabilities: frozenset[str], *, long_context: bool = False) -> EngineOptions:
-    """The options of a ``plain``, ``stressed`` or (long context) ``block-N`` start, limited to what the
-    engine can honour."""
-    if long_context:
-        return _long_options(kind, dtype, capabilities)
+    """The options of a ``plain``, ``stressed`` or ``block-N`` (the stressed start with KV blocks of
+    N positions) start at the workload's geometry, limited to what the engine can honour."""
+    geometry = LONG_GEOMETRY if long_context else DEFAULT_GEOMETRY
     plain = EngineOptions(dtype=dtype, prefix_caching=False, block_size=BLOCK_SIZE,
-                          kv_cache_tokens=PLAIN_KV_TOKENS, max_model_len=MAX_MODEL_LEN)  # fmt: skip
+                          kv_cache_tokens=geometry.plain_kv_tokens, max_model_len=geometry.max_model_len)  # fmt: skip
     if kind == "plain":
         return plain
     return replace(
         plain,
         prefix_caching="prefix_caching" in capabilities,
-        max_num_batched_tokens=CHUNK_BUDGET if "chunked_prefill" in capabilities else None,
-        kv_cache_tokens=KV_BUDGET_BLOCKS * BLOCK_SIZE if "kv_budget" in capabilities else PLAIN_KV_TOKENS,
-    )
-
-
-def _long_options(kind: str, dtype: str, capabilities: frozenset[str]) -> EngineOptions:
-    plain = EngineOptions(dtype=dtype, prefix_caching=False, block_size=BLOCK_SIZE,
-                          kv_cache_tokens=PLAIN_LONG_KV_TOKENS, max_model_len=LONG_MAX_MODEL_LEN)  # fmt: skip
-    if kind == "plain":
-        return plain
-    block = int(kind.removeprefix("block-")) if kind.startswith("block-") else BLOCK_SIZE
-    return replace(
-        plain,
-        prefix_caching="prefix_caching" in capabilities,
-        block_size=block,
-        max_num_batched_tokens=LONG_CHUNK_BUDGET if "chunked_prefill" in capabilities else None,
-        # The same tokens at every block size: exhausted at the same positions, each a block boundary.
-        kv_cache_tokens=POOL_BLOCKS * BLOCK_SIZE if "kv_budget" in capabilities else PLAIN_LONG_KV_TOKENS,
+        block_size=int(kind.removeprefix("block-")) if kind.startswith("block-") else BLOCK_SIZE,
+        max_num_batched_tokens=geometry.chunk_budget if "chunked_prefill" in capabilities else None,
+        kv_cache_tokens=geometry.stressed_kv_tokens if "kv_budget" in capabilities else geometry.plain_kv_tokens,
     )
 
 

@@ -81,10 +81,13 @@ def _select_workload(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--ir-long-context`` runs the long-context tests alone; without it they are not collected
     (deselected: they are another workload, not a test of this run that was skipped)."""
     long_context = bool(config.getoption("--ir-long-context"))
-    kept = [i for i in items if (i.get_closest_marker("ir_long_context") is not None) == long_context
-            or "model_dir" not in getattr(i, "fixturenames", ())]  # fmt: skip
-    if len(kept) != len(items):
-        config.hook.pytest_deselected(items=[i for i in items if i not in kept])
+    kept: list[pytest.Item] = []
+    other: list[pytest.Item] = []
+    for item in items:
+        of_this_run = (item.get_closest_marker("ir_long_context") is not None) == long_context
+        (kept if of_this_run or "model_dir" not in getattr(item, "fixturenames", ()) else other).append(item)
+    if other:
+        config.hook.pytest_deselected(items=other)
         items[:] = kept
 
 
@@ -115,10 +118,11 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if tier is None:
         return
     if tier.long_context:  # the verdict judges each request at its length's tolerance; the note, the longest's
-        from infer_ref.conformance.engines.long_workload import LONG_MAX_MODEL_LEN
+        from infer_ref.conformance.engines.session import LONG_GEOMETRY
 
-        tolerance = agreement_tolerance(tier.dtype, LONG_MAX_MODEL_LEN)
-        source = f"the oracle tolerance for {tier.dtype} at {LONG_MAX_MODEL_LEN} positions (each request is judged at its own length's)"
+        longest = LONG_GEOMETRY.max_model_len
+        tolerance = agreement_tolerance(tier.dtype, longest)
+        source = f"the oracle tolerance for {tier.dtype} at {longest} positions (each request is judged at its own length's)"
     else:
         tolerance, source = agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"
     state = tier_state(tier, tolerance, source)

@@ -28,11 +28,11 @@ from infer_ref.conformance.engines.long_workload import (
     long_requests,
     pool_edge_prompts,
 )
-from infer_ref.conformance.engines.prefix_hits import PrefixHit, shortfalls
+from infer_ref.conformance.engines.prefix_hit_verdict import judge_prefix_hits
+from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import greedy_requests
-from infer_ref.conformance.report import NOT_JUDGED
 
 pytestmark = pytest.mark.ir_long_context
 
@@ -154,13 +154,7 @@ def test_long_prefix_cache_serves_the_cached_turn(model_dir: Path, tier: EngineT
         [continued] = tier.judgeable(model_dir, continued_long_turns(facts, [first], [answer], ignore_eos=ignore_eos))
         [served] = run(handle, [continued])
         hits.append(PrefixHit(len(first.prompt) + len(answer.token_ids), served.cached_tokens or 0))
-    tier.prefix_hits += hits
-    found = shortfalls(hits)
-    if found is None:
-        pytest.skip(f"{NOT_JUDGED} no prefix hit observed: {len(hits)} continued conversations (up to "
-                    f"{max((h.shared for h in hits), default=0)} tokens shared) were served nothing from cache")  # fmt: skip
-    assert not found, (f"the prefix cache served less than the conversation computed just before ({len(found)} of {len(hits)} "
-                       "continuations):\n" + "\n".join(found))  # fmt: skip
+    judge_prefix_hits(tier, hits, "continued conversations", "the conversation")
 
 
 @pytest.mark.ir_oracle("self-consistency")

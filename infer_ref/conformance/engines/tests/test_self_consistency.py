@@ -17,7 +17,8 @@ import pytest
 
 from infer_ref.conformance.engines.alone_verdict import judge_against_alone
 from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
-from infer_ref.conformance.engines.prefix_hits import PrefixHit, shortfalls
+from infer_ref.conformance.engines.prefix_hit_verdict import judge_prefix_hits
+from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
@@ -115,13 +116,7 @@ def test_prefix_cache_serves_the_shared_prefix(model_dir: Path, tier: EngineTier
         run(handle, [first])
         [answer] = run(handle, [second])
         hits.append(PrefixHit(len(first.prompt), answer.cached_tokens or 0))
-    tier.prefix_hits += hits
-    found = shortfalls(hits)
-    if found is None:
-        pytest.skip(f"{NOT_JUDGED} no prefix hit observed: {len(hits)} prompts extending one computed just before "
-                    f"(up to {max((h.shared for h in hits), default=0)} shared tokens) were served nothing from cache")  # fmt: skip
-    assert not found, (f"the prefix cache served less than the prompt computed just before ({len(found)} of {len(hits)} "
-                       "requests):\n" + "\n".join(found))  # fmt: skip
+    judge_prefix_hits(tier, hits, "prompts extending one computed just before", "the prompt")
 
 
 @pytest.mark.ir_engine_requires("chunked_prefill")
