@@ -57,12 +57,14 @@ class TransformersBatchEngine:
         ).eval()
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.eos_ids = generation_eos_ids(self.model)
-        self.batching = _batching_config(options)
-        if (why := _out_of_bounds(self.batching)) is not None:  # generate_batch would raise it at its first call
+        self.page_size = options.block_size or PLAIN_PAGE_SIZE
+        self.batching = _batching_config(options, self.page_size)
+        # generate_batch would raise it at its first call
+        if (why := _out_of_bounds(self.batching, self.page_size)) is not None:
             raise Unsupported(f"transformers {transformers.__version__} generate_batch: {why}")
         logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)  # CPU memory notes on every call
         self.name = (f"transformers {transformers.__version__} generate_batch ({options.dtype}, "
-                     f"page {self.batching.page_size}, {self.batching.num_blocks} pages)")  # fmt: skip
+                     f"page {self.page_size}, {self.batching.num_blocks} pages)")  # fmt: skip
 
     @torch.inference_mode()
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
@@ -110,32 +112,59 @@ def _has_generate_batch() -> bool:
     return hasattr(GenerationMixin, "generate_batch")
 
 
-def _batching_config(options: EngineOptions) -> Any:
-    from transformers.generation.configuration_utils import ContinuousBatchingConfig
+def _batching_config(options: EngineOptions, page: int) -> Any:
+    """The ``ContinuousBatchingConfig`` for ``options``, in the field names of the installed transformers.
 
-    page = options.block_size or PLAIN_PAGE_SIZE
-    return ContinuousBatchingConfig(
-        return_logprobs=True,
-        page_size=page,
-        num_blocks=max(1, (options.kv_cache_tokens or PLAIN_KV_TOKENS) // page),
-        max_batch_tokens=options.max_num_batched_tokens or WHOLE_PREFILL_TOKENS,
-        max_requests_per_batch=options.max_num_seqs,
-        allow_block_sharing=options.prefix_caching,
-        use_cuda_graph=False,
-    )
+    The page size is ``page_size`` from 5.18 on, ``block_size`` before; a field this transformers
+    lacks is refused as not supported, naming the version (never a TypeError at the start).
+    """
+    import dataclasses
+
+    import transformers
+
+    try:
+        from transformers.generation.configuration_utils import ContinuousBatchingConfig
+    except ImportError:
+        raise Unsupported(f"transformers {transformers.__version__} has no ContinuousBatchingConfig") from None
+    fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
+    settings = {
+        "page_size" if "page_size" in fields else "block_size": page,
+        "return_logprobs": True,
+        "num_blocks": max(1, (options.kv_cache_tokens or PLAIN_KV_TOKENS) // page),
+        "max_batch_tokens": options.max_num_batched_tokens or WHOLE_PREFILL_TOKENS,
+        "max_requests_per_batch": options.max_num_seqs,
+        "allow_block_sharing": options.prefix_caching,
+        "use_cuda_graph": False,
+    }
+    if missing := sorted(set(settings) - fields):
+        lacks = ", ".join(missing)
+        raise Unsupported(f"transformers {transformers.__version__} ContinuousBatchingConfig has no {lacks}")
+    return ContinuousBatchingConfig(**settings)
 
 
-def _out_of_bounds(config: Any) -> str | None:
+def _out_of_bounds(config: Any, page: int) -> str | None:
     """What transformers' own bounds check says of ``config`` (a page of fewer than 4 positions, in
-    5.24), or None; None too where this transformers has no such check to ask."""
+    5.24), or None. Before that check existed (5.17) the paged cache refused a small page at the
+    first call, by its ``_min_block_size``: that minimum is asked instead."""
     try:
         from transformers.generation.continuous_batching.initialization import check_cb_values_bounds
     except ImportError:
-        return None
+        return _below_cache_minimum(page)
     try:
         check_cb_values_bounds(config)
     except ValueError as e:
         return str(e)
+    return None
+
+
+def _below_cache_minimum(page: int) -> str | None:
+    try:
+        from transformers.generation.continuous_batching.cache import PagedAttentionCache
+    except ImportError:
+        return None
+    minimum = getattr(PagedAttentionCache, "_min_block_size", None)
+    if isinstance(minimum, int) and page < minimum:
+        return f"page_size must be at least {minimum} (the paged cache's minimum), got {page}"
     return None
 
 
