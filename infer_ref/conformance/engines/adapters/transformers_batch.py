@@ -127,7 +127,7 @@ def _batching_config(options: EngineOptions, page: int) -> Any:
     except ImportError:
         raise Unsupported(f"transformers {transformers.__version__} has no ContinuousBatchingConfig") from None
     fields = {f.name for f in dataclasses.fields(ContinuousBatchingConfig)}
-    settings = {
+    settings: dict[str, Any] = {
         "page_size" if "page_size" in fields else "block_size": page,
         "return_logprobs": True,
         "num_blocks": max(1, (options.kv_cache_tokens or PLAIN_KV_TOKENS) // page),
