@@ -1,0 +1,123 @@
+"""scripts/gpu_ci.sh, rehearsed on a CPU: the same plumbing as on the GPU runner (lanes, budget,
+summary, result file, exit status, ``record``, CONTRIBUTING's block) with a stand-in for each
+stage's command; and CONTRIBUTING.md's GPU CI block matches the committed result."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[2]
+STAGES = ["readme", "gpu", "engine", "golden", "bench"]
+
+
+def rehearse(out: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, str(ROOT / "scripts" / "gpu_ci.py"), "run", str(out), "--standin", *args]
+    return subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env={**os.environ, **(env or {})}, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def figures(load_script: Callable[[str], ModuleType]) -> ModuleType:
+    return load_script("contributing_figures")
+
+
+@pytest.fixture(scope="module")
+def passing(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path_factory.mktemp("pass")
+    return rehearse(out), out
+
+
+@pytest.fixture(scope="module")
+def failing(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], Path]:
+    out = tmp_path_factory.mktemp("fail")
+    return rehearse(out, "--fail", "gpu"), out
+
+
+def test_a_passing_run_exits_0_with_every_stage_in_the_summary_and_the_result(passing: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, out = passing
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads((out / "gpu-ci.json").read_text())
+    assert (result["mode"], result["complete"], result["passed"]) == ("standin", True, True)
+    assert [s["key"] for s in result["stages"]] == STAGES
+    # Each stand-in leaves one passing and one skipped test (the golden one: one file verified).
+    assert all(s["counts"] == {"passed": 1, "failed": 0, "skipped": 0 if s["key"] == "golden" else 1} for s in result["stages"])
+    assert result["versions"]["torch"] == torch.__version__.split("+")[0] or result["versions"]["torch"] == torch.__version__
+    summary = (out / "summary.txt").read_text()
+    assert summary.splitlines()[-1].startswith("PASSED in ")
+    assert all(s["name"][:62] in summary for s in result["stages"])
+    assert proc.stdout.count("=== stage done in ") == 5
+    assert sorted(p.name for p in out.iterdir()) == ["benchmark.json", "gpu-ci.json", "gpu-junit.xml", "log.txt", "summary.txt"]
+
+
+def test_a_failing_stage_fails_the_run_and_the_other_stages_still_run(failing: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    proc, out = failing
+    assert proc.returncode == 1
+    result = json.loads((out / "gpu-ci.json").read_text())
+    by_key = {s["key"]: s for s in result["stages"]}
+    assert list(by_key) == STAGES and result["passed"] is False
+    assert (by_key["gpu"]["exit_status"], by_key["gpu"]["counts"]["failed"]) == (1, 1)
+    assert all(by_key[k]["exit_status"] == 0 for k in STAGES if k != "gpu")
+    assert (out / "summary.txt").read_text().splitlines()[-1].startswith("FAILED in ")
+    assert "stand-in for gpu: fail" in proc.stdout  # the failing stage's output is shown
+
+
+def test_the_shell_entry_point_passes_the_budget_and_the_exit_status_on(tmp_path: Path) -> None:
+    """A spent budget fails every stage not run, and the run."""
+    env = {**os.environ, "OUT": str(tmp_path), "GPU_CI_STANDIN": "1", "GPU_CI_BUDGET": "0"}
+    proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_ci.sh")], capture_output=True, text=True, env=env, timeout=120)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    result = json.loads((tmp_path / "gpu-ci.json").read_text())
+    assert [s["exit_status"] for s in result["stages"]] == [124] * 5
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a machine without CUDA")
+def test_without_a_gpu_the_real_run_refuses_to_start(tmp_path: Path) -> None:
+    argv = [sys.executable, str(ROOT / "scripts" / "gpu_ci.py"), "run", str(tmp_path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert proc.returncode == 2
+    assert "no CUDA device visible" in proc.stderr
+    assert not (tmp_path / "gpu-ci.json").exists()
+
+
+def test_a_rehearsal_is_never_recorded(passing: tuple[subprocess.CompletedProcess[str], Path]) -> None:
+    _, out = passing
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_ci.py"), "record", str(out)],
+                          capture_output=True, text=True, cwd=ROOT, timeout=60)  # fmt: skip
+    assert proc.returncode != 0
+    assert "a standin run: only a run on a GPU is recorded" in proc.stderr
+
+
+def test_the_block_lists_each_stage_and_the_slowest_gpu_tests(figures: ModuleType, failing: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path) -> None:
+    _, out = failing
+    result = json.loads((out / "gpu-ci.json").read_text())
+    result.update(gpu="NVIDIA X", tree="abc1234", install_s=7.4)
+    path = tmp_path / "gpu_ci.json"
+    path.write_text(json.dumps(result))
+    block = figures.gpu_block(path)
+    assert block.startswith(figures.GPU_MARKERS[0]) and block.endswith(figures.GPU_MARKERS[1])
+    assert f"tree abc1234, {result['date']}, NVIDIA X with {result['cpus']} CPUs" in block
+    assert "**FAILED in " in block and "the install before them: 7 s" in block
+    gpu = result["stages"][1]
+    assert f"| {gpu['name']} | {gpu['seconds']:.0f} | 1 | 0 | 1 | 1 |" in block
+    assert "| 0.5 | `tests/standin.py::test_gpu` |" in block
+    assert "No run" in figures.gpu_block(tmp_path / "absent.json")
+
+
+def test_contributing_shows_the_committed_gpu_ci_result(figures: ModuleType, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regenerate with `python scripts/gpu_ci.py record OUT` (or `contributing_figures.py gpu ... --write`)."""
+    monkeypatch.chdir(ROOT)
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    start, end = figures.GPU_MARKERS
+    shown = start + text.split(start, 1)[1].split(end, 1)[0] + end
+    assert shown == figures.gpu_block(Path("benchmarks/log/gpu_ci.json")), (
+        "CONTRIBUTING.md's gpu-ci block is stale: python scripts/contributing_figures.py gpu "
+        "benchmarks/log/gpu_ci.json --write CONTRIBUTING.md"
+    )
