@@ -10,6 +10,8 @@ know or a CUDA device this machine lacks, naming what it expects. The *runtime* 
 
 from __future__ import annotations
 
+import os
+
 import torch
 from torch import nn
 
@@ -17,10 +19,20 @@ from infer_ref.errors import UsageError
 
 # The device kinds a command line or a model load accepts; caches also take "meta" (sizes only).
 USER_DEVICE_KINDS = ("cpu", "cuda")
+# What the automatic choice resolves to, in place of cuda-when-present (cpu, cuda, cuda:N or meta).
+# For the test suite: with ``meta`` a CPU-only run fails every test that leans on the automatic choice
+# (a model or cache placed where the test did not say), as that test would fail on a GPU machine.
+AUTO_DEVICE_ENV = "INFER_REF_AUTO_DEVICE"
 
 
 def default_device() -> torch.device:
-    """``cuda`` when a CUDA device is available, else ``cpu`` (never a device this machine lacks)."""
+    """``cuda`` when a CUDA device is available, else ``cpu`` (never a device this machine lacks);
+    ``$INFER_REF_AUTO_DEVICE`` when set."""
+    if forced := os.environ.get(AUTO_DEVICE_ENV):
+        try:
+            return resolve_device(forced, kinds=(*USER_DEVICE_KINDS, "meta"))
+        except UsageError as e:
+            raise UsageError(f"{AUTO_DEVICE_ENV}={forced!r}: {e}") from None
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 

@@ -11,6 +11,7 @@ Select with ``--hypothesis-profile=NAME`` or ``INFER_REF_HYPOTHESIS_PROFILE=NAME
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Iterator
 
@@ -52,8 +53,17 @@ def one_torch_thread() -> Iterator[None]:
     The kit's models are tiny (hidden 32-64): with several threads each matmul spends more time in
     thread hand-off than in arithmetic, and ``pytest -n auto`` already runs one process per core.
     """
+    with one_thread():
+        yield
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """torch on one intra-op thread inside the block, the thread count before it restored after."""
     before = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 

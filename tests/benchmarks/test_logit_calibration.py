@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
 
 from benchmarks.bench_utils import build_infer_ref, calibrate_logit_scale, mean_entropy, synthetic_state
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES, tiny_config
+from infer_ref.conformance.profiles import one_torch_thread
 
-torch.set_num_threads(1)
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread() -> Iterator[None]:
+    yield from one_torch_thread()
 
 
 def _model(family: str, seed: int = 4) -> torch.nn.Module:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +20,7 @@ from infer_ref.conformance.engines import checkpoints as ck
 from infer_ref.conformance.engines.checkpoints import ENGINE_CHECKPOINTS, STYLES, EngineCheckpoint, Style
 from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 from infer_ref.conformance.oracles.transformers_fp64 import transformers_model
+from infer_ref.conformance.profiles import one_thread
 from infer_ref.loader import load_model, read_safetensors
 
 transformers = pytest.importorskip("transformers")
@@ -51,10 +52,10 @@ STYLE_PARAMS = [_styles(s) for s in STYLES]
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Path]:
-    torch.set_num_threads(1)
-    written = ck.write_all(tmp_path_factory.mktemp("engine-checkpoints"))
-    return {(spec.name, style): written.pop(0) for spec in ENGINE_CHECKPOINTS for style in STYLES}
+def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[tuple[str, str], Path]]:
+    with one_thread():  # the module on one thread
+        written = ck.write_all(tmp_path_factory.mktemp("engine-checkpoints"))
+        yield {(spec.name, style): written.pop(0) for spec in ENGINE_CHECKPOINTS for style in STYLES}
 
 
 def _prompt(vocab_size: int, length: int, seed: int) -> torch.Tensor:

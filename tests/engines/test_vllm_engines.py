@@ -15,6 +15,7 @@ from infer_ref.conformance.engines.adapters.vllm import start_vllm
 from infer_ref.conformance.engines.adapters.vllm_server import start_vllm_server
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
+from infer_ref.conformance.profiles import one_thread
 
 pytestmark = pytest.mark.vllm
 
@@ -43,11 +44,11 @@ STOPPED, SAMPLED = 3, 4
 
 
 @pytest.fixture(scope="module")
-def oracle() -> torch.nn.Module:
+def oracle() -> Iterator[torch.nn.Module]:
     from transformers import AutoModelForCausalLM
 
-    torch.set_num_threads(1)
-    return AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float64).eval()
+    with one_thread():  # the module's float64 oracle on one thread
+        yield AutoModelForCausalLM.from_pretrained(MODEL_DIR, dtype=torch.float64).eval()
 
 
 def oracle_logprobs(model: torch.nn.Module, tokens: Sequence[int]) -> torch.Tensor:

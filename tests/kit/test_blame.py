@@ -9,9 +9,9 @@ The end-to-end run through ``infer-ref conformance`` is in ``test_float64_verdic
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 
 import pytest
-import torch
 
 from infer_ref.conformance import blame, tiers
 from infer_ref.conformance.adapters.reference import INFER_REF
@@ -19,6 +19,7 @@ from infer_ref.conformance.blame import signatures as sig
 from infer_ref.conformance.blame.probes import ProbeResult, Runner
 from infer_ref.conformance.blame.suite import PROBE_NAMES, PROBES, run_probes
 from infer_ref.conformance.mutants import ALL_BUG_CLASSES, BUG_CLASSES, MUTANTS
+from infer_ref.conformance.profiles import one_torch_thread
 
 FULL_GUARDS = [sig.V_ROTATED, sig.QK_NORM, sig.SCALE, sig.LLAMA3, sig.OFF_BY_ONE, sig.ONE_WINDOW]
 
@@ -119,8 +120,8 @@ def test_probe_families_follow_the_failed_ids() -> None:
 
 
 @pytest.fixture(scope="module")
-def one_thread() -> None:
-    torch.set_num_threads(1)
+def one_thread() -> Iterator[None]:
+    yield from one_torch_thread()
 
 
 def test_infer_ref_passes_every_probe_at_float64_rounding(one_thread: None) -> None:

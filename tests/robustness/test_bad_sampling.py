@@ -181,9 +181,10 @@ def test_generate_without_a_device_runs_where_the_model_can(
     llama: tuple[DecoderLM, ModelConfig], llama_tokenizer: Tokenizer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """``device`` used to default to "cuda": a traceback on every CPU machine. Now CUDA when available, else CPU."""
-    from infer_ref.devices import default_device
+    from infer_ref.devices import AUTO_DEVICE_ENV, default_device
 
     model, _ = llama
+    monkeypatch.delenv(AUTO_DEVICE_ENV, raising=False)  # the automatic choice itself is checked here
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert default_device() == torch.device("cpu")
     result = generate(model, llama_tokenizer, [433, 5], SamplingParams(temperature=0.0, max_new_tokens=2))

@@ -5,11 +5,13 @@ from the budget's arithmetic."""
 from __future__ import annotations
 
 import random
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
+from infer_ref.conformance.profiles import one_thread
 from infer_ref.conformance.tiers import EXACT_FLOAT64, needed_tolerance
 from infer_ref.engine import SamplingParams
 from infer_ref.engine.engine import Engine
@@ -19,10 +21,10 @@ FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
 
 
 @pytest.fixture(scope="module", params=["llama-tiny", "gemma3-tiny"])
-def model64(request: pytest.FixtureRequest) -> torch.nn.Module:
-    torch.set_num_threads(1)
-    model, _ = load_model(FIXTURES / request.param, dtype=torch.float64, device="cpu")
-    return model
+def model64(request: pytest.FixtureRequest) -> Iterator[torch.nn.Module]:
+    with one_thread():  # the module on one thread
+        model, _ = load_model(FIXTURES / request.param, dtype=torch.float64, device="cpu")
+        yield model
 
 
 def _prompts(seed: int) -> list[list[int]]:

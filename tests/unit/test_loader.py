@@ -35,7 +35,7 @@ def test_loads_values_dtype_device(tmp_path) -> None:
 def test_packed_projections_stack_checkpoint_rows_in_order(tmp_path, family) -> None:
     """qkv_proj is q, k, v stacked by rows and gate_up_proj is gate, up: checked against the file's tensors."""
     folder, state = _write(tmp_path, family)
-    model, _ = load_model(folder, dtype=torch.float32)
+    model, _ = load_model(folder, dtype=torch.float32, device="cpu")
     for i, block in enumerate(model.layers):
         hf = lambda name, i=i: state[f"model.layers.{i}.{name}.weight"]  # noqa: E731
         qkv = torch.cat([hf("self_attn.q_proj"), hf("self_attn.k_proj"), hf("self_attn.v_proj")])
@@ -46,7 +46,7 @@ def test_packed_projections_stack_checkpoint_rows_in_order(tmp_path, family) -> 
 @pytest.mark.parametrize("family", ["llama", "qwen3", "gemma3_text"])
 def test_checkpoint_views_round_trip_and_share_storage(tmp_path, family) -> None:
     folder, state = _write(tmp_path, family)
-    model, _ = load_model(folder, dtype=torch.float32)
+    model, _ = load_model(folder, dtype=torch.float32, device="cpu")
     views = checkpoint_views(model)
     on_file = {k.removeprefix("model."): v for k, v in state.items() if not (k == "lm_head.weight" and model.lm_head.weight is model.embed_tokens.weight)}
     assert sorted(views) == sorted(on_file) == sorted(checkpoint_shapes(build_on_meta(model.config)))
@@ -58,13 +58,13 @@ def test_checkpoint_views_round_trip_and_share_storage(tmp_path, family) -> None
 
 def test_tied_head_is_the_embedding(tmp_path) -> None:
     folder, _ = _write(tmp_path)
-    model, _ = load_model(folder, dtype=torch.float32)
+    model, _ = load_model(folder, dtype=torch.float32, device="cpu")
     assert model.lm_head.weight is model.embed_tokens.weight
 
 
 def test_untied_head_loaded(tmp_path) -> None:
     folder, state = _write(tmp_path, "qwen3")
-    model, _ = load_model(folder, dtype=torch.float32)
+    model, _ = load_model(folder, dtype=torch.float32, device="cpu")
     assert torch.equal(model.lm_head.weight, state["lm_head.weight"])
     assert model.lm_head.weight.data_ptr() != model.embed_tokens.weight.data_ptr()
 
@@ -79,7 +79,7 @@ def test_sharded_checkpoint(tmp_path) -> None:
     index = {"metadata": {}, "weight_map": {k: f for f, ks in shards.items() for k in ks}}
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
     (tmp_path / "config.json").write_text(json.dumps(config))
-    model, _ = load_model(tmp_path, dtype=torch.float32)
+    model, _ = load_model(tmp_path, dtype=torch.float32, device="cpu")
     assert torch.equal(model.norm.weight, state["model.norm.weight"])
 
 
@@ -90,7 +90,7 @@ def test_multimodal_gemma3_loads_text_decoder(tmp_path) -> None:
     renamed["model.vision_tower.patch.weight"] = torch.zeros(2)
     config = {"model_type": "gemma3", "text_config": {k: v for k, v in text.items() if k != "model_type"}}
     write_snapshot(tmp_path, config, renamed)
-    model, cfg = load_model(tmp_path, dtype=torch.float32)
+    model, cfg = load_model(tmp_path, dtype=torch.float32, device="cpu")
     assert cfg.model_type == "gemma3_text"
     assert torch.equal(checkpoint_views(model)["layers.0.mlp.up_proj.weight"], state["model.layers.0.mlp.up_proj.weight"])
 

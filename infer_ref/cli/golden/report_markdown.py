@@ -31,8 +31,9 @@ def markdown(
     import transformers
 
     from infer_ref.conformance.oracles import golden
+    from infer_ref.devices import default_device
 
-    dev = device or "cuda" if torch.cuda.is_available() else "cpu"
+    dev = device or str(default_device())
     lines = [
         "# Golden files: verification report",
         "",

@@ -1,0 +1,78 @@
+"""The root conftest's guards, run on planted test files in a pytest of their own: a test that leaves
+process-wide torch state or the environment changed fails, naming what changed (a fixture that
+restores it passes); without CUDA the automatic device choice is ``meta``, so a test that leans on
+it fails on a CPU as it would on a GPU machine."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from infer_ref.devices import AUTO_DEVICE_ENV
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLANTED = {
+    "test_leaks_threads.py": """
+import torch
+
+def test_sets_threads():
+    torch.set_num_threads(torch.get_num_threads() + 1)
+
+def test_after_it():
+    pass
+""",
+    "test_leaks_dtype_and_env.py": """
+import os
+import torch
+
+def test_sets_dtype_and_env():
+    torch.set_default_dtype(torch.float64)
+    os.environ["PLANTED_VARIABLE"] = "1"
+""",
+    "test_restores.py": """
+import pytest
+import torch
+
+@pytest.fixture(scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(before + 1)
+    yield
+    torch.set_num_threads(before)
+
+def test_a_module_fixture_that_restores(one_thread):
+    pass
+
+def test_monkeypatch_restores(monkeypatch):
+    monkeypatch.setenv("PLANTED_VARIABLE", "2")
+    monkeypatch.setattr(torch, "get_default_dtype", lambda: torch.float16)
+
+def test_the_automatic_device():
+    from infer_ref.devices import default_device
+
+    assert default_device().type == ("cuda" if torch.cuda.is_available() else "meta")
+""",
+}
+
+
+def test_a_test_leaving_state_changed_fails_naming_it_and_restoring_fixtures_pass(tmp_path: Path) -> None:
+    for name, text in PLANTED.items():
+        (tmp_path / name).write_text(text)
+    env = {k: v for k, v in os.environ.items() if k not in (AUTO_DEVICE_ENV, "PYTEST_XDIST_WORKER")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
+            str(tmp_path)]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
+    out = proc.stdout
+    assert "6 passed, 2 errors" in out, out  # the two leaks fail their teardowns
+    # Each leak is reported once, at the end of the module that made it.
+    assert "ERROR test_leaks_threads.py::test_after_it" in out
+    assert "ERROR test_leaks_dtype_and_env.py::test_sets_dtype_and_env" in out
+    assert "torch.get_default_dtype(): torch.float32 -> torch.float64" in out
+    assert "os.environ['PLANTED_VARIABLE']: '<unset>' -> '1'" in out
+    before, after = (int(n) for n in re.search(r"torch.get_num_threads\(\): (\d+) -> (\d+)", out).groups())
+    assert after == before + 1
