@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from collections.abc import Generator
 from importlib.metadata import entry_points
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -31,9 +32,14 @@ def pytest_configure(config: pytest.Config) -> None:
     # device) is the CPU, as the tests' own tensors are; on a GPU machine it is cuda and such a test
     # fails. Here it resolves to ``meta`` instead, so that test fails on every machine: a test pins
     # its device, or takes the ``device`` fixture (the devices present). Child processes inherit it.
-    # INFER_REF_AUTO_DEVICE=cpu in the environment turns it off.
-    if not torch.cuda.is_available():
+    # INFER_REF_AUTO_DEVICE=cpu in the environment turns it off. Only for this repository's own
+    # suite: the kit run from an editable install (tests outside the rootdir) loads this file too.
+    if _own_suite(config) and not torch.cuda.is_available():
         os.environ.setdefault(AUTO_DEVICE_ENV, "meta")
+
+
+def _own_suite(config: pytest.Config) -> bool:
+    return config.rootpath == Path(__file__).resolve().parent
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -104,6 +110,8 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Generator[None, None, None]:
     result = yield
+    if not _own_suite(item.config):
+        return result  # the kit run from an editable install: this file was loaded after the session began
     if nextitem is not None and nextitem.path == item.path:
         return result  # the module's fixtures are still up: they may hold state they restore at its end
     if changed := _changes(_SESSION_STATE, _process_state()):

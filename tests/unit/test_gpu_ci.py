@@ -71,7 +71,7 @@ def test_a_failing_stage_fails_the_run_and_the_other_stages_still_run(failing: t
 
 def test_the_shell_entry_point_passes_the_budget_and_the_exit_status_on(tmp_path: Path) -> None:
     """A spent budget fails every stage not run, and the run."""
-    env = {**os.environ, "OUT": str(tmp_path), "GPU_CI_STANDIN": "1", "GPU_CI_BUDGET": "0"}
+    env = {**os.environ, "OUT": str(tmp_path), "GPU_CI_STANDIN": "1", "GPU_CI_BUDGET": "0", "PYTHON": sys.executable}
     proc = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_ci.sh")], capture_output=True, text=True, env=env, timeout=120)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     result = json.loads((tmp_path / "gpu-ci.json").read_text())
