@@ -42,12 +42,13 @@ import sys
 import tempfile
 import threading
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any
+
+from contributing_figures import read_tests  # beside this script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULT = "gpu-ci.json"
@@ -88,21 +89,12 @@ class Outcome:
 
 
 def junit_counts(path: Path) -> tuple[dict[str, int], list[tuple[float, str]]]:
-    """Counts by outcome and every case's (seconds, node id), slowest first, from JUnit XML."""
-    counts = {"passed": 0, "failed": 0, "skipped": 0}
-    cases = []
+    """Counts by outcome and every case's (seconds, node id), slowest first, from JUnit XML (none
+    where the stage wrote none)."""
     if not path.is_file():
-        return counts, cases
-    for case in ET.parse(path).getroot().iter("testcase"):
-        module = case.get("classname", "").replace(".", "/")
-        cases.append((float(case.get("time") or 0.0), f"{module}.py::{case.get('name')}"))
-        if case.find("failure") is not None or case.find("error") is not None:
-            counts["failed"] += 1
-        elif case.find("skipped") is not None:
-            counts["skipped"] += 1
-        else:
-            counts["passed"] += 1
-    return counts, sorted(cases, reverse=True)
+        return {"passed": 0, "failed": 0, "skipped": 0}, []
+    cases, counts = read_tests(path)
+    return counts, cases
 
 
 def golden_counts(path: Path) -> dict[str, int]:

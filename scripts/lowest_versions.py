@@ -5,15 +5,16 @@
 
 ``.ci/run``'s lowest-versions stage installs them in a venv of its own and runs the default tier
 there, so every floor pyproject declares is one the suite has passed on. A dependency in ``UNPINNED``
-keeps its declared range (pip picks), for the reason given there.
+keeps its declared range (pip picks), for the reason given there. Needs Python 3.11 (tomllib).
 """
 
 from __future__ import annotations
 
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 # Resolved by pip instead: no release at the floor installs on CI's Python.

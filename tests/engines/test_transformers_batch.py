@@ -93,16 +93,9 @@ def test_the_page_goes_under_the_name_the_installed_transformers_gives_it(monkey
 
 
 def test_a_setting_the_installed_transformers_lacks_is_not_supported(monkeypatch: pytest.MonkeyPatch) -> None:
-    @dataclasses.dataclass
-    class NoLogprobs:
-        page_size: int = 256
-        num_blocks: int | None = None
-        max_batch_tokens: int | None = None
-        max_requests_per_batch: int | None = None
-        allow_block_sharing: bool = True
-        use_cuda_graph: bool | None = None
-
-    monkeypatch.setattr(configuration_utils, "ContinuousBatchingConfig", NoLogprobs, raising=False)
+    kept = [(f.name, f.type, f.default) for f in dataclasses.fields(_ConfigBefore518) if f.name != "return_logprobs"]
+    no_logprobs = dataclasses.make_dataclass("NoLogprobs", kept)
+    monkeypatch.setattr(configuration_utils, "ContinuousBatchingConfig", no_logprobs, raising=False)
     lacks = rf"transformers {transformers.__version__} ContinuousBatchingConfig has no return_logprobs"
     with pytest.raises(Unsupported, match=lacks):
         _batching_config(EngineOptions(), 32)
