@@ -64,14 +64,18 @@ def test_a_test_leaving_state_changed_fails_naming_it_and_restoring_fixtures_pas
         (tmp_path / name).write_text(text)
     env = {k: v for k, v in os.environ.items() if k not in (AUTO_DEVICE_ENV, "PYTEST_XDIST_WORKER")}
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(tmp_path),
-            str(tmp_path)]  # fmt: skip
+    # The repository's rootdir and settings (the guards hold for its own suite), the planted files elsewhere.
+    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(ROOT),
+            "-c", str(ROOT / "pyproject.toml"), str(tmp_path)]  # fmt: skip
     proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
     out = proc.stdout
     assert "6 passed, 2 errors" in out, out  # the two leaks fail their teardowns
     # Each leak is reported once, at the end of the module that made it.
-    assert "ERROR test_leaks_threads.py::test_after_it" in out
-    assert "ERROR test_leaks_dtype_and_env.py::test_sets_dtype_and_env" in out
+    errors = [line for line in out.splitlines() if line.startswith("ERROR ")]
+    assert len(errors) == 2
+    assert "test_leaks_threads.py::test_after_it" in errors[1]
+    assert "test_leaks_dtype_and_env.py::test_sets_dtype_and_env" in errors[0]
+    assert out.count("process-wide state changed by a test of") == 2
     assert "torch.get_default_dtype(): torch.float32 -> torch.float64" in out
     assert "os.environ['PLANTED_VARIABLE']: '<unset>' -> '1'" in out
     before, after = (int(n) for n in re.search(r"torch.get_num_threads\(\): (\d+) -> (\d+)", out).groups())
