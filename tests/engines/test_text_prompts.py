@@ -150,7 +150,9 @@ def test_judgeable_leaves_out_only_the_unreadable_requests_and_notes_why(tmp_pat
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert CALLS == [(1, 2), (3, 4), (5,)]  # each request run once, then remembered
-    assert RESETS == [3]  # after the first look only: the test's own first pass meets a cold cache
+    # on the plain engine: the stressed one (the tests') sees each request first when a test sends it
+    assert list(tier.started) == [(str(tmp_path), "plain")] and RESETS == []
+    assert tier.alone(tmp_path, requests[1]).token_ids == (7,) and CALLS == [(1, 2), (3, 4), (5,)]  # the look is alone()'s run
     assert tier.left_out == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
     assert tier.left_out_summary().endswith("ids: 1 of 3 (1× Unsupported: the answer to (1, 2) holds a token text several tokens render to)")
     with pytest.raises(Unsupported, match=r"none of the 1 requests has an answer .* \(Unsupported: the answer to \(1, 2\)"):
@@ -174,6 +176,25 @@ refused_text_factory.takes_text_prompts = True  # type: ignore[attr-defined]
 
 def test_a_refused_start_is_the_tests_not_supported_not_a_requests(tmp_path: Path) -> None:
     tier = EngineTier(engine=f"{__name__}:refused_text_factory", endpoint=None, dtype="float32")
-    with pytest.raises(Unsupported, match=r"\(stressed start\): Unsupported: this engine cannot run"):
+    with pytest.raises(Unsupported, match=r"\(probe start\): Unsupported: this engine cannot run"):
         tier.judgeable(tmp_path, [EngineRequest((1, 2), 3)])
-    assert not tier.left_out
+    assert not tier.left_out and set(tier.refused) == {(str(tmp_path), "plain"), (str(tmp_path), "probe")}
+
+
+def no_plain_text_factory(model_dir: Path, options: EngineOptions) -> EngineHandle:
+    if not options.prefix_caching:
+        raise Unsupported("this engine cannot turn its prefix cache off")
+    return FakeTextEngine(UNREADABLE)
+
+
+no_plain_text_factory.capabilities = frozenset({"prefix_caching", "reset_prefix_cache"})  # type: ignore[attr-defined]
+no_plain_text_factory.takes_text_prompts = True  # type: ignore[attr-defined]
+
+
+def test_an_engine_without_a_plain_start_is_looked_at_on_a_separate_start_not_the_judged_one(tmp_path: Path) -> None:
+    CALLS.clear()
+    tier = EngineTier(engine=f"{__name__}:no_plain_text_factory", endpoint=None, dtype="float32")
+    request = EngineRequest((3, 4), 3)
+    assert tier.judgeable(tmp_path, [request]) == [request] and CALLS == [(3, 4)]
+    probe = tier.started[(str(tmp_path), "probe")]
+    assert tier.handle(tmp_path, "stressed") is not probe and CALLS == [(3, 4)]

@@ -40,6 +40,15 @@ def test_two_workers_merge_into_one_set_of_notes() -> None:
     assert report.beyond_tolerance == [far]
 
 
+def test_conversations_not_continued_are_noted_from_every_worker() -> None:
+    report = Report(impl="--ir-engine=x", adapter="engine tier:", version="x", device="the engine's", dtype="float32", capabilities={})
+    one, other = _state(0.0, "", 0, [], []), _state(0.0, "", 0, [], [])
+    one["not_continued"], other["not_continued"] = ["a: why one"], ["b: why two"]
+    write_notes(report, [one, other])
+    assert report.notes[-1] == ("conversations not continued, so not judged, because their history cannot be sent as text: 2 "
+                                "(a: why one; b: why two)")  # fmt: skip
+
+
 @pytest.mark.kit_run
 def test_the_notes_arrive_under_xdist(tmp_path: Path) -> None:
     report = tmp_path / "r.json"

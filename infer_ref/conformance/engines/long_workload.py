@@ -21,7 +21,13 @@ import random
 from pathlib import Path
 
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
-from infer_ref.conformance.engines.workload import BLOCK_SIZE, ModelFacts, greedy_requests, random_prompt
+from infer_ref.conformance.engines.workload import (
+    BLOCK_SIZE,
+    ModelFacts,
+    continuation_prompts,
+    greedy_requests,
+    random_prompt,
+)
 
 REACH = 8192  # the longest prompts reach one past it
 LONG_GENERATED = 16  # generated tokens per request (from R - 1, they cross R)
@@ -86,13 +92,11 @@ def first_long_turns(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool) ->
 
 
 def continued_long_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *,
-                         ignore_eos: bool) -> list[EngineRequest]:  # fmt: skip
-    """Each first turn continued: its prompt, the engine's own answer, and a new turn."""
-    rng = random.Random(f"{facts.name}/long-continued")
-    prompts = []
-    for request, answer in zip(first, answers, strict=True):
-        before = request.prompt + tuple(answer.token_ids)
-        prompts.append(before + random_prompt(facts, LONG_NEW_TURN, rng, after=before))
+                         ignore_eos: bool, left_out: list[str] | None = None) -> list[EngineRequest]:  # fmt: skip
+    """Each first turn continued: its prompt, the engine's own answer, and a new turn (a turn that
+    cannot be sent as text left out, with its reason appended to ``left_out``)."""
+    turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
+    prompts = continuation_prompts(facts, turns, new_turn=LONG_NEW_TURN, stream="long-continued", left_out=left_out)
     return greedy_requests(prompts, ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
 
 

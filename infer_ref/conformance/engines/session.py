@@ -13,6 +13,11 @@ starts the same two kinds at its own lengths (a chunk budget of 1000 tokens, a p
 as its pool-edge pair), and ``block-1`` / ``block-16``: the stressed engine with KV blocks of 1 and
 16 positions.
 
+For an engine of text prompts the plain engine also answers each request once before any test
+sends it (:meth:`EngineTier.judgeable`: can its answer be read back?), so the engine a test judges
+sees each request first when the test sends it; an engine that refuses the plain start gets a third,
+``probe``, start of the stressed options for that look.
+
 An HTTP endpoint is one engine started by someone else: plain and stressed are then the same handle.
 """
 
@@ -132,8 +137,9 @@ LONG_GEOMETRY = Geometry(LONG_MAX_MODEL_LEN, PLAIN_LONG_KV_TOKENS, LONG_CHUNK_BU
 
 
 def options_for(kind: str, dtype: str, capabilities: frozenset[str], *, long_context: bool = False) -> EngineOptions:
-    """The options of a ``plain``, ``stressed`` or ``block-N`` (the stressed start with KV blocks of
-    N positions) start at the workload's geometry, limited to what the engine can honour."""
+    """The options of a ``plain``, ``stressed`` (``probe``: a separate start of the same options) or
+    ``block-N`` (the stressed start with KV blocks of N positions) start at the workload's geometry,
+    limited to what the engine can honour."""
     geometry = LONG_GEOMETRY if long_context else DEFAULT_GEOMETRY
     plain = EngineOptions(dtype=dtype, prefix_caching=False, block_size=BLOCK_SIZE,
                           kv_cache_tokens=geometry.plain_kv_tokens, max_model_len=geometry.max_model_len)  # fmt: skip
@@ -173,6 +179,7 @@ class EngineTier:
     distributions: list[dict] = field(default_factory=list)  # low-precision verdicts: one summary per test and checkpoint
     # judgeable's memo: (checkpoint, request) -> why its answer cannot be read back, None where it can
     unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)
+    uncontinued: list[str] = field(default_factory=list)  # conversations that could not be continued as text, why
 
     def __post_init__(self) -> None:
         if self.endpoint is None:
@@ -279,35 +286,61 @@ class EngineTier:
 
         A text API answers token texts, not ids, and llama_cpp.server does not return the end token
         that stopped a request: an answer holding a token several tokens render to, or ended by
-        an end token, cannot be mapped back to ids. Each request is first run alone on the
-        stressed engine (the one the properties use; the answer is memoised); one whose answer
+        an end token, cannot be mapped back to ids. Each request is first run alone on the plain
+        engine (:meth:`_probe`), never on the engine the tests judge: the first send of a request
+        to that engine is the judged one, on the cache state the test built. One whose answer
         raises ``Unsupported`` is left out, with its reason kept for the report's notes. None
         left: the test is "not supported" with the first reason.
         """
         if not self.takes_text_prompts(model_dir):
             return list(requests)
-        handle = self.handle(model_dir, "stressed")  # a refused start is the test's "not supported", not a request's
-        kept, reasons, ran = [], [], False
-        for request in requests:
-            key = (str(model_dir), request)
-            if key not in self.unreadable:
-                ran = True
-                try:
-                    run(handle, [request])
-                    self.unreadable[key] = None
-                except Unsupported as e:
-                    self.unreadable[key] = _one_line(e)
-            why = self.unreadable[key]
-            if why is None:
-                kept.append(request)
-            else:
-                reasons.append(why)
-        if ran and "reset_prefix_cache" in handle.capabilities:
-            handle.reset_prefix_cache()  # the test's first pass meets the cache cold, as it would have
+        looked = any((str(model_dir), r) not in self.unreadable for r in requests)
+        kept = [r for r in requests if self.readable(model_dir, r)]
+        if looked and self.endpoint is not None:
+            self._empty_server_cache(model_dir)  # one server plays every role: the test's first pass meets its cache cold
         if not kept:
+            reasons = [self.unreadable[(str(model_dir), r)] for r in requests]
             first = reasons[0] if reasons else "no requests were given"
             raise Unsupported(f"none of the {len(requests)} requests has an answer {self.name} shows exactly ({first})")
         return kept
+
+    def readable(self, model_dir: Path, request: EngineRequest) -> bool:
+        """Whether the engine's answer to ``request`` can be read back exactly (memoised; always for
+        an engine of token prompts): :meth:`judgeable` for one request. On a server (``--endpoint``,
+        one engine) the look is a send of its own, its cache left as the look left it."""
+        if not self.takes_text_prompts(model_dir):
+            return True
+        key = (str(model_dir), request)
+        if key not in self.unreadable:
+            probe = self._probe(model_dir)  # a refused start is the test's "not supported", not a request's
+            try:
+                [answer] = run(probe, [request])
+                self.unreadable[key] = None
+                if probe is self.started.get((str(model_dir), "plain")) and self.endpoint is None:
+                    self.alone_answers.setdefault(key, answer)  # the very run alone() makes
+            except Unsupported as e:
+                self.unreadable[key] = _one_line(e)
+        return self.unreadable[key] is None
+
+    def _empty_server_cache(self, model_dir: Path) -> None:
+        server = self.handle(model_dir, "plain")
+        if "reset_prefix_cache" in server.capabilities:
+            server.reset_prefix_cache()
+
+    def _probe(self, model_dir: Path) -> EngineHandle:
+        """Where :meth:`judgeable` runs requests: the plain start, an engine of its own with no prefix
+        cache, so the engine a test judges sees each request first when the test sends it; for an
+        engine that refuses a plain start, a separate start of the stressed options (``probe``).
+        A server (``--endpoint``) is one engine: its cache is emptied after the look instead."""
+        try:
+            return self.handle(model_dir, "plain")
+        except Unsupported:
+            return self.handle(model_dir, "probe")
+
+    def not_continued(self, model_dir: Path, reasons: Sequence[str]) -> None:
+        """Conversations of ``model_dir`` that could not be continued as text, each with its reason
+        (for the report's notes: those requests were not judged)."""
+        self.uncontinued += [f"{model_dir.name}: {why}" for why in reasons]
 
     @property
     def left_out(self) -> list[str]:

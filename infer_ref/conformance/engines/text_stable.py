@@ -23,6 +23,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
+from infer_ref.conformance.engines.prefix_hits import common_prefix
+
 ATTEMPTS_PER_TOKEN = 400  # candidates tried before the drawer gives up on a position
 WINDOW = 16  # tokens before a candidate that its local check decodes with it
 REDRAWS = 20  # whole-prompt checks that may each send the drawer back before it gives up
@@ -89,7 +91,7 @@ class TextStable:
         again = self.retokenized(ids)
         if again == ids:
             return None
-        return next((i for i, (a, b) in enumerate(zip(ids, again)) if a != b), min(len(ids), len(again)))
+        return common_prefix(ids, again)
 
     def _next_token(self, drawn: list[int], pool: Sequence[int], rng: random.Random) -> int:
         # The window's own text may tokenize otherwise than in context (it can start inside a word):

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from infer_ref.conformance.engines.agreement import LOW_PRECISION
-from infer_ref.conformance.engines.notes import left_out_note, spread_note
+from infer_ref.conformance.engines.notes import left_out_note, not_continued_note, spread_note
 from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.prefix_hits import summary as prefix_hit_summary
 
@@ -47,6 +47,7 @@ def tier_state(tier: EngineTier, agreement_tolerance: float, source: str) -> dic
         "prefix_hits": [[h.shared, h.cached] for h in tier.prefix_hits],
         "left_out": tier.left_out,
         "requests_read": len(tier.unreadable),
+        "not_continued": tier.uncontinued,
         "distributions": tier.distributions,
     }
 
@@ -77,6 +78,9 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
     left_out = [why for s in states for why in s["left_out"]]
     if left_out:
         report.notes.append(left_out_note(states[0]["name"], left_out, sum(s["requests_read"] for s in states)))
+    not_continued = [why for s in states for why in s.get("not_continued", ())]
+    if not_continued:
+        report.notes.append(not_continued_note(not_continued))
 
 
 class TierNotes:
