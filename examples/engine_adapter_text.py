@@ -7,8 +7,9 @@ The engine is examples/toy_engine.py's text API (replace it with yours). ``takes
 tells the tier to draw prompts whose text round-trips through the folder's tokenizer.
 ``PromptText`` sends a prompt only where *the engine's* tokenizer gives its ids back, and
 ``AnswerTokens`` maps each answered token text back to an id where exactly one token renders to
-it; anything else raises ``Unsupported`` and the tier leaves that request out, counted in the
-report's notes, instead of judging an answer it cannot read exactly.
+it (this engine renders control tokens by name; a detokenizer's text, where they are empty, and a
+token's raw bytes are read too); anything else raises ``Unsupported`` and the tier leaves that
+request out, counted in the report's notes, instead of judging an answer it cannot read exactly.
 """
 
 from __future__ import annotations
@@ -49,9 +50,9 @@ class ToyTextEngine:
             for text, logprob, top in steps
         )
         tokens = tuple(e.token for e in logprobs)
-        # An end token renders as "" (no id known exactly: to_id refused it above), so every answer
-        # that comes back readable ran to max_tokens.
-        return EngineOutput(tokens, "".join(text for text, _, _ in steps), logprobs, "length")
+        # The engine renders an end token by name ("<eos>"): AnswerTokens reads it back, and it ended the answer.
+        finish = "stop" if tokens and tokens[-1] in self.engine.eos_ids else "length"
+        return EngineOutput(tokens, "".join(text for text, _, _ in steps), logprobs, finish)
 
     def reset_prefix_cache(self) -> None:
         pass

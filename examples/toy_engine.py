@@ -50,7 +50,8 @@ class ToyEngine:
 
     def complete_text(self, text: str, max_tokens: int, top_n: int) -> list[tuple[str, float, list[tuple[str, float]]]]:
         """Greedy continuation of ``text``: per step the token's text, its logprob and the top ``top_n``
-        as (text, logprob). Texts as detokenizers render them: invalid UTF-8 dropped, control tokens empty."""
+        as (text, logprob). Texts as many detokenizers render them: invalid UTF-8 dropped, control
+        tokens by name (``"<end_of_turn>"``)."""
         out = []
         for step in self.complete_ids(self.tokenize(text), max_tokens, 0.0, None, False):
             row = torch.log_softmax(step.logits.double(), dim=-1)
@@ -60,4 +61,4 @@ class ToyEngine:
         return out
 
     def _render(self, token: int) -> str:
-        return self.tokenizer.decode([token], skip_special_tokens=True).replace("\ufffd", "")
+        return self.tokenizer.decode([token], skip_special_tokens=False).replace("\ufffd", "")

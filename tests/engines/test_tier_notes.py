@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from infer_ref.conformance.engines.protocol import CAPABILITIES
 from infer_ref.conformance.engines.tier_notes import write_notes
 from infer_ref.conformance.report import Report
 
@@ -47,6 +48,15 @@ def test_conversations_not_continued_are_noted_from_every_worker() -> None:
     write_notes(report, [one, other])
     assert report.notes[-1] == ("conversations not continued, so not judged, because their history cannot be sent as text: 2 "
                                 "(a: why one; b: why two)")  # fmt: skip
+
+
+def test_the_report_lists_the_capabilities_the_engine_declared() -> None:
+    report = Report(impl="--ir-engine=x", adapter="engine tier:", version="x", device="the engine's", dtype="float32", capabilities={})
+    never_reached, declared = _state(0.0, "", 0, [], []), _state(0.0, "", 0, [], [])
+    never_reached["capabilities"], declared["capabilities"] = None, ["batch", "top_logprobs"]
+    write_notes(report, [never_reached, declared])
+    assert report.capabilities == {c: None if c in ("batch", "top_logprobs") else "not declared" for c in CAPABILITIES}
+    assert len(CAPABILITIES) > 2  # the others are listed as not declared
 
 
 @pytest.mark.kit_run

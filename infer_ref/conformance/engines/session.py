@@ -201,6 +201,10 @@ class EngineTier:
     def name(self) -> str:
         return f"endpoint {self.endpoint}" if self.endpoint else (self.engine or "infer_ref")
 
+    def kind_of(self, handle: EngineHandle) -> str:
+        """Which start ``handle`` is (``stressed`` where it is none of this tier's: the tests' default)."""
+        return next((kind for (_, kind), started in self.started.items() if started is handle), "stressed")
+
     def start_of(self, kind: str) -> EngineStart:
         """How the ``kind`` engine is started, for a repro script of an engine with no snippet of its own."""
         if self.endpoint is not None:
@@ -277,7 +281,7 @@ class EngineTier:
         """``request`` run alone on the plain engine (memoised): the self-consistency reference."""
         key = (str(model_dir), request)
         if key not in self.alone_answers:
-            [self.alone_answers[key]] = self.handle(model_dir, "plain").generate([request])
+            [self.alone_answers[key]] = run(self.handle(model_dir, "plain"), [request])
         return self.alone_answers[key]
 
     def judgeable(self, model_dir: Path, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
@@ -363,9 +367,24 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
+class EngineCrash(Exception):
+    """The engine raised while answering (anything but ``Unsupported`` or a lost connection): a
+    failure of the test that sent ``requests``, which the tier's conftest gives a repro script."""
+
+    def __init__(self, handle: EngineHandle, requests: Sequence[EngineRequest], error: Exception) -> None:
+        super().__init__(f"{handle.name} raised while answering {len(requests)} request(s): {_one_line(error)}")
+        self.handle, self.requests, self.error = handle, list(requests), error
+
+
 def run(handle: EngineHandle, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
-    """``handle.generate`` with the count checked (an engine dropping a request is a failure, not an index error)."""
-    outputs = handle.generate(list(requests))
+    """``handle.generate`` with the count checked (an engine dropping a request is a failure, not an
+    index error) and a crash kept with the requests that caused it (:class:`EngineCrash`)."""
+    try:
+        outputs = handle.generate(list(requests))
+    except (Unsupported, EngineStartError, AssertionError):
+        raise
+    except Exception as e:
+        raise EngineCrash(handle, requests, e) from e
     if len(outputs) != len(requests):
         raise AssertionError(f"{len(requests)} requests sent, {len(outputs)} answers returned")
     return outputs

@@ -22,6 +22,7 @@ from infer_ref.conformance.engines.agreement import LOW_PRECISION
 from infer_ref.conformance.engines.notes import left_out_note, not_continued_note, spread_note
 from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.prefix_hits import summary as prefix_hit_summary
+from infer_ref.conformance.engines.protocol import CAPABILITIES
 
 if TYPE_CHECKING:
     from infer_ref.conformance.engines.session import EngineTier
@@ -48,6 +49,8 @@ def tier_state(tier: EngineTier, agreement_tolerance: float, source: str) -> dic
         "left_out": tier.left_out,
         "requests_read": len(tier.unreadable),
         "not_continued": tier.uncontinued,
+        # what the engine declares: its factory's, or a server's once reached (None: never reached)
+        "capabilities": sorted(tier.capabilities) if tier.factory is not None or tier.started else None,
         "distributions": tier.distributions,
     }
 
@@ -56,6 +59,9 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
     """The merged states into ``report.notes`` (and ``beyond_tolerance``), in a fixed order."""
     if not states:
         return
+    declared = next((s["capabilities"] for s in states if s.get("capabilities") is not None), None)
+    if declared is not None:
+        report.capabilities = {c: None if c in declared else "not declared" for c in CAPABILITIES}
     engine = next((s["engine"] for s in states if s["engine"]), None)
     if engine:
         report.notes.append(f"engine: {engine}")  # read back by the engine matrix
