@@ -12,6 +12,10 @@ round-trips, and it holds the first turn's prompt and answer as text, their prom
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -127,3 +131,22 @@ def test_a_turn_that_cannot_be_sent_as_text_is_left_out_with_its_reason() -> Non
     assert [r.prompt[: len(good.prompt)] for r in continued] == [good.prompt]
     assert left_out == [f"the {len(bad.prompt)}-token prompt and its 2-token answer do not round-trip through text, "
                         "nor do the ids their text tokenizes to"]  # fmt: skip
+
+
+@pytest.mark.kit_run
+def test_a_correct_text_prompt_engine_passes_every_conversation_and_prefix_cache_test(tmp_path: Path) -> None:
+    """infer_ref's engine behind a text-prompt front, on the engine checkpoints where continuing a
+    conversation used to raise ("its own text does not give it back"): every conversation and
+    prefix-cache test judged and passed, none an error."""
+    folders = [f for f in write_all(tmp_path / "engine") if f.name.endswith("-t4")]  # Gemma 3 and Llama 3
+    report = tmp_path / "r.json"
+    here = Path(__file__).resolve().parent
+    cmd = [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", "text_prompt_engines:start", "--report", str(report),
+           "-k", "conversation or prefix_cache", *(f"--model-dir={f}" for f in folders)]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(here.parents[1]), str(here)])}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=900)
+    counts = json.loads(report.read_text())["totals"]["counts"]
+    assert done.returncode == 0, done.stdout[-4000:]
+    # per folder: two conversation tests, the warm-vs-cold and the shared-prefix prefix-cache tests
+    assert counts["passed"] == 4 * len(folders) and counts["failed"] == 0, counts
+    assert "Error" not in done.stdout and "text does not give it back" not in done.stdout, done.stdout[-4000:]

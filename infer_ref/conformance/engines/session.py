@@ -334,11 +334,11 @@ class EngineTier:
     def _probe(self, model_dir: Path) -> EngineHandle:
         """Where :meth:`judgeable` runs requests: the plain start, an engine of its own with no prefix
         cache, so the engine a test judges sees each request first when the test sends it; for an
-        engine that refuses a plain start, a separate start of the stressed options (``probe``).
-        A server (``--endpoint``) is one engine: its cache is emptied after the look instead."""
+        engine that refuses (or fails) a plain start, a separate start of the stressed options
+        (``probe``). A server (``--endpoint``) is one engine: its cache is emptied after the look instead."""
         try:
             return self.handle(model_dir, "plain")
-        except Unsupported:
+        except (Unsupported, EngineStartError):
             return self.handle(model_dir, "probe")
 
     def not_continued(self, model_dir: Path, reasons: Sequence[str]) -> None:
