@@ -180,6 +180,7 @@ class EngineTier:
     # judgeable's memo: (checkpoint, request) -> why its answer cannot be read back, None where it can
     unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)
     uncontinued: list[str] = field(default_factory=list)  # conversations that could not be continued as text, why
+    declared: frozenset[str] | None = None  # what the engine declares: its factory's, or a server's once reached
 
     def __post_init__(self) -> None:
         if self.endpoint is None:
@@ -188,6 +189,7 @@ class EngineTier:
                 self.factory_kwargs = parse_engine_options(self.engine_options, self.factory, self.engine or "infer_ref")
             except EngineOptionError as e:
                 raise EngineStartError(str(e)) from None
+            self.declared = declared_capabilities(self.factory)
         elif self.engine_options:
             raise EngineStartError("--engine-option sets an engine the tier starts; a running endpoint was started by you")
         registered = None if self.endpoint else (self.engine or "infer_ref")
@@ -260,6 +262,8 @@ class EngineTier:
             try:
                 self.started[key] = self._start(model_dir, kind)
                 self.first_name = self.first_name or self.started[key].name
+                if self.declared is None and self.endpoint is not None:
+                    self.declared = frozenset(self.started[key].capabilities)
             except Unsupported as e:  # the engine cannot run this kind of start: its tests are "not supported"
                 self.refused[key] = f"{self.name} ({kind} start): {_one_line(e)}"
                 raise Unsupported(self.refused[key]) from None

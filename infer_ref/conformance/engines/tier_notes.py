@@ -49,8 +49,7 @@ def tier_state(tier: EngineTier, agreement_tolerance: float, source: str) -> dic
         "left_out": tier.left_out,
         "requests_read": len(tier.unreadable),
         "not_continued": tier.uncontinued,
-        # what the engine declares: its factory's, or a server's once reached (None: never reached)
-        "capabilities": sorted(tier.capabilities) if tier.factory is not None or tier.started else None,
+        "capabilities": None if tier.declared is None else sorted(tier.declared),  # None: a server never reached
         "distributions": tier.distributions,
     }
 
