@@ -1,6 +1,10 @@
 """Continued conversations, shared by the default and the long-context workloads: the first turns
 run, then each continued (its prompt, the engine's own answer, a new turn) on the same warm engine;
 and the verdict of the warm continuations against the same requests on an emptied prefix cache.
+
+For an engine of text prompts a continuation carries the prompt and answer as their text tokenizes
+(:func:`~infer_ref.conformance.engines.workload.history`); one that cannot be sent as text is left
+out and noted, never an error: a correct engine is never failed for the kit's own prompt.
 """
 
 from __future__ import annotations
