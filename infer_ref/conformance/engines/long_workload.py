@@ -73,8 +73,20 @@ def long_lengths(model_dir: Path) -> list[int]:
 
 def long_prompts(facts: ModelFacts, model_dir: Path, seed: int = 0) -> list[tuple[int, ...]]:
     """One prompt of each of :func:`long_lengths`."""
-    rng = random.Random(f"{facts.name}/long/{seed}")
-    return [random_prompt(facts, n, rng) for n in long_lengths(model_dir)]
+    return _drawn(facts, f"long/{seed}", long_lengths(model_dir))
+
+
+def _drawn(facts: ModelFacts, stream: str, lengths: list[int]) -> list[tuple[int, ...]]:
+    """Prompts of ``lengths`` from the seeded ``stream``, drawn once per process: every test of the
+    workload sends the same ones, and text-stable ones of 8193 tokens take about a second to draw."""
+    key = (facts.name, facts.text is not None, stream, tuple(lengths))
+    if key not in _DRAWN:
+        rng = random.Random(f"{facts.name}/{stream}")
+        _DRAWN[key] = [random_prompt(facts, n, rng) for n in lengths]
+    return list(_DRAWN[key])
+
+
+_DRAWN: dict[tuple[str, bool, str, tuple[int, ...]], list[tuple[int, ...]]] = {}
 
 
 def long_requests(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool, seed: int = 0) -> list[EngineRequest]:
@@ -87,8 +99,7 @@ def first_long_turns(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool) ->
     lengths = long_lengths(model_dir)
     past_window = [n for n in lengths if any(n == w + 1 for w in window_sizes(model_dir))]
     chosen = sorted({(past_window or lengths[:1])[0], lengths[-1]})
-    rng = random.Random(f"{facts.name}/long-turns")
-    return greedy_requests([random_prompt(facts, n, rng) for n in chosen], ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
+    return greedy_requests(_drawn(facts, "long-turns", chosen), ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
 
 
 def continued_long_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *,
@@ -103,8 +114,7 @@ def continued_long_turns(facts: ModelFacts, first: list[EngineRequest], answers:
 def pool_edge_prompts(facts: ModelFacts) -> list[tuple[int, ...]]:
     """Two prompts of exactly :data:`POOL_EDGE_BLOCKS` blocks: together they fill the stressed pool,
     and the first generated token of either needs one block more."""
-    rng = random.Random(f"{facts.name}/pool-edge")
-    return [random_prompt(facts, blocks * BLOCK_SIZE, rng) for blocks in POOL_EDGE_BLOCKS]
+    return _drawn(facts, "pool-edge", [blocks * BLOCK_SIZE for blocks in POOL_EDGE_BLOCKS])
 
 
 __all__ = [
