@@ -79,14 +79,14 @@ def long_prompts(facts: ModelFacts, model_dir: Path, seed: int = 0) -> list[tupl
 def _drawn(facts: ModelFacts, stream: str, lengths: list[int]) -> list[tuple[int, ...]]:
     """Prompts of ``lengths`` from the seeded ``stream``, drawn once per process: every test of the
     workload sends the same ones, and text-stable ones of 8193 tokens take about a second to draw."""
-    key = (facts.name, facts.text is not None, stream, tuple(lengths))
+    key = (facts, facts.text.digest if facts.text else None, stream, tuple(lengths))  # folders of one name may differ
     if key not in _DRAWN:
         rng = random.Random(f"{facts.name}/{stream}")
         _DRAWN[key] = [random_prompt(facts, n, rng) for n in lengths]
     return list(_DRAWN[key])
 
 
-_DRAWN: dict[tuple[str, bool, str, tuple[int, ...]], list[tuple[int, ...]]] = {}
+_DRAWN: dict[tuple[ModelFacts, str | None, str, tuple[int, ...]], list[tuple[int, ...]]] = {}
 
 
 def long_requests(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool, seed: int = 0) -> list[EngineRequest]:

@@ -17,6 +17,7 @@ lists (a tokenizer that disagrees with the folder's is a finding, never a silent
 
 from __future__ import annotations
 
+import hashlib
 import random
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +39,7 @@ class TextStable:
         if not path.is_file():
             raise ValueError(f"{model_dir} has no tokenizer.json: prompts for an engine of text prompts need one")
         self.tokenizer = Tokenizer.from_file(str(path))
+        self.digest = hashlib.sha256(path.read_bytes()).hexdigest()  # which tokenizer: prompts drawn for it are its own
         # what the tokenizer puts before any text (its BOS, where it adds one): every prompt starts with it
         self.lead: tuple[int, ...] = tuple(self.tokenizer.encode("", add_special_tokens=True).ids)
 
