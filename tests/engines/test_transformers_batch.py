@@ -23,7 +23,7 @@ from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.paths import FIXTURE_CHECKPOINTS
 
 P = (1, 2, 3)
-# ContinuousBatchingConfig is newer than the oldest transformers the test extras declare (4.56); there
+# ContinuousBatchingConfig is newer than the oldest transformers the test extras declare (5.0); there
 # the adapter refuses to start, as not supported (test_a_transformers_without_the_config_is_not_supported).
 needs_batching_config = pytest.mark.skipif(
     not hasattr(configuration_utils, "ContinuousBatchingConfig"),
