@@ -85,13 +85,18 @@ def _torch_state() -> dict[str, Any]:
     }
 
 
-# Not a test's doing: pytest names the running test; torch's Inductor sets its cache folder at its
-# first use, for the rest of the process.
-_NOT_TEST_ENV = {"PYTEST_CURRENT_TEST", "TORCHINDUCTOR_CACHE_DIR"}
+# The environment variables the suite and the package read. Others are left out: libraries set
+# theirs at first use for the rest of the process (Inductor's and Triton's caches, CUDA_HOME,
+# CUBLAS_WORKSPACE_CONFIG at an import, ...).
+_WATCHED_ENV = {"CI", "CUDA_VISIBLE_DEVICES", "TRITON_INTERPRET"}
+
+
+def _watched(name: str) -> bool:
+    return name.startswith("INFER_REF_") or name in _WATCHED_ENV
 
 
 def _process_state() -> dict[str, Any]:
-    env = {f"os.environ[{k!r}]": v for k, v in os.environ.items() if k not in _NOT_TEST_ENV}
+    env = {f"os.environ[{k!r}]": v for k, v in os.environ.items() if _watched(k)}
     return {**_torch_state(), **env}
 
 

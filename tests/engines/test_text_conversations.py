@@ -32,6 +32,7 @@ from infer_ref.conformance.engines.prefix_hits import common_prefix
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
 from infer_ref.conformance.engines.text_stable import TextStable
 from infer_ref.conformance.engines.workload import ModelFacts, model_facts
+from infer_ref.conformance.profiles import one_thread
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
 FAMILIES = ["llama-tiny", "qwen3-tiny", "gemma3-tiny"]
@@ -51,8 +52,11 @@ def long_folders(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
 @torch.inference_mode()
 def _oracle_answers(model_dir: Path, first: list[EngineRequest]) -> list[EngineOutput]:
     """transformers' float64 greedy answers, every request run to ``max_tokens`` (EOS ignored)."""
-    torch.set_num_threads(1)
-    model = oracle_model(model_dir)
+    with one_thread():
+        return _greedy_answers(oracle_model(model_dir), first)
+
+
+def _greedy_answers(model: torch.nn.Module, first: list[EngineRequest]) -> list[EngineOutput]:
     answers = []
     for r in first:
         out = model.generate(torch.tensor([r.prompt]), max_new_tokens=r.max_tokens, min_new_tokens=r.max_tokens,

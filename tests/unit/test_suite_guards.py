@@ -31,7 +31,7 @@ import torch
 
 def test_sets_dtype_and_env():
     torch.set_default_dtype(torch.float64)
-    os.environ["PLANTED_VARIABLE"] = "1"
+    os.environ["INFER_REF_PLANTED"] = "1"
 """,
     "test_restores.py": """
 import pytest
@@ -48,7 +48,7 @@ def test_a_module_fixture_that_restores(one_thread):
     pass
 
 def test_monkeypatch_restores(monkeypatch):
-    monkeypatch.setenv("PLANTED_VARIABLE", "2")
+    monkeypatch.setenv("INFER_REF_PLANTED", "2")
     monkeypatch.setattr(torch, "get_default_dtype", lambda: torch.float16)
 
 def test_the_automatic_device():
@@ -77,6 +77,6 @@ def test_a_test_leaving_state_changed_fails_naming_it_and_restoring_fixtures_pas
     assert "test_leaks_dtype_and_env.py::test_sets_dtype_and_env" in errors[0]
     assert out.count("process-wide state changed by a test of") == 2
     assert "torch.get_default_dtype(): torch.float32 -> torch.float64" in out
-    assert "os.environ['PLANTED_VARIABLE']: '<unset>' -> '1'" in out
+    assert "os.environ['INFER_REF_PLANTED']: '<unset>' -> '1'" in out
     before, after = (int(n) for n in re.search(r"torch.get_num_threads\(\): (\d+) -> (\d+)", out).groups())
     assert after == before + 1
