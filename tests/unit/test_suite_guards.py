@@ -75,7 +75,7 @@ def test_a_test_leaving_state_changed_fails_naming_it_and_restoring_fixtures_pas
     assert len(errors) == 2
     assert "test_leaks_threads.py::test_after_it" in errors[1]
     assert "test_leaks_dtype_and_env.py::test_sets_dtype_and_env" in errors[0]
-    assert out.count("process-wide state changed by a test of") == 2
+    assert sum(line.startswith("process-wide state changed by a test of") for line in out.splitlines()) == 2
     assert "torch.get_default_dtype(): torch.float32 -> torch.float64" in out
     assert "os.environ['INFER_REF_PLANTED']: '<unset>' -> '1'" in out
     before, after = (int(n) for n in re.search(r"torch.get_num_threads\(\): (\d+) -> (\d+)", out).groups())
