@@ -16,7 +16,9 @@ import pathlib
 
 from infer_ref.errors import UsageError
 
-__all__ = ["FIXTURE_CHECKPOINTS", "MODELS_ENV_VAR", "check_not_ambiguous", "resolve_model_path"]
+__all__ = [
+    "FIXTURE_CHECKPOINTS", "MODELS_ENV_VAR", "check_not_ambiguous", "require_snapshot", "require_weights", "resolve_model_path",
+]
 
 MODELS_ENV_VAR = "INFER_REF_MODELS"
 
@@ -101,3 +103,26 @@ def check_not_ambiguous(name: str, builtin: pathlib.Path, found: pathlib.Path) -
         f"{found.resolve()}; pass a path to pick one (./{name} for a folder in the working directory, "
         f"or the full path of either)"
     )
+
+
+def require_snapshot(folder: pathlib.Path, option: str = "") -> None:
+    """Raise ``FileNotFoundError`` unless ``folder`` holds ``config.json`` and the weights
+    (:func:`require_weights`): the files every load reads first, checked before torch is imported.
+    ``option`` (``--model``, ``--model-dir``) names where the folder was given."""
+    named = f"{option} {folder}" if option else str(folder)
+    if not (folder / "config.json").is_file():
+        kind = "a file" if folder.is_file() else "a folder without config.json"
+        raise FileNotFoundError(f"{named} is {kind}: expected a Hugging Face snapshot folder (config.json, "
+                                "model.safetensors or its index, tokenizer.json)")
+    require_weights(folder)
+
+
+def require_weights(folder: pathlib.Path) -> None:
+    """Raise ``FileNotFoundError`` naming ``folder`` unless it holds ``model.safetensors`` or a shard index.
+
+    Called before any work by whatever will read the weights (the loader, golden generation).
+    """
+    if not (folder / "model.safetensors").is_file() and not (folder / "model.safetensors.index.json").is_file():
+        raise FileNotFoundError(
+            f"{folder} has no model.safetensors or model.safetensors.index.json: expected a Hugging Face snapshot"
+        )

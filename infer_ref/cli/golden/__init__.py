@@ -18,7 +18,7 @@ from infer_ref.cli.golden.generate import cmd_generate
 from infer_ref.cli.golden.report import cmd_report
 from infer_ref.cli.golden.shared import EXIT_EXISTS, EXIT_FORMAT, EXIT_MISMATCH
 from infer_ref.cli.golden.verify import cmd_verify
-from infer_ref.cli.options import DTYPES, run_command
+from infer_ref.cli.options import DTYPES, OneLineParser, run_command
 from infer_ref.errors import EXIT_METADATA, EXIT_MISSING, EXIT_OK, EXIT_USAGE
 
 __all__ = [
@@ -26,13 +26,13 @@ __all__ = [
     "add_golden_commands", "main", "run",
 ]
 
-PROG = "infer-ref golden"
+PROG = "python -m infer_ref.cli.golden"  # standalone; under `infer-ref`, its errors are infer-ref's
 
 
 def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``golden generate|verify|report`` to a CLI's subparsers.
 
-    Each leaf parser sets ``run`` and ``prog``: exit with ``run(args.run, args)`` (or ``args.run(args)``,
+    Each leaf parser sets ``run``: exit with ``run(args.run, args)`` (or ``args.run(args)``,
     which lets a missing file raise FileNotFoundError). Nothing here imports the golden package
     (torch): its names are read when a value is checked (:class:`GoldenNames`), and the defaults
     that live there are applied by the commands.
@@ -59,7 +59,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--max-new-tokens", type=int, default=None, help="override the per-prompt default")
     gen.add_argument("--force", action="store_true", help="overwrite an existing golden file")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
-    gen.set_defaults(run=cmd_generate, prog=PROG)
+    gen.set_defaults(run=cmd_generate)
 
     ver = sub.add_parser("verify", help="verify implementation(s) against golden file(s), teacher-forced")
     ver.add_argument("files", nargs="+")
@@ -72,7 +72,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
                      help="plant a known bug into infer_ref first: %(choices)s")
     ver.add_argument("--json", default=None, help="also write the results as JSON here")
     ver.add_argument("--quiet", action="store_true")
-    ver.set_defaults(run=cmd_verify, prog=PROG)
+    ver.set_defaults(run=cmd_verify)
 
     rep = sub.add_parser("report", help="verify files with several implementations and write a markdown report")
     rep.add_argument("files", nargs="+")
@@ -86,12 +86,12 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     rep.add_argument("--pytest-log", default=None, help="include the tail of this pytest log")
     rep.add_argument("--reuse", default=None, help="JSON lines of results already computed (by the GPU tests) to reuse")
     rep.add_argument("--quiet", action="store_true")
-    rep.set_defaults(run=cmd_report, prog=PROG)
+    rep.set_defaults(run=cmd_report)
 
 
 def _impl(value: str) -> str:
     """A built-in implementation name or ``module:OBJECT`` (a conformance adapter)."""
-    if value in golden_implementations() or ":" in value:
+    if ":" in value or value in golden_implementations():  # module:OBJECT is checked by the command (no torch)
         return value
     raise argparse.ArgumentTypeError(f"{value!r}: expected one of {', '.join(golden_implementations())} or module:OBJECT")
 
@@ -122,17 +122,20 @@ class GoldenNames:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infer_ref.cli.golden", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_golden_commands(sub)
     # Standalone: accept both `... generate ...` and `... golden generate ...`.
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("golden", "-h", "--help"):
         argv = ["golden", *argv]
+    return run_command(lambda: _parse_and_run(argv), PROG)
+
+
+def _parse_and_run(argv: list[str]) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_golden_commands(sub)
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.run
-    return run(command, args)
+    return command(args)
 
 
 def run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

@@ -7,15 +7,16 @@ import sys
 from pathlib import Path
 
 from infer_ref.cli.golden.shared import Progress, free_cuda, golden_margins
-from infer_ref.cli.options import UsageError, resolve_device
+from infer_ref.cli.options import UsageError, check_device
 from infer_ref.errors import EXIT_OK, OverwriteRefused
 from infer_ref.fileio import check_file_name
+from infer_ref.paths import require_snapshot, resolve_model_path
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    _check_generate_args(args)
     from infer_ref.conformance.oracles import golden
 
-    _check_generate_args(args)
     sources = [golden.ModelSource.checkpoint(p) for p in args.checkpoint or []]
     sources += [golden.ModelSource.synthetic(n) for n in args.synthetic or []]
     if args.name:
@@ -71,4 +72,6 @@ def _check_generate_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-k must be a positive integer, got {args.top_k}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be a positive integer, got {args.max_new_tokens}")
-    resolve_device(args.device)
+    check_device(args.device)
+    for folder in args.checkpoint or []:
+        require_snapshot(resolve_model_path(folder), "--checkpoint")

@@ -6,7 +6,7 @@ import sys
 import time
 from typing import Any
 
-from infer_ref.cli.options import resolve_device
+from infer_ref.cli.options import check_device
 from infer_ref.errors import (
     EXIT_BAD_DATA,
     EXIT_FAILED_CHECK,
@@ -20,7 +20,7 @@ EXIT_FORMAT = EXIT_BAD_DATA
 EXIT_EXISTS = EXIT_REFUSED_OVERWRITE
 
 __all__ = [
-    "EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "check_device_option", "device_problem",
+    "EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "device_problem",
     "free_cuda", "golden_margins",
 ]
 
@@ -76,19 +76,13 @@ def golden_margins(doc: dict[str, Any]) -> list[float]:
     ]
 
 
-def check_device_option(device: str | None) -> None:
-    """``--device`` names a device this machine has (checked once, before any file is read)."""
-    if device is not None:
-        resolve_device(device)
-
-
 def device_problem(doc: dict[str, Any], path: str, device: str | None) -> str | None:
     """Why ``doc`` cannot be verified here without ``--device`` (its recorded device is missing), or None."""
     if device is not None:  # checked by check_device_option
         return None
     recorded = doc["run"]["device"]
     try:
-        resolve_device(recorded)
+        check_device(recorded)
     except UsageError:
         return (
             f"{path} records a run on {recorded} ({doc['run']['dtype']}): verifying it needs a {recorded.upper()} "

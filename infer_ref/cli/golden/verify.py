@@ -13,12 +13,13 @@ from infer_ref.cli.golden.shared import (
     EXIT_METADATA,
     EXIT_MISMATCH,
     Progress,
-    check_device_option,
     device_problem,
 )
-from infer_ref.cli.options import check_output_paths
+from infer_ref.cli.options import check_device, check_output_paths, user_object
 from infer_ref.errors import EXIT_MISSING, EXIT_OK, EXIT_USAGE, InferRefError, exit_code_for
 from infer_ref.fileio import atomic_write_text
+
+ADAPTER = "infer_ref.conformance.interface.adapter.Adapter"
 
 
 def run_verify(
@@ -64,7 +65,10 @@ def run_verify(
 
 def cmd_verify(args: argparse.Namespace) -> int:
     check_output_paths(args.json)
-    check_device_option(args.device)
+    check_device(args.device)
+    for impl in args.impl or []:
+        if ":" in impl:  # a conformance adapter: imported here, named by the option typed
+            user_object(impl, "--impl", f"an {ADAPTER} with load_model, make_model_cache and forward")
     worst = EXIT_OK
     results = []
     for path in args.files:
