@@ -17,7 +17,7 @@ import pathlib
 from infer_ref.errors import UsageError
 
 __all__ = [
-    "FIXTURE_CHECKPOINTS", "MODELS_ENV_VAR", "check_not_ambiguous", "require_snapshot", "require_weights", "resolve_model_path",
+    "FIXTURE_CHECKPOINTS", "MODELS_ENV_VAR", "check_not_ambiguous", "require_config", "require_snapshot", "require_weights", "resolve_model_path",
 ]
 
 MODELS_ENV_VAR = "INFER_REF_MODELS"
@@ -106,15 +106,22 @@ def check_not_ambiguous(name: str, builtin: pathlib.Path, found: pathlib.Path) -
 
 
 def require_snapshot(folder: pathlib.Path, option: str = "") -> None:
-    """Raise ``FileNotFoundError`` unless ``folder`` holds ``config.json`` and the weights
-    (:func:`require_weights`): the files every load reads first, checked before torch is imported.
-    ``option`` (``--model``, ``--model-dir``) names where the folder was given."""
-    named = f"{option} {folder}" if option else str(folder)
-    if not (folder / "config.json").is_file():
-        kind = "a file" if folder.is_file() else "a folder without config.json"
-        raise FileNotFoundError(f"{named} is {kind}: expected a Hugging Face snapshot folder (config.json, "
-                                "model.safetensors or its index, tokenizer.json)")
+    """Raise ``FileNotFoundError`` unless ``folder`` holds ``config.json`` (:func:`require_config`)
+    and the weights (:func:`require_weights`): the files every load reads first, checked before
+    torch is imported."""
+    require_config(folder, option)
     require_weights(folder)
+
+
+def require_config(folder: pathlib.Path, option: str = "") -> None:
+    """Raise ``FileNotFoundError`` unless ``folder`` is a folder holding ``config.json``; ``option``
+    (``--model``, ``--model-dir``) names where the folder was given."""
+    if (folder / "config.json").is_file():
+        return
+    named = f"{option} {folder}" if option else str(folder)
+    what = "is a file" if folder.is_file() else "is a folder without config.json" if folder.is_dir() else "does not exist"
+    raise FileNotFoundError(f"{named} {what}: expected a Hugging Face snapshot folder (config.json, "
+                            "model.safetensors or its index, tokenizer.json)")
 
 
 def require_weights(folder: pathlib.Path) -> None:

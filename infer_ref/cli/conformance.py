@@ -35,6 +35,7 @@ from infer_ref.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
+from infer_ref.paths import require_config
 
 PLUGIN = "infer_ref.conformance.plugin"
 DEFAULT_IMPL = "infer_ref.conformance.adapters.reference:INFER_REF"
@@ -139,9 +140,7 @@ def check_names_and_files(args: argparse.Namespace) -> None:
     if args.engine and not known_engine(args.engine):
         raise UsageError(f"--engine {args.engine!r}: expected one of {', '.join(ENGINES)} or module:FACTORY")
     for folder in args.model_dir or []:
-        if not (Path(folder) / "config.json").is_file():
-            what = "no such folder" if not Path(folder).exists() else "no config.json there"
-            raise FileNotFoundError(f"--model-dir {folder}: {what} (expected a Hugging Face checkpoint folder)")
+        require_config(Path(folder), "--model-dir")  # the weights may be any format the engine reads
     for path in args.xfails or []:
         if not Path(path).is_file():
             raise FileNotFoundError(f"--xfails {path}: no such file (expected one test-id prefix per line)")

@@ -19,6 +19,7 @@ from infer_ref.fileio import atomic_write_text
 def cmd_report(args: argparse.Namespace) -> int:
     """Verify each file with each implementation and write a markdown report."""
     check_output_paths(args.out, args.json)
+    shared.check_golden_files(args.files)
     check_device(args.device)
     reuse, reused_planted = _read_reuse(args.reuse)
     rows: list[dict[str, Any]] = []

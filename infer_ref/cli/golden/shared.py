@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from infer_ref.cli.options import check_device
@@ -20,7 +21,7 @@ EXIT_FORMAT = EXIT_BAD_DATA
 EXIT_EXISTS = EXIT_REFUSED_OVERWRITE
 
 __all__ = [
-    "EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "device_problem",
+    "EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "check_golden_files", "device_problem",
     "free_cuda", "golden_margins",
 ]
 
@@ -74,6 +75,13 @@ def golden_margins(doc: dict[str, Any]) -> list[float]:
     return [
         s["top_logprobs"][0] - s["top_logprobs"][1] for c in doc["cases"] for s in c["steps"] if len(s["top_logprobs"]) > 1
     ]
+
+
+def check_golden_files(paths: list[str]) -> None:
+    """Every golden file named is there, checked before any is verified (and before torch is imported)."""
+    for path in paths:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"{path}: no such file (expected a golden file written by `infer-ref golden generate`)")
 
 
 def device_problem(doc: dict[str, Any], path: str, device: str | None) -> str | None:

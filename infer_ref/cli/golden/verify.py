@@ -13,6 +13,7 @@ from infer_ref.cli.golden.shared import (
     EXIT_METADATA,
     EXIT_MISMATCH,
     Progress,
+    check_golden_files,
     device_problem,
 )
 from infer_ref.cli.options import check_device, check_output_paths, user_object
@@ -26,8 +27,6 @@ def run_verify(
     path: str, impl: str, device: str | None, checkpoint: str | None, plant: str | None, quiet: bool
 ) -> tuple[int, str, Any]:
     """Verify one file with one implementation: (exit code, message, report or None)."""
-    if not Path(path).exists():  # answered before the golden package (torch) is imported
-        return EXIT_MISSING, f"error: {path}: no such file (expected a golden file written by `infer-ref golden generate`)", None
     from infer_ref.conformance.oracles import golden
 
     try:
@@ -65,6 +64,7 @@ def run_verify(
 
 def cmd_verify(args: argparse.Namespace) -> int:
     check_output_paths(args.json)
+    check_golden_files(args.files)
     check_device(args.device)
     for impl in args.impl or []:
         if ":" in impl:  # a conformance adapter: imported here, named by the option typed
