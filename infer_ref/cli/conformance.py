@@ -96,6 +96,7 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
                f"--ir-dtype={args.dtype or 'float64'}"]
     out += ["-p", "no:cacheprovider", "-rfEsxX",
             "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
+    out += ["-p", "no:benchmark"]  # the kit times nothing: pytest-benchmark's "defaults" header line is noise here
     # A plain checkout on PYTHONPATH has no entry point; an install made before the kit moved names
     # the plugin by its old path, which loads the same module: adding it again would register it twice.
     if not any(ep.name == "infer_ref" for ep in entry_points(group="pytest11")):
