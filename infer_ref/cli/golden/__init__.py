@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from infer_ref.cli.golden.generate import cmd_generate
 from infer_ref.cli.golden.report import cmd_report
 from infer_ref.cli.golden.shared import EXIT_EXISTS, EXIT_FORMAT, EXIT_MISMATCH
 from infer_ref.cli.golden.verify import cmd_verify
 from infer_ref.cli.options import DTYPES, OneLineParser, run_command
+from infer_ref.conformance.checkpoints.golden_names import (
+    IMPLEMENTATIONS,
+    PLANTED_BUGS,
+    SYNTHETIC_MODEL_NAMES,
+)
 from infer_ref.errors import EXIT_METADATA, EXIT_MISSING, EXIT_OK, EXIT_USAGE
 
 __all__ = [
@@ -34,8 +39,8 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
 
     Each leaf parser sets ``run``: exit with ``run(args.run, args)`` (or ``args.run(args)``,
     which lets a missing file raise FileNotFoundError). Nothing here imports the golden package
-    (torch): its names are read when a value is checked (:class:`GoldenNames`), and the defaults
-    that live there are applied by the commands.
+    (torch): the names its options take come from ``golden_names``, and the defaults that live in
+    the package are applied by the commands.
     """
     parser = subparsers.add_parser(
         "golden",
@@ -48,7 +53,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("generate", help="write a golden file with transformers (greedy)")
     what = gen.add_mutually_exclusive_group(required=True)
     what.add_argument("--checkpoint", nargs="+", help="local HF snapshot folder(s) with PROVENANCE.json (canonical prompts)")
-    what.add_argument("--synthetic", nargs="+", choices=GoldenNames("SYNTHETIC_MODELS"), metavar="NAME",
+    what.add_argument("--synthetic", nargs="+", choices=sorted(SYNTHETIC_MODEL_NAMES), metavar="NAME",
                       help="seeded synthetic model(s): %(choices)s")
     gen.add_argument("--name", help="model name in the file and file name (default: folder or synthetic name)")
     gen.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -68,7 +73,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
                           "conformance adapter module:OBJECT; repeatable")
     ver.add_argument("--device", default=None, help="default: the file's device type")
     ver.add_argument("--checkpoint", default=None, help="override the checkpoint folder recorded in the file")
-    ver.add_argument("--plant-bug", choices=GoldenNames("PLANTED_BUGS"), default=None, metavar="BUG",
+    ver.add_argument("--plant-bug", choices=sorted(PLANTED_BUGS), default=None, metavar="BUG",
                      help="plant a known bug into infer_ref first: %(choices)s")
     ver.add_argument("--json", default=None, help="also write the results as JSON here")
     ver.add_argument("--quiet", action="store_true")
@@ -76,12 +81,12 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
 
     rep = sub.add_parser("report", help="verify files with several implementations and write a markdown report")
     rep.add_argument("files", nargs="+")
-    rep.add_argument("--impl", nargs="+", default=None, choices=GoldenNames("IMPLEMENTATIONS"), metavar="IMPL",
+    rep.add_argument("--impl", nargs="+", default=None, choices=IMPLEMENTATIONS, metavar="IMPL",
                      help="implementations to verify with: %(choices)s (default: all)")
     rep.add_argument("--device", default=None)
     rep.add_argument("--out", default="docs/golden_report.md")
     rep.add_argument("--json", default=None)
-    rep.add_argument("--plant-bug", choices=GoldenNames("PLANTED_BUGS"), default=None, metavar="BUG", help="%(choices)s")
+    rep.add_argument("--plant-bug", choices=sorted(PLANTED_BUGS), default=None, metavar="BUG", help="%(choices)s")
     rep.add_argument("--plant-bug-file", default=None, help="golden file for the planted-bug check (default: the last)")
     rep.add_argument("--pytest-log", default=None, help="include the tail of this pytest log")
     rep.add_argument("--reuse", default=None, help="JSON lines of results already computed (by the GPU tests) to reuse")
@@ -91,34 +96,9 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
 
 def _impl(value: str) -> str:
     """A built-in implementation name or ``module:OBJECT`` (a conformance adapter)."""
-    if ":" in value or value in golden_implementations():  # module:OBJECT is checked by the command (no torch)
+    if ":" in value or value in IMPLEMENTATIONS:  # module:OBJECT is imported and checked by the command
         return value
-    raise argparse.ArgumentTypeError(f"{value!r}: expected one of {', '.join(golden_implementations())} or module:OBJECT")
-
-
-def golden_implementations() -> tuple[str, ...]:
-    return tuple(GoldenNames("IMPLEMENTATIONS"))
-
-
-class GoldenNames:
-    """The sorted names of a golden-package table (``SYNTHETIC_MODELS``, ``PLANTED_BUGS``, ...) as
-    argparse ``choices``: the package is imported when argparse checks a given value or prints help,
-    so a command refused for another reason (a missing file) never imports torch. The options that
-    take one name a ``metavar``: without it argparse lists the choices as soon as the option is added."""
-
-    def __init__(self, table: str) -> None:
-        self.table = table
-
-    def names(self) -> list[str]:
-        from infer_ref.conformance.oracles import golden
-
-        return sorted(getattr(golden, self.table))
-
-    def __contains__(self, value: object) -> bool:
-        return value in self.names()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
+    raise argparse.ArgumentTypeError(f"{value!r}: expected one of {', '.join(IMPLEMENTATIONS)} or module:OBJECT")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
