@@ -12,11 +12,16 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
-__all__ = ["forward_with_cache"]
+__all__ = ["cache_keyword", "forward_with_cache"]
+
+
+def cache_keyword(model: Any) -> str:
+    """The name ``model``'s forward takes its KV cache by (and its output returns it by)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
 def forward_with_cache(model: Any, cache: Any, **kwargs: Any) -> tuple[Any, Any]:
     """``model(**kwargs)`` with ``cache`` passed by the keyword its forward takes: (output, the cache it returned)."""
-    keyword = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+    keyword = cache_keyword(model)
     out = model(**kwargs, **{keyword: cache})
     return out, out.get(keyword)
