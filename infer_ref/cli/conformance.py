@@ -25,7 +25,15 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from infer_ref.cli.options import DTYPES, FIXTURES, UsageError, check_device, check_output_paths, user_object
+from infer_ref.cli.options import (
+    DTYPES,
+    FIXTURES,
+    UsageError,
+    check_device,
+    check_output_paths,
+    check_user_adapter,
+    user_object,
+)
 from infer_ref.conformance.engines.names import ENGINES, known_engine
 from infer_ref.errors import (
     EXIT_FAILED_CHECK,
@@ -152,8 +160,7 @@ def check_user_modules(args: argparse.Namespace) -> None:
     """The user's ``--impl`` / ``--engine module:FACTORY`` imported before pytest starts (from the
     working directory too): a missing module or object is this command's one line, not pytest's."""
     if args.impl != DEFAULT_IMPL:
-        user_object(args.impl, "--impl", f"an {ADAPTER_CLASS} or a callable returning one, e.g. {DEFAULT_IMPL}",
-                    default_attr="ADAPTER")
+        check_user_adapter(args.impl, "--impl", f"an {ADAPTER_CLASS} or a callable returning one, e.g. {DEFAULT_IMPL}")
     if args.engine and args.engine not in ENGINES:
         factory = user_object(args.engine, "--engine", ENGINE_FACTORY, kind="FACTORY")
         if not callable(factory):

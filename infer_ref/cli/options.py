@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # torch is imported when a command runs, never to parse or re
 
 __all__ = [
     "DEFAULT_MODEL", "DTYPES", "EXIT_USAGE", "FIXTURES", "OneLineParser", "UsageError", "check_device", "check_output_paths",
+    "check_user_adapter",
     "default_dtype", "module_found", "resolve_device", "resolve_model", "run_command", "run_labels", "user_object",
 ]
 
@@ -104,6 +105,16 @@ def user_object(spec: str, option: str, expected: str, kind: str = "OBJECT", def
     if not hasattr(module, attr):
         raise UsageError(f"{option} {spec!r}: module {module_name!r} has no {attr!r} (expected {shape})")
     return getattr(module, attr)
+
+
+def check_user_adapter(spec: str, option: str, expected: str) -> None:
+    """``--impl module:OBJECT`` names an Adapter, or a callable that may return one (called by the
+    suite, not here): refused in one line naming ``option`` otherwise."""
+    found = user_object(spec, option, expected, default_attr="ADAPTER")
+    from infer_ref.conformance.interface.adapter import Adapter  # torch: the user's module has imported it
+
+    if not isinstance(found, Adapter) and not callable(found):
+        raise UsageError(f"{option} {spec!r} is a {type(found).__name__}, expected {expected}")
 
 
 def module_found(name: str) -> bool:

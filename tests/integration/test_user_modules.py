@@ -61,3 +61,13 @@ def test_a_module_that_is_nowhere_is_refused_naming_the_working_directory(tmp_pa
         f"directory {tmp_path} (expected module:OBJECT, OBJECT being an infer_ref.conformance.interface.adapter.Adapter "
         "or a callable returning one, e.g. infer_ref.conformance.adapters.reference:INFER_REF)"
     ), run.stderr
+
+
+def test_an_object_that_is_no_adapter_is_refused_before_pytest_naming_the_option_typed(tmp_path: Path) -> None:
+    (tmp_path / "not_an_adapter.py").write_text("X = 'a string'\n", encoding="utf-8")
+    for command in (["conformance"], ["golden", "verify", str(GOLDEN)]):
+        run = _infer_ref(tmp_path, *command, "--impl", "not_an_adapter:X")
+        assert run.returncode == 2, run.stderr
+        assert run.stderr.startswith("infer-ref: error: --impl 'not_an_adapter:X' is a str, expected an "
+                                     "infer_ref.conformance.interface.adapter.Adapter"), run.stderr
+        assert len(run.stderr.splitlines()) == 1 and "--ir-impl" not in run.stderr, run.stderr

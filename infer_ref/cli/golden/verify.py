@@ -16,7 +16,7 @@ from infer_ref.cli.golden.shared import (
     check_golden_files,
     device_problem,
 )
-from infer_ref.cli.options import check_device, check_output_paths, user_object
+from infer_ref.cli.options import check_device, check_output_paths, check_user_adapter
 from infer_ref.errors import EXIT_MISSING, EXIT_OK, EXIT_USAGE, InferRefError, exit_code_for
 from infer_ref.fileio import atomic_write_text
 
@@ -68,7 +68,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     check_device(args.device)
     for impl in args.impl or []:
         if ":" in impl:  # a conformance adapter: imported here, named by the option typed
-            user_object(impl, "--impl", f"an {ADAPTER} with load_model, make_model_cache and forward")
+            check_user_adapter(impl, "--impl", f"an {ADAPTER} with load_model, make_model_cache and forward")
     worst = EXIT_OK
     results = []
     for path in args.files:
