@@ -17,6 +17,7 @@ from infer_ref.conformance.engines.signed_statistics import (
     Estimate,
     SlopeRow,
     judge,
+    judge_trend,
     late_early_ratio,
     mean_with_se,
     temperature_slope,
@@ -141,6 +142,16 @@ def test_judge_never_fails_an_engine_more_exact_than_the_centre() -> None:
     assert not judge(Estimate(1e-3, 1e-6), cal).deviates  # halfway to exact: 10 spreads, t -1000
     # A ratio has no exact value: judged on the deviation alone.
     assert judge(Estimate(7.0, 0.2), Calibration.of([1.0, 1.1, 1.2]), exact_value=None).deviates
+
+
+def test_a_kl_trend_counts_only_for_an_engine_less_exact_than_the_correct_ones() -> None:
+    # Ratios of correct engines 1.0..1.2 (spread 0.1): 7.0 is 59 spreads away. With a KL mean above the
+    # correct centre it deviates; a float32 engine's KL (1e-9 against 1e-4) makes its ratio noise.
+    ratio, cal = Estimate(7.0, 0.2), Calibration.of([1.0, 1.1, 1.2])
+    kl_cal = Calibration.of([1e-4, 1.2e-4])
+    assert judge_trend(ratio, cal, Estimate(5e-4, 1e-5), kl_cal).deviates
+    more_exact = judge_trend(ratio, cal, Estimate(1e-9, 1e-10), kl_cal)
+    assert more_exact.spreads == pytest.approx(59) and not more_exact.deviates
 
 
 @pytest.mark.parametrize(

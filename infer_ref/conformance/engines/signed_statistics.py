@@ -173,6 +173,17 @@ def judge(estimate: Estimate, calibration: Calibration, *, exact_value: float | 
     return Judgement(spreads, estimate.t_from(calibration.centre), deviates)
 
 
+def judge_trend(ratio: Estimate, ratio_calibration: Calibration, kl_mean: Estimate, kl_calibration: Calibration,
+                **limits: float) -> Judgement:  # fmt: skip
+    """:func:`judge` for the KL late/early ratio, which has no exact value: an engine whose KL mean is
+    at or below the correct engines' centre is more exact than they are, and its KL too small for a
+    trend of it to mean a recipe error, so it never deviates."""
+    judged = judge(ratio, ratio_calibration, exact_value=None, **limits)
+    if kl_mean.value <= kl_calibration.centre:
+        return Judgement(judged.spreads, judged.t, False)
+    return judged
+
+
 def _spreads(deviation: float, spread: float) -> float:
     if spread > 0:
         return deviation / spread
