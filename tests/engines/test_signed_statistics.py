@@ -12,10 +12,12 @@ import statistics
 import pytest
 import torch
 
+from infer_ref.conformance.engines.protocol import TokenLogprobs
 from infer_ref.conformance.engines.signed_statistics import (
     Calibration,
     Estimate,
     SlopeRow,
+    engine_signed_statistics,
     judge,
     judge_trend,
     late_early_ratio,
@@ -154,6 +156,33 @@ def test_a_kl_trend_counts_only_for_an_engine_less_exact_than_the_correct_ones()
     assert more_exact.spreads == pytest.approx(59) and not more_exact.deviates
 
 
+def test_an_engines_reported_positions_give_its_temperature_and_signed_error() -> None:
+    # An engine whose logits are the oracle's times 1.01, reporting its top-5 and the chosen token
+    # per position, as the tier receives them: slope 0.01 exactly; the chosen error is the mean of
+    # lp_eng - lp_or over the chosen tokens, computed here directly.
+    z = _logits(30, 50, 8)
+    oracle, engine = z.log_softmax(-1), (1.01 * z).log_softmax(-1)
+    chosen = torch.randint(0, 50, (30,), generator=torch.Generator().manual_seed(9))
+    reported = []
+    for p in range(30):
+        top = tuple((int(t), float(engine[p, t])) for t in engine[p].topk(5).indices)
+        reported.append((p // 10, TokenLogprobs(int(chosen[p]), float(engine[p, chosen[p]]), top), oracle[p]))
+    out = engine_signed_statistics(reported)
+    assert out["slope"] == pytest.approx(0.01, abs=1e-12) and out["slope_se"] == pytest.approx(0.0, abs=1e-12)
+    errors = [float(engine[p, chosen[p]] - oracle[p, chosen[p]]) for p in range(30)]
+    assert out["chosen_error"] == pytest.approx(sum(errors) / 30, rel=1e-12)
+    assert out["chosen_error_se"] == pytest.approx(
+        mean_with_se(errors, [p // 10 for p in range(30)]).se, rel=1e-12
+    )
+    # An engine that returns the chosen token alone: no slope to compute, the signed error still.
+    alone = engine_signed_statistics(
+        [(c, TokenLogprobs(e.token, e.logprob, ()), row) for c, e, row in reported]
+    )
+    assert (
+        alone["slope"] is None and alone["slope_se"] is None and alone["chosen_error"] == out["chosen_error"]
+    )
+
+
 @pytest.mark.parametrize(
     ("call", "message"),
     [
@@ -171,3 +200,23 @@ def test_a_kl_trend_counts_only_for_an_engine_less_exact_than_the_correct_ones()
 def test_bad_inputs_are_refused_by_name(call: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()  # type: ignore[operator]
+
+
+def test_the_report_shows_each_signed_statistic_with_its_standard_error() -> None:
+    from infer_ref.conformance.report import Report
+
+    report = Report(
+        impl="--ir-engine=x",
+        adapter="engine tier:",
+        version="x",
+        device="cpu",
+        dtype="bfloat16",
+        capabilities={},
+    )
+    row = {"test": "t", "checkpoint": "llama-tiny", "positions": 10, "kl_mean": 1e-3, "kl_median": 1e-3, "kl_p99": 1e-2,
+           "kl_max": 1e-2, "logprob_error_max": 0.1, "same_top": 1.0, "exceeded": [],
+           "slope": 2.1e-3, "slope_se": 1.5e-4, "chosen_error": -3e-3, "chosen_error_se": 4e-4}  # fmt: skip
+    report.distributions = [row, {**row, "checkpoint": "older", "slope": None, "slope_se": None}]
+    table = [line for line in report.to_markdown().splitlines() if line.startswith("| t |")]
+    assert "| +2.10e-03 ± 1.5e-04 | -3.00e-03 ± 4.0e-04 |" in table[0]
+    assert "| 100.0% |  | -3.00e-03 ± 4.0e-04 |" in table[1]  # no slope computed: an empty cell, not a number

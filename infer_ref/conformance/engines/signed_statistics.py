@@ -27,7 +27,10 @@ import math
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
+import torch
 from torch import Tensor
+
+from infer_ref.conformance.engines.protocol import TokenLogprobs
 
 # An effect-size margin of this many calibrated spreads and a t beyond this are both needed to
 # call a deviation a recipe error (the tier's 3x rule for thresholds; |t| > 5 keeps the chance of a
@@ -48,6 +51,10 @@ class Estimate:
         if self.se > 0:
             return (self.value - centre) / self.se
         return 0.0 if self.value == centre else math.copysign(math.inf, self.value - centre)
+
+
+# One position an engine reported: (cluster, its TokenLogprobs, the oracle's log-softmax row [V]).
+Reported = tuple[Hashable, TokenLogprobs, Tensor]
 
 
 @dataclass(frozen=True)
@@ -124,6 +131,37 @@ def late_early_ratio(kl: Sequence[float], positions: Sequence[int], clusters: Se
         raise ValueError("late_early_ratio is undefined: the mean KL of the first third is not positive")
     ratio = lt.value / e.value
     return Estimate(ratio, abs(ratio) * math.hypot(lt.se / max(abs(lt.value), 1e-300), e.se / e.value))
+
+
+# -- what an engine reported ------------------------------------------------------------------------------
+
+
+def engine_signed_statistics(positions: Sequence[Reported]) -> dict[str, float | None]:
+    """The temperature slope and the chosen token's signed error of an engine's reported positions
+    (each ``(cluster, what the engine reported, the oracle's log-softmax row [V])``), each with its
+    standard error: ``slope``, ``slope_se``, ``chosen_error``, ``chosen_error_se``. A statistic no
+    position can give is None (the slope of an engine that returns the chosen token alone)."""
+    out: dict[str, float | None] = dict.fromkeys(("slope", "slope_se", "chosen_error", "chosen_error_se"))
+    rows = [row for row in map(_slope_row, positions) if row is not None]
+    if any(float(r.oracle.max() - r.oracle.min()) > 0 for r in rows):
+        slope = temperature_slope(rows)
+        out.update(slope=slope.value, slope_se=slope.se)
+    chosen = [(c, e.logprob - float(row[e.token])) for c, e, row in positions if 0 <= e.token < row.shape[0]]
+    if chosen:
+        error = mean_with_se([v for _, v in chosen], [c for c, _ in chosen])
+        out.update(chosen_error=error.value, chosen_error_se=error.se)
+    return out
+
+
+def _slope_row(position: Reported) -> SlopeRow | None:
+    """One reported position as a slope row over the tokens the engine returned (None: fewer than two)."""
+    cluster, entry, row = position
+    returned = {entry.token: entry.logprob, **dict(entry.top)}
+    ids = [t for t in returned if 0 <= t < row.shape[0]]
+    if len(ids) < 2:
+        return None
+    engine = torch.tensor([returned[t] for t in ids], dtype=torch.float64)
+    return SlopeRow(cluster, row[ids].double(), engine)
 
 
 # -- judging against a calibration --------------------------------------------------------------------
