@@ -10,7 +10,8 @@ the KL late/early ratio (:mod:`~infer_ref.conformance.engines.signed_statistics`
 cluster-robust standard error. The legitimate recipes calibrate a centre and a spread per
 statistic, checkpoint and dtype; a bug is *caught* where a statistic deviates beyond 3 spreads with
 |t| > 5 (:func:`~infer_ref.conformance.engines.signed_statistics.judge`). Written: the recipe-power
-block of docs/low-precision.md, and every run's statistics with ``--json``. One thread, about a
+block of docs/low-precision.md, the centres and spreads the engine tier judges by
+(``recipe_calibration.json``), and every run's statistics with ``--json``. One thread, about a
 minute per checkpoint and dtype.
 """
 
@@ -19,7 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -27,24 +28,26 @@ import torch
 from torch import Tensor
 
 from infer_ref.conformance.engines.checkpoints import EngineCheckpoint, write_all
+from infer_ref.conformance.engines.distribution import binned_kl
 from infer_ref.conformance.engines.numerics_checkpoints import (
     DESIGNED_FOR,
-    LLAMA3_ROPE_LONG,
     NUMERICS_CHECKPOINTS,
     NUMERICS_STYLE,
 )
+from infer_ref.conformance.engines.numerics_workload import CALIBRATION, TOP_K, cluster_of, prompt_set
+from infer_ref.conformance.engines.protocol import TokenLogprobs
 from infer_ref.conformance.engines.recipes import BUGS, LEGITIMATE, Recipe, patched
 from infer_ref.conformance.engines.session import engine_checkpoints_root
 from infer_ref.conformance.engines.signed_statistics import (
     Calibration,
     Estimate,
     Judgement,
-    SlopeRow,
+    Reported,
+    engine_signed_statistics,
     judge,
     judge_trend,
     late_early_ratio,
     mean_with_se,
-    temperature_slope,
 )
 from infer_ref.fileio import replace_between_markers
 from infer_ref.loader import load_model
@@ -52,8 +55,6 @@ from infer_ref.loader import load_model
 COMMAND = "python -m infer_ref.conformance.engines.recipe_power"
 DOC = Path(__file__).resolve().parents[3] / "docs" / "low-precision.md"
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
-TOP_K = 5  # the tokens an engine returns per position (its top-5 and the chosen one)
-LONG_BLOCK = 64  # positions per cluster on a long prompt (neighbouring positions are not independent)
 FLOAT32 = "float32_engine"
 # Statistics with the value an exact engine gives (None: no such value, judged on deviation alone).
 # (The KL late/early ratio has none: judged only for an engine whose KL mean is above the centre.)
@@ -65,70 +66,61 @@ STATISTICS: dict[str, float | None] = {
 }
 
 
-@dataclass(frozen=True)
-class PromptSet:
-    """``count`` prompts of lengths drawn from ``lengths`` (inclusive), from ``seed``."""
-
-    count: int
-    lengths: tuple[int, int]
-    seed: int
-
-    def prompts(self, vocab_size: int) -> list[Tensor]:
-        gen = torch.Generator().manual_seed(self.seed)
-        lengths = torch.randint(self.lengths[0], self.lengths[1] + 1, (self.count,), generator=gen)
-        return [torch.randint(0, vocab_size, (1, int(n)), generator=gen) for n in lengths]
-
-    @property
-    def long(self) -> bool:
-        return self.lengths[0] >= 2 * LONG_BLOCK
-
-
-SHORT = PromptSet(count=24, lengths=(24, 96), seed=52)
-LONG = PromptSet(count=4, lengths=(1000, 1040), seed=53)
-
-
-def prompt_set(spec: EngineCheckpoint) -> PromptSet:
-    return LONG if spec.name == LLAMA3_ROPE_LONG.name else SHORT
-
-
 # -- one run: logprobs and statistics -----------------------------------------------------------------
 
 
 @torch.inference_mode()
 def logprobs(
-    folder: Path, dtype: torch.dtype, prompts: Sequence[Tensor], recipe: Recipe | None
+    folder: Path, dtype: torch.dtype, prompts: Sequence[tuple[int, ...]], recipe: Recipe | None
 ) -> list[Tensor]:
     """Every position's float64 log-softmax ``[T, V]`` of each prompt, infer_ref's model in ``dtype``
     with ``recipe`` applied (None: as it is)."""
     model, _ = load_model(folder, dtype=dtype, device="cpu")
     if recipe is not None:
         patched(model, recipe)
-    return [model(ids)[0].double().log_softmax(-1) for ids in prompts]
+    return [model(torch.tensor([ids]))[0].double().log_softmax(-1) for ids in prompts]
+
+
+def reported(engine: Tensor, prompt: tuple[int, ...]) -> list[TokenLogprobs | None]:
+    """What an engine returns as prompt logprobs from its log-softmax ``[T, V]``: None at position 0,
+    then the given token's logprob and the top-:data:`TOP_K`."""
+    out: list[TokenLogprobs | None] = [None]
+    for p in range(1, len(prompt)):
+        row = engine[p - 1]
+        top = tuple((int(t), float(row[t])) for t in row.topk(TOP_K).indices)
+        out.append(TokenLogprobs(prompt[p], float(row[prompt[p]]), top))
+    return out
 
 
 def statistics(
-    oracle: Sequence[Tensor], engine: Sequence[Tensor], prompts: Sequence[Tensor], long: bool
+    oracle: Sequence[Tensor], engine: Sequence[Tensor], prompts: Sequence[tuple[int, ...]], long: bool
 ) -> dict[str, Estimate]:
-    """The signed statistics of ``engine``'s logprobs against ``oracle``'s (both ``[T, V]`` per prompt)."""
-    rows, chosen, kl, positions, clusters = [], [], [], [], []
-    for r, (lp_or, lp_eng, ids) in enumerate(zip(oracle, engine, prompts, strict=True)):
-        nxt = ids[0, 1:]  # the token each position predicts (teacher forcing)
-        for p in range(nxt.shape[0]):
-            cluster: Hashable = (r, p // LONG_BLOCK) if long else r
-            returned = torch.unique(torch.cat([lp_eng[p].topk(TOP_K).indices, nxt[p : p + 1]]))
-            rows.append(SlopeRow(cluster, lp_or[p, returned], lp_eng[p, returned]))
-            chosen.append(float(lp_eng[p, nxt[p]] - lp_or[p, nxt[p]]))
-            kl.append(float((lp_or[p].exp() * (lp_or[p] - lp_eng[p])).sum()))
-            positions.append(p)
-            clusters.append(cluster)
+    """The signed statistics of ``engine``'s prompt logprobs against ``oracle``'s (``[T, V]`` per
+    prompt), computed as the tier computes them from what an engine returns."""
+    positions: list[Reported] = []
+    where: list[int] = []
+    for r, (lp_or, lp_eng, prompt) in enumerate(zip(oracle, engine, prompts, strict=True)):
+        for p, entry in enumerate(reported(lp_eng, prompt)):
+            if entry is not None:
+                positions.append((cluster_of(long, r, p), entry, lp_or[p - 1]))
+                where.append(p)
+    signed = engine_signed_statistics(positions)
+    kl = [binned_kl(entry, row) for _, entry, row in positions]
+    clusters = [c for c, _, _ in positions]
     out = {
-        "slope": temperature_slope(rows),
-        "chosen_error": mean_with_se(chosen, clusters),
+        "slope": Estimate(_number(signed["slope"]), _number(signed["slope_se"])),
+        "chosen_error": Estimate(_number(signed["chosen_error"]), _number(signed["chosen_error_se"])),
         "kl_mean": mean_with_se(kl, clusters),
     }
     if long:
-        out["kl_late_early"] = late_early_ratio(kl, positions, clusters)
+        out["kl_late_early"] = late_early_ratio(kl, where, clusters)
     return out
+
+
+def _number(value: float | None) -> float:
+    if value is None:
+        raise AssertionError("every numerics position returns its top-5: the signed statistics are defined")
+    return value
 
 
 # -- one checkpoint in one dtype ----------------------------------------------------------------------
@@ -155,8 +147,11 @@ class Row:
         return name, self.judged[name][0], self.judged[name][1]
 
 
-def measure(spec: EngineCheckpoint, folder: Path, dtype: str, progress: bool = True) -> list[Row]:
-    """Every applicable recipe on ``spec`` in ``dtype``: the legitimate ones, the bugs, and float32."""
+def measure(
+    spec: EngineCheckpoint, folder: Path, dtype: str, progress: bool = True
+) -> tuple[list[Row], dict[str, Calibration]]:
+    """Every applicable recipe on ``spec`` in ``dtype`` (the legitimate ones, the bugs, and float32),
+    and each statistic's calibration over the legitimate ones."""
     config = json.loads((folder / "config.json").read_text())
     work = prompt_set(spec)
     prompts = work.prompts(config["vocab_size"])
@@ -193,7 +188,7 @@ def measure(spec: EngineCheckpoint, folder: Path, dtype: str, progress: bool = T
         rows.append(Row(spec.name, dtype, recipe_name, kind,
                         {k: (e.value, e.se) for k, e in stats.items()},
                         {k: (j.spreads, j.t, j.deviates) for k, j in judged.items()}))  # fmt: skip
-    return rows
+    return rows, calibrations
 
 
 # -- the table ------------------------------------------------------------------------------------------
@@ -259,6 +254,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--doc", type=Path, default=DOC, help="the page whose recipe-power block is rewritten"
     )
+    parser.add_argument(
+        "--calibration", type=Path, default=CALIBRATION, help="where centres and spreads are written"
+    )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     known = {s.name for s in NUMERICS_CHECKPOINTS}
@@ -270,10 +268,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     specs = [s for s in NUMERICS_CHECKPOINTS if not args.only or s.name in args.only]
     folders = write_all(engine_checkpoints_root(), print, specs=specs, styles=(NUMERICS_STYLE,))
     rows: list[Row] = []
+    calibration: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     for spec, folder in zip(specs, folders, strict=True):
         for dtype in DESIGNED_FOR[spec.name]:
             if not args.dtype or dtype in args.dtype:
-                rows += measure(spec, folder, dtype)
+                measured, calibrations = measure(spec, folder, dtype)
+                rows += measured
+                calibration.setdefault(spec.name, {})[dtype] = {k: asdict(c) for k, c in calibrations.items()}
     for r in rows:
         print(f"{r.checkpoint} {r.dtype} {r.recipe}: " + ", ".join(
             f"{k} {s:+.1f} spreads (t {t:+.1f}){' DEVIATES' if d else ''}" for k, (s, t, d) in r.judged.items()))  # fmt: skip
@@ -281,7 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
     if not args.only and not args.dtype:
         replace_between_markers(args.doc, "recipe-power", markdown(rows))
-        print(f"wrote the recipe-power block of {args.doc}")
+        table = {"command": COMMAND, "calibration": calibration}
+        args.calibration.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        print(f"wrote the recipe-power block of {args.doc} and the calibration {args.calibration}")
     return 0
 
 
