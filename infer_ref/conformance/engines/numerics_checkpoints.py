@@ -43,6 +43,7 @@ from torch import Tensor
 
 from infer_ref.conformance.checkpoints.golden_models import SyntheticInit
 from infer_ref.conformance.engines.checkpoints import EngineCheckpoint, Style, WeightEdit
+from infer_ref.conformance.engines.long_checkpoints import GEMMA3_W512, LLAMA3_ROPE8192
 
 NUMERICS_STYLE: Style = "t5"
 LOW_DTYPES = (torch.bfloat16, torch.float16)
@@ -112,30 +113,9 @@ def _one_plus_w_edit(
     return edit
 
 
-_GEMMA_ARCH: dict[str, Any] = {
-    "model_type": "gemma3_text",
-    "architectures": ["Gemma3ForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "query_pre_attn_scalar": 32,
-    "rms_norm_eps": 1e-6,
-    "max_position_embeddings": 4096,
-    "sliding_window": 4096,  # longer than any numerics prompt: the recipe, not the window, is tested
-    "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention"],
-    "rope_parameters": {
-        "full_attention": {"rope_type": "default", "rope_theta": 1_000_000.0},
-        "sliding_attention": {"rope_type": "default", "rope_theta": 10_000.0},
-    },
-    "hidden_activation": "gelu_pytorch_tanh",
-    "attention_bias": False,
-    "final_logit_softcapping": None,
-    "attn_logit_softcapping": None,
-    "tie_word_embeddings": True,
-}
+# Gemma 3 1B's layout at the long checkpoints' width (5 sliding layers to 1 global), with a window
+# longer than any numerics prompt: the recipe, not the window, is tested.
+_GEMMA_ARCH: dict[str, Any] = {**GEMMA3_W512.architecture, "sliding_window": 4096}
 _GEMMA_INIT = SyntheticInit(gain=1.0, embed_std=0.45, norm_jitter=0.3, post_norm_gain=18.0)
 
 
@@ -162,7 +142,7 @@ GEMMA3_ONE_PLUS_W_FP16 = _one_plus_w(torch.float16, "fp16")
 # bfloat16 holds 1536 and 1544 (ulp 8 in [1024, 2048)): a mean square in (1536, 1540) rounds down
 # to 1536. The anchor channels put it at (65536 + 30976 + 1936 + 64) / 64 = 1539.25; each embedding
 # row's other channels add 24 / 64 = 0.375 (rows rescaled to that sum of squares), and the layers'
-# small writes move it by less than 0.15 (measured: 1539.58 to 1539.77 over the norms of eight
+# small writes move it by less than 0.15 (measured: 1539.58 to 1539.74 over the norms of eight
 # prompts): ms in [1539.5, 1540) at every norm and position, tested.
 ANCHOR_MIDPOINT = 1540.0
 ANCHOR_BELOW = 0.5  # ms in [ANCHOR_MIDPOINT - ANCHOR_BELOW, ANCHOR_MIDPOINT)
@@ -195,51 +175,41 @@ def _anchor_edit(state: dict[str, Tensor], config: Mapping[str, Any]) -> dict[st
     return _all_exact_in((torch.bfloat16,))(out)
 
 
+# The long Llama checkpoint's width, with RoPE unscaled at base 1e4 (every frequency kept as it is).
 _LLAMA_ARCH: dict[str, Any] = {
-    "model_type": "llama",
-    "architectures": ["LlamaForCausalLM"],
-    "hidden_size": 64,
-    "intermediate_size": 128,
-    "num_hidden_layers": 3,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "head_dim": 32,
-    "rms_norm_eps": 1e-5,
+    **LLAMA3_ROPE8192.architecture,
     "max_position_embeddings": 4096,
     "rope_parameters": {"rope_type": "default", "rope_theta": 10_000.0},
-    "attention_bias": False,
-    "mlp_bias": False,
-    "tie_word_embeddings": False,
 }
+_LLAMA_INIT = SyntheticInit(gain=2.0, embed_std=1.0, norm_jitter=0.1)
 
-LLAMA3_RMS_ANCHOR = EngineCheckpoint(
-    name="llama3-numerics-rms-anchor",
-    fixture="llama-tiny",
-    stresses=(
+
+def _llama(name: str, stresses: tuple[str, ...], seed: int, edit: WeightEdit) -> EngineCheckpoint:
+    return EngineCheckpoint(name, "llama-tiny", stresses, _LLAMA_ARCH, seed, _LLAMA_INIT, edit)
+
+
+LLAMA3_RMS_ANCHOR = _llama(
+    "llama3-numerics-rms-anchor",
+    (
         "every RMSNorm's mean square in [1539.5, 1540): just below a bfloat16 rounding midpoint",
         "rsqrt of it (1/39.24) far from a power of two: the canonical rounding stays incoherent",
         "every weight exact in bfloat16",
     ),
-    architecture=_LLAMA_ARCH,
-    seed=53,
-    init=SyntheticInit(gain=2.0, embed_std=1.0, norm_jitter=0.1),
-    weight_edit=WeightEdit("rms-anchor", 1, _anchor_edit),
+    53,
+    WeightEdit("rms-anchor", 1, _anchor_edit),
 )
 
 # -- RoPE at long query-key distances ---------------------------------------------------------------
 
-LLAMA3_ROPE_LONG = EngineCheckpoint(
-    name="llama3-numerics-rope-long",
-    fixture="llama-tiny",
-    stresses=(
+LLAMA3_ROPE_LONG = _llama(
+    "llama3-numerics-rope-long",
+    (
         "RoPE base 1e4, unscaled, no window: a rounded frequency is a phase error growing with distance",
         "prompts of ~1000 positions: the phase error at the far keys reaches 0.18 rad (bf16), 0.16 (fp16)",
         "every weight exact in bfloat16 and float16",
     ),
-    architecture=_LLAMA_ARCH,
-    seed=54,
-    init=SyntheticInit(gain=2.0, embed_std=1.0, norm_jitter=0.1),
-    weight_edit=WeightEdit("exact-bf16-fp16", 1, lambda state, config: _all_exact_in(LOW_DTYPES)(state)),
+    54,
+    WeightEdit("exact-bf16-fp16", 1, lambda state, config: _all_exact_in(LOW_DTYPES)(state)),
 )
 
 # -- Gemma 3 with an inexact sqrt(hidden) --------------------------------------------------------------
