@@ -168,3 +168,26 @@ def test_transformers_reads_each_as_infer_ref_does(folders: dict[str, Path], spe
     with torch.no_grad():
         ours = model(ids)[0].log_softmax(-1)
     assert torch.allclose(oracle_logprobs(folder, ids[0].tolist()), ours, atol=1e-9, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_every_tier_checkpoint_has_a_calibration_with_a_spread(dtype: str) -> None:
+    # The tier judges tier_checkpoints(dtype) against recipe_calibration.json: a checkpoint added or
+    # a dtype designed without rerunning recipe_power would otherwise meet a KeyError mid-run.
+    from infer_ref.conformance.engines.numerics_workload import TIER_JUDGED, calibration_for, tier_checkpoints
+
+    specs = tier_checkpoints(dtype)
+    assert specs and all(
+        not s.name.endswith("rope-long") for s in specs
+    )  # the long prompts exceed the geometry
+    for spec in specs:
+        calibration = calibration_for(spec.name, dtype)
+        assert all(calibration[name].spread > 0 for name in TIER_JUDGED), (spec.name, calibration)
+
+
+def test_a_checkpoint_without_calibration_is_named_with_the_command() -> None:
+    from infer_ref.conformance.engines.numerics_workload import calibration_for
+
+    table = {"command": "python -m infer_ref.conformance.engines.recipe_power", "calibration": {}}
+    with pytest.raises(KeyError, match="no recipe calibration for x in bfloat16: run python -m"):
+        calibration_for("x", "bfloat16", table)

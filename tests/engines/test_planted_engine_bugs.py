@@ -97,3 +97,32 @@ def test_bfloat16_verdict_catches_a_window_off_by_one() -> None:
     done = _bf16_agreement("infer_ref.conformance.engines.kit_bugs:engine_window_off_by_one")
     assert done.returncode == 1, done.stdout[-3000:]
     assert "distribution departs from the oracle's in bfloat16" in done.stdout and "worst positions: request" in done.stdout, done.stdout[-3000:]
+
+
+def _recipe_verdict(engine: str, dtype: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "0", "--pyargs",
+           "infer_ref.conformance.engines.tests.test_recipe_errors", f"--ir-engine={engine}", f"--ir-engine-dtype={dtype}"]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize(
+    ("planted", "fails_on"),
+    [
+        ("infer_ref", ()),
+        ("engine_embed_scale_unrounded", ()),  # Gemma's normaliser in float32: llama.cpp's recipe, not a bug
+        ("engine_gemma_one_plus_w_low_precision", ("gemma3-numerics-one-plus-w",)),
+        ("engine_rms_norm_low_precision", ("gemma3-numerics-one-plus-w",)),
+    ],
+)
+def test_recipe_verdict_fails_recipe_errors_and_passes_correct_recipes(planted: str, fails_on: tuple[str, ...], dtype: str) -> None:
+    """On the numerics checkpoints the signed statistics fail a recipe error planted in the Engine (on
+    the coherent-norm checkpoint, whose norms all round one way), and pass the unbroken Engine and
+    Gemma's normaliser kept in float32 (docs/low-precision.md, "Recipe errors")."""
+    engine = planted if planted == "infer_ref" else f"infer_ref.conformance.engines.kit_bugs:{planted}"
+    done = _recipe_verdict(engine, dtype)
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert done.returncode == (1 if fails_on else 0), done.stdout[-3000:]
+    assert all(any(f in line for line in failed) for f in fails_on), done.stdout[-3000:]
+    assert not fails_on or "spreads" in done.stdout, done.stdout[-3000:]
