@@ -170,19 +170,22 @@ def test_transformers_reads_each_as_infer_ref_does(folders: dict[str, Path], spe
     assert torch.allclose(oracle_logprobs(folder, ids[0].tolist()), ours, atol=1e-9, rtol=0)
 
 
+@pytest.mark.parametrize("long_context", [False, True])
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
-def test_every_tier_checkpoint_has_a_calibration_with_a_spread(dtype: str) -> None:
+def test_every_tier_checkpoint_has_a_calibration_with_a_spread(dtype: str, long_context: bool) -> None:
     # The tier judges tier_checkpoints(dtype) against recipe_calibration.json: a checkpoint added or
-    # a dtype designed without rerunning recipe_power would otherwise meet a KeyError mid-run.
-    from infer_ref.conformance.engines.numerics_workload import TIER_JUDGED, calibration_for, tier_checkpoints
+    # a dtype designed without rerunning recipe_power would otherwise meet a KeyError mid-run. The
+    # long prompts (past the default geometry's 256 positions) go to the long-context workload only.
+    from infer_ref.conformance.engines.numerics_workload import calibration_for, tier_checkpoints
 
-    specs = tier_checkpoints(dtype)
-    assert specs and all(
-        not s.name.endswith("rope-long") for s in specs
-    )  # the long prompts exceed the geometry
+    specs = tier_checkpoints(dtype, long_context=long_context)
+    assert specs and all(s.name.endswith("rope-long") == long_context for s in specs)
+    judged = (
+        ("slope", "chosen_error", "kl_mean", "kl_late_early") if long_context else ("slope", "chosen_error")
+    )
     for spec in specs:
         calibration = calibration_for(spec.name, dtype)
-        assert all(calibration[name].spread > 0 for name in TIER_JUDGED), (spec.name, calibration)
+        assert all(calibration[name].spread > 0 for name in judged), (spec.name, calibration)
 
 
 def test_a_checkpoint_without_calibration_is_named_with_the_command() -> None:

@@ -99,9 +99,10 @@ def test_bfloat16_verdict_catches_a_window_off_by_one() -> None:
     assert "distribution departs from the oracle's in bfloat16" in done.stdout and "worst positions: request" in done.stdout, done.stdout[-3000:]
 
 
-def _recipe_verdict(engine: str, dtype: str) -> subprocess.CompletedProcess[str]:
+def _recipe_verdict(engine: str, dtype: str, *, long_context: bool = False) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "0", "--pyargs",
-           "infer_ref.conformance.engines.tests.test_recipe_errors", f"--ir-engine={engine}", f"--ir-engine-dtype={dtype}"]  # fmt: skip
+           "infer_ref.conformance.engines.tests.test_recipe_errors", f"--ir-engine={engine}", f"--ir-engine-dtype={dtype}",
+           *(["--ir-long-context"] if long_context else [])]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
 
@@ -126,3 +127,14 @@ def test_recipe_verdict_fails_recipe_errors_and_passes_correct_recipes(planted: 
     assert done.returncode == (1 if fails_on else 0), done.stdout[-3000:]
     assert all(any(f in line for line in failed) for f in fails_on), done.stdout[-3000:]
     assert not fails_on or "spreads" in done.stdout, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("planted", ["infer_ref", "engine_rope_inv_freq_low_precision"])
+def test_long_recipe_verdict_fails_rope_frequencies_in_the_low_dtype(planted: str, dtype: str) -> None:
+    """At ~1000 positions on the RoPE numerics checkpoint, inverse frequencies rounded to the dtype
+    fail the long-context recipe test; the unbroken Engine passes it."""
+    engine = planted if planted == "infer_ref" else f"infer_ref.conformance.engines.kit_bugs:{planted}"
+    done = _recipe_verdict(engine, dtype, long_context=True)
+    assert done.returncode == (0 if planted == "infer_ref" else 1), done.stdout[-3000:]
+    assert planted == "infer_ref" or "llama3-numerics-rope-long" in done.stdout, done.stdout[-3000:]

@@ -28,27 +28,23 @@ import torch
 from torch import Tensor
 
 from infer_ref.conformance.engines.checkpoints import EngineCheckpoint, write_all
-from infer_ref.conformance.engines.distribution import binned_kl
 from infer_ref.conformance.engines.numerics_checkpoints import (
     DESIGNED_FOR,
     NUMERICS_CHECKPOINTS,
     NUMERICS_STYLE,
 )
-from infer_ref.conformance.engines.numerics_workload import CALIBRATION, TOP_K, cluster_of, prompt_set
+from infer_ref.conformance.engines.numerics_workload import (
+    CALIBRATION,
+    EXACT_VALUES,
+    TOP_K,
+    judge_run,
+    prompt_set,
+    run_statistics,
+)
 from infer_ref.conformance.engines.protocol import TokenLogprobs
 from infer_ref.conformance.engines.recipes import BUGS, LEGITIMATE, Recipe, patched
 from infer_ref.conformance.engines.session import engine_checkpoints_root
-from infer_ref.conformance.engines.signed_statistics import (
-    Calibration,
-    Estimate,
-    Judgement,
-    Reported,
-    engine_signed_statistics,
-    judge,
-    judge_trend,
-    late_early_ratio,
-    mean_with_se,
-)
+from infer_ref.conformance.engines.signed_statistics import Calibration, Estimate
 from infer_ref.fileio import replace_between_markers
 from infer_ref.loader import load_model
 
@@ -56,14 +52,6 @@ COMMAND = "python -m infer_ref.conformance.engines.recipe_power"
 DOC = Path(__file__).resolve().parents[3] / "docs" / "low-precision.md"
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16}
 FLOAT32 = "float32_engine"
-# Statistics with the value an exact engine gives (None: no such value, judged on deviation alone).
-# (The KL late/early ratio has none: judged only for an engine whose KL mean is above the centre.)
-STATISTICS: dict[str, float | None] = {
-    "slope": 0.0,
-    "chosen_error": 0.0,
-    "kl_mean": 0.0,
-    "kl_late_early": None,
-}
 
 
 # -- one run: logprobs and statistics -----------------------------------------------------------------
@@ -95,32 +83,15 @@ def reported(engine: Tensor, prompt: tuple[int, ...]) -> list[TokenLogprobs | No
 def statistics(
     oracle: Sequence[Tensor], engine: Sequence[Tensor], prompts: Sequence[tuple[int, ...]], long: bool
 ) -> dict[str, Estimate]:
-    """The signed statistics of ``engine``'s prompt logprobs against ``oracle``'s (``[T, V]`` per
-    prompt), computed as the tier computes them from what an engine returns."""
-    positions: list[Reported] = []
-    where: list[int] = []
-    for r, (lp_or, lp_eng, prompt) in enumerate(zip(oracle, engine, prompts, strict=True)):
-        for p, entry in enumerate(reported(lp_eng, prompt)):
-            if entry is not None:
-                positions.append((cluster_of(long, r, p), entry, lp_or[p - 1]))
-                where.append(p)
-    signed = engine_signed_statistics(positions)
-    kl = [binned_kl(entry, row) for _, entry, row in positions]
-    clusters = [c for c, _, _ in positions]
-    out = {
-        "slope": Estimate(_number(signed["slope"]), _number(signed["slope_se"])),
-        "chosen_error": Estimate(_number(signed["chosen_error"]), _number(signed["chosen_error_se"])),
-        "kl_mean": mean_with_se(kl, clusters),
-    }
-    if long:
-        out["kl_late_early"] = late_early_ratio(kl, where, clusters)
-    return out
-
-
-def _number(value: float | None) -> float:
-    if value is None:
-        raise AssertionError("every numerics position returns its top-5: the signed statistics are defined")
-    return value
+    """The statistics of ``engine``'s prompt logprobs against ``oracle``'s (``[T, V]`` per prompt),
+    computed from what an engine would return, as the tier computes them."""
+    positions = [
+        (r, p, entry, lp_or[p - 1])
+        for r, (lp_or, lp_eng, prompt) in enumerate(zip(oracle, engine, prompts, strict=True))
+        for p, entry in enumerate(reported(lp_eng, prompt))
+        if entry is not None
+    ]
+    return run_statistics(positions, long)
 
 
 # -- one checkpoint in one dtype ----------------------------------------------------------------------
@@ -177,14 +148,7 @@ def measure(
     }
     rows = []
     for recipe_name, kind, stats in runs:
-        judged: dict[str, Judgement] = {
-            name: judge(est, calibrations[name], exact_value=STATISTICS[name])
-            for name, est in stats.items()
-            if name != "kl_late_early"
-        }
-        if "kl_late_early" in stats:
-            judged["kl_late_early"] = judge_trend(stats["kl_late_early"], calibrations["kl_late_early"],
-                                                  stats["kl_mean"], calibrations["kl_mean"])  # fmt: skip
+        judged = judge_run(stats, calibrations)
         rows.append(Row(spec.name, dtype, recipe_name, kind,
                         {k: (e.value, e.se) for k, e in stats.items()},
                         {k: (j.spreads, j.t, j.deviates) for k, j in judged.items()}))  # fmt: skip
@@ -229,7 +193,7 @@ def markdown(rows: Sequence[Row]) -> str:
     flagged = [r for r in rows if r.kind != "bug" and r.caught]
     lines += ["", "Legitimate recipes and float32 flagged: "
               + (", ".join(f"{r.recipe} on {r.checkpoint} ({r.dtype})" for r in flagged) if flagged else "none") + ".", ""]  # fmt: skip
-    stats = list(STATISTICS)
+    stats = list(EXACT_VALUES)
     lines += ["| checkpoint | dtype | recipe | " + " | ".join(_SHORT_NAMES[s] for s in stats) + " |",
               "|---|---|---|" + "---|" * len(stats)]  # fmt: skip
     for r in rows:

@@ -47,7 +47,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_dir" in metafunc.fixturenames:
         long_context = bool(metafunc.config.getoption("--ir-long-context"))
         if metafunc.definition.get_closest_marker("ir_numerics") is not None:
-            dirs = _numerics_dirs(metafunc.config)
+            dirs = _numerics_dirs(metafunc.config, long_context)
             if not dirs:  # one skipped test saying why, rather than an empty parameter set
                 why = "no numerics checkpoint in this dtype, or --ir-model-dir names the folders to judge"
                 none = pytest.param(Path("no-numerics-checkpoint"), marks=pytest.mark.skip(reason=why))
@@ -58,13 +58,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("model_dir", dirs, ids=[d.name for d in dirs], scope="session")
 
 
-def _numerics_dirs(config: pytest.Config) -> list[Path]:
-    """The numerics checkpoints of the run's dtype (none in float32/float64, or for a team's own folders)."""
+def _numerics_dirs(config: pytest.Config, long_context: bool) -> list[Path]:
+    """The numerics checkpoints of the run's dtype and workload (none in float32/float64, or for a
+    team's own folders)."""
     if config.getoption("--ir-model-dir"):
         return []
     from infer_ref.conformance.engines.session import numerics_model_dirs
 
-    return numerics_model_dirs(config.getoption("--ir-engine-dtype"))
+    return numerics_model_dirs(config.getoption("--ir-engine-dtype"), long_context=long_context)
 
 
 def _default_dirs(long_context: bool) -> list[Path]:
