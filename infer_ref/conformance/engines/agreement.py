@@ -60,10 +60,12 @@ def first_turns(facts: ModelFacts, *, ignore_eos: bool) -> list[EngineRequest]:
     return greedy_requests(boundary_prompts(facts, seed=5), ignore_eos=ignore_eos)
 
 
-def continued_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *, ignore_eos: bool) -> list[EngineRequest]:
-    """Each first turn continued: its prompt, the engine's own answer, and a new turn."""
+def continued_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *, ignore_eos: bool,
+                    left_out: list[str] | None = None) -> list[EngineRequest]:  # fmt: skip
+    """Each first turn continued: its prompt, the engine's own answer, and a new turn (a turn that
+    cannot be sent as text left out, with its reason appended to ``left_out``)."""
     turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
-    return greedy_requests(continuation_prompts(facts, turns, seed=5), ignore_eos=ignore_eos)
+    return greedy_requests(continuation_prompts(facts, turns, seed=5, left_out=left_out), ignore_eos=ignore_eos)
 
 
 def judged_positions(

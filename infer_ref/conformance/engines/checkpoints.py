@@ -191,12 +191,27 @@ def checkpoint_by_name(name: str) -> EngineCheckpoint:
 # -- config.json in either style ------------------------------------------------------------------
 
 
+# Fields the released configs carry (meta-llama/Llama-3.2-1B, Qwen/Qwen3-0.6B, google/gemma-3-1b-it)
+# that the specs need not state: the values those configs set, which are the kit's models' too (the
+# activation each family computes; no dropout, tensor-parallel slicing or sliding window that would
+# change an answer). An engine that reads configs strictly then starts on every kit checkpoint.
+RELEASED_DEFAULTS: dict[str, dict[str, Any]] = {
+    "llama": {"hidden_act": "silu", "attention_dropout": 0.0, "initializer_range": 0.02, "pretraining_tp": 1, "use_cache": True},
+    "qwen3": {"hidden_act": "silu", "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
+              "sliding_window": None, "use_sliding_window": False},
+    "gemma3_text": {"attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True},
+}
+
+
 def config_json(spec: EngineCheckpoint, style: Style) -> dict[str, Any]:
-    """The config.json of ``spec`` in ``style``, with the fixture's vocabulary and special tokens."""
+    """The config.json of ``spec`` in ``style``, with the fixture's vocabulary and special tokens and
+    the released configs' other fields (:data:`RELEASED_DEFAULTS`)."""
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
     fixture_config = json.loads((_fixture(spec) / "config.json").read_text(encoding="utf-8"))
-    config = copy.deepcopy(dict(spec.architecture))
+    config = {**RELEASED_DEFAULTS.get(spec.architecture["model_type"], {}), **copy.deepcopy(dict(spec.architecture))}
+    if config["model_type"] == "qwen3":
+        config.setdefault("max_window_layers", config["num_hidden_layers"])  # as released: every layer
     config.update({k: fixture_config[k] for k in TOKEN_FIELDS if k in fixture_config})
     return _to_t4(config) if style == "t4" else {**config, "dtype": "float32"}
 
@@ -212,6 +227,7 @@ def _to_t4(config: dict[str, Any]) -> dict[str, Any]:
         out["rope_local_base_freq"] = local["rope_theta"]
         params = full
         out["sliding_window_pattern"] = _pattern_of(out.pop("layer_types"))
+        out["cache_implementation"] = "hybrid"  # transformers 4's Gemma 3 configs name their cache (5 keeps it in generation_config)
     params = dict(params)
     out["rope_theta"] = params.pop("rope_theta")
     out["rope_scaling"] = params if params.get("rope_type", "default") != "default" else None

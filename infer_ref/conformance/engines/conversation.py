@@ -1,6 +1,10 @@
 """Continued conversations, shared by the default and the long-context workloads: the first turns
 run, then each continued (its prompt, the engine's own answer, a new turn) on the same warm engine;
 and the verdict of the warm continuations against the same requests on an emptied prefix cache.
+
+For an engine of text prompts a continuation carries the prompt and answer as their text tokenizes
+(:func:`~infer_ref.conformance.engines.workload.history`); one that cannot be sent as text is left
+out and noted, never an error: a correct engine is never failed for the kit's own prompt.
 """
 
 from __future__ import annotations
@@ -9,14 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
 from infer_ref.conformance.engines.oracle import agreement_tolerance
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
 from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.report import NOT_JUDGED
 
-# (first turns, the engine's answers to them) -> the continued requests
-Continue = Callable[[list[EngineRequest], list[EngineOutput]], list[EngineRequest]]
+# (first turns, the engine's answers to them, a list to which each turn that cannot be continued
+# appends its reason) -> the continued requests
+Continue = Callable[[list[EngineRequest], list[EngineOutput], list[str]], list[EngineRequest]]
 
 
 @dataclass(frozen=True)
@@ -31,9 +39,15 @@ class Conversation:
 def converse(model_dir: Path, tier: EngineTier, handle: EngineHandle, first: list[EngineRequest],
              continue_turns: Continue) -> Conversation:  # fmt: skip
     """``first`` run on ``handle``, then their continuations on the same (warm) engine (requests
-    whose answers the engine cannot show left out)."""
+    whose answers the engine cannot show left out, and turns that cannot be continued as text, each
+    noted; none continued: the test is "not judged")."""
     first = tier.judgeable(model_dir, first)
-    continued = tier.judgeable(model_dir, continue_turns(first, run(handle, first)))
+    left_out: list[str] = []
+    continued = continue_turns(first, run(handle, first), left_out)
+    tier.not_continued(model_dir, left_out)
+    if not continued:
+        pytest.skip(f"{NOT_JUDGED} none of the {len(first)} conversations could be continued as text ({left_out[0]})")
+    continued = tier.judgeable(model_dir, continued)
     return Conversation(first, continued, run(handle, continued))
 
 

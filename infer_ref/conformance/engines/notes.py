@@ -20,3 +20,9 @@ def left_out_note(name: str, reasons: Sequence[str], requests: int) -> str:
     kinds = Counter(re.sub(r"\S*/\S*", "…", why) for why in reasons)
     listed = "; ".join(f"{count}× {why[:160]}" for why, count in kinds.most_common(4))
     return f"requests left out because {name}'s answer cannot be read back as token ids: {len(reasons)} of {requests} ({listed})"
+
+
+def not_continued_note(reasons: Sequence[str]) -> str:
+    """One note: the conversations not continued (so not judged) because their history cannot be sent as text."""
+    listed = "; ".join(reasons[:4]) + ("; …" if len(reasons) > 4 else "")
+    return f"conversations not continued, so not judged, because their history cannot be sent as text: {len(reasons)} ({listed})"

@@ -29,6 +29,11 @@ class PrefixHit:
     cached: int
 
 
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading ids ``a`` and ``b`` share: what a prompt ``b`` sent after ``a`` was computed can be served from cache."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+
+
 def granularity(hits: Sequence[PrefixHit]) -> int | None:
     """The engine's hit granularity: the gcd of the nonzero counts (None: nothing ever hit)."""
     nonzero = [h.cached for h in hits if h.cached > 0]

@@ -13,6 +13,11 @@ starts the same two kinds at its own lengths (a chunk budget of 1000 tokens, a p
 as its pool-edge pair), and ``block-1`` / ``block-16``: the stressed engine with KV blocks of 1 and
 16 positions.
 
+For an engine of text prompts the plain engine also answers each request once before any test
+sends it (:meth:`EngineTier.judgeable`: can its answer be read back?), so the engine a test judges
+sees each request first when the test sends it; an engine that refuses the plain start gets a third,
+``probe``, start of the stressed options for that look.
+
 An HTTP endpoint is one engine started by someone else: plain and stressed are then the same handle.
 """
 
@@ -146,8 +151,9 @@ LONG_GEOMETRY = Geometry(LONG_MAX_MODEL_LEN, PLAIN_LONG_KV_TOKENS, LONG_CHUNK_BU
 
 
 def options_for(kind: str, dtype: str, capabilities: frozenset[str], *, long_context: bool = False) -> EngineOptions:
-    """The options of a ``plain``, ``stressed`` or ``block-N`` (the stressed start with KV blocks of
-    N positions) start at the workload's geometry, limited to what the engine can honour."""
+    """The options of a ``plain``, ``stressed`` (``probe``: a separate start of the same options) or
+    ``block-N`` (the stressed start with KV blocks of N positions) start at the workload's geometry,
+    limited to what the engine can honour."""
     geometry = LONG_GEOMETRY if long_context else DEFAULT_GEOMETRY
     plain = EngineOptions(dtype=dtype, prefix_caching=False, block_size=BLOCK_SIZE,
                           kv_cache_tokens=geometry.plain_kv_tokens, max_model_len=geometry.max_model_len)  # fmt: skip
@@ -187,6 +193,8 @@ class EngineTier:
     distributions: list[dict] = field(default_factory=list)  # low-precision verdicts: one summary per test and checkpoint
     # judgeable's memo: (checkpoint, request) -> why its answer cannot be read back, None where it can
     unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)
+    uncontinued: list[str] = field(default_factory=list)  # conversations that could not be continued as text, why
+    declared: frozenset[str] | None = None  # what the engine declares: its factory's, or a server's once reached
 
     def __post_init__(self) -> None:
         if self.endpoint is None:
@@ -195,6 +203,7 @@ class EngineTier:
                 self.factory_kwargs = parse_engine_options(self.engine_options, self.factory, self.engine or "infer_ref")
             except EngineOptionError as e:
                 raise EngineStartError(str(e)) from None
+            self.declared = declared_capabilities(self.factory)
         elif self.engine_options:
             raise EngineStartError("--engine-option sets an engine the tier starts; a running endpoint was started by you")
         registered = None if self.endpoint else (self.engine or "infer_ref")
@@ -207,6 +216,10 @@ class EngineTier:
     @property
     def name(self) -> str:
         return f"endpoint {self.endpoint}" if self.endpoint else (self.engine or "infer_ref")
+
+    def kind_of(self, handle: EngineHandle) -> str:
+        """Which start ``handle`` is (``stressed`` where it is none of this tier's: the tests' default)."""
+        return next((kind for (_, kind), started in self.started.items() if started is handle), "stressed")
 
     def start_of(self, kind: str) -> EngineStart:
         """How the ``kind`` engine is started, for a repro script of an engine with no snippet of its own."""
@@ -263,6 +276,8 @@ class EngineTier:
             try:
                 self.started[key] = self._start(model_dir, kind)
                 self.first_name = self.first_name or self.started[key].name
+                if self.declared is None and self.endpoint is not None:
+                    self.declared = frozenset(self.started[key].capabilities)
             except Unsupported as e:  # the engine cannot run this kind of start: its tests are "not supported"
                 self.refused[key] = f"{self.name} ({kind} start): {_one_line(e)}"
                 raise Unsupported(self.refused[key]) from None
@@ -284,7 +299,7 @@ class EngineTier:
         """``request`` run alone on the plain engine (memoised): the self-consistency reference."""
         key = (str(model_dir), request)
         if key not in self.alone_answers:
-            [self.alone_answers[key]] = self.handle(model_dir, "plain").generate([request])
+            [self.alone_answers[key]] = run(self.handle(model_dir, "plain"), [request])
         return self.alone_answers[key]
 
     def judgeable(self, model_dir: Path, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
@@ -293,35 +308,61 @@ class EngineTier:
 
         A text API answers token texts, not ids, and llama_cpp.server does not return the end token
         that stopped a request: an answer holding a token several tokens render to, or ended by
-        an end token, cannot be mapped back to ids. Each request is first run alone on the
-        stressed engine (the one the properties use; the answer is memoised); one whose answer
+        an end token, cannot be mapped back to ids. Each request is first run alone on the plain
+        engine (:meth:`_probe`), never on the engine the tests judge: the first send of a request
+        to that engine is the judged one, on the cache state the test built. One whose answer
         raises ``Unsupported`` is left out, with its reason kept for the report's notes. None
         left: the test is "not supported" with the first reason.
         """
         if not self.takes_text_prompts(model_dir):
             return list(requests)
-        handle = self.handle(model_dir, "stressed")  # a refused start is the test's "not supported", not a request's
-        kept, reasons, ran = [], [], False
-        for request in requests:
-            key = (str(model_dir), request)
-            if key not in self.unreadable:
-                ran = True
-                try:
-                    run(handle, [request])
-                    self.unreadable[key] = None
-                except Unsupported as e:
-                    self.unreadable[key] = _one_line(e)
-            why = self.unreadable[key]
-            if why is None:
-                kept.append(request)
-            else:
-                reasons.append(why)
-        if ran and "reset_prefix_cache" in handle.capabilities:
-            handle.reset_prefix_cache()  # the test's first pass meets the cache cold, as it would have
+        looked = any((str(model_dir), r) not in self.unreadable for r in requests)
+        kept = [r for r in requests if self.readable(model_dir, r)]
+        if looked and self.endpoint is not None:
+            self._empty_server_cache(model_dir)  # one server plays every role: the test's first pass meets its cache cold
         if not kept:
+            reasons = [self.unreadable[(str(model_dir), r)] for r in requests]
             first = reasons[0] if reasons else "no requests were given"
             raise Unsupported(f"none of the {len(requests)} requests has an answer {self.name} shows exactly ({first})")
         return kept
+
+    def readable(self, model_dir: Path, request: EngineRequest) -> bool:
+        """Whether the engine's answer to ``request`` can be read back exactly (memoised; always for
+        an engine of token prompts): :meth:`judgeable` for one request. On a server (``--endpoint``,
+        one engine) the look is a send of its own, its cache left as the look left it."""
+        if not self.takes_text_prompts(model_dir):
+            return True
+        key = (str(model_dir), request)
+        if key not in self.unreadable:
+            probe = self._probe(model_dir)  # a refused start is the test's "not supported", not a request's
+            try:
+                [answer] = run(probe, [request])
+                self.unreadable[key] = None
+                if probe is self.started.get((str(model_dir), "plain")) and self.endpoint is None:
+                    self.alone_answers.setdefault(key, answer)  # the very run alone() makes
+            except Unsupported as e:
+                self.unreadable[key] = _one_line(e)
+        return self.unreadable[key] is None
+
+    def _empty_server_cache(self, model_dir: Path) -> None:
+        server = self.handle(model_dir, "plain")
+        if "reset_prefix_cache" in server.capabilities:
+            server.reset_prefix_cache()
+
+    def _probe(self, model_dir: Path) -> EngineHandle:
+        """Where :meth:`judgeable` runs requests: the plain start, an engine of its own with no prefix
+        cache, so the engine a test judges sees each request first when the test sends it; for an
+        engine that refuses (or fails) a plain start, a separate start of the stressed options
+        (``probe``). A server (``--endpoint``) is one engine: its cache is emptied after the look instead."""
+        try:
+            return self.handle(model_dir, "plain")
+        except (Unsupported, EngineStartError):
+            return self.handle(model_dir, "probe")
+
+    def not_continued(self, model_dir: Path, reasons: Sequence[str]) -> None:
+        """Conversations of ``model_dir`` that could not be continued as text, each with its reason
+        (for the report's notes: those requests were not judged)."""
+        self.uncontinued += [f"{model_dir.name}: {why}" for why in reasons]
 
     @property
     def left_out(self) -> list[str]:
@@ -344,9 +385,24 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
+class EngineCrash(Exception):
+    """The engine raised while answering (anything but ``Unsupported`` or a lost connection): a
+    failure of the test that sent ``requests``, which the tier's conftest gives a repro script."""
+
+    def __init__(self, handle: EngineHandle, requests: Sequence[EngineRequest], error: Exception) -> None:
+        super().__init__(f"{handle.name} raised while answering {len(requests)} request(s): {_one_line(error)}")
+        self.handle, self.requests, self.error = handle, list(requests), error
+
+
 def run(handle: EngineHandle, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
-    """``handle.generate`` with the count checked (an engine dropping a request is a failure, not an index error)."""
-    outputs = handle.generate(list(requests))
+    """``handle.generate`` with the count checked (an engine dropping a request is a failure, not an
+    index error) and a crash kept with the requests that caused it (:class:`EngineCrash`)."""
+    try:
+        outputs = handle.generate(list(requests))
+    except (Unsupported, EngineStartError, AssertionError):
+        raise
+    except Exception as e:
+        raise EngineCrash(handle, requests, e) from e
     if len(outputs) != len(requests):
         raise AssertionError(f"{len(requests)} requests sent, {len(outputs)} answers returned")
     return outputs

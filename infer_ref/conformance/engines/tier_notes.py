@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from infer_ref.conformance.engines.agreement import LOW_PRECISION
-from infer_ref.conformance.engines.notes import left_out_note, spread_note
+from infer_ref.conformance.engines.notes import left_out_note, not_continued_note, spread_note
 from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.prefix_hits import summary as prefix_hit_summary
+from infer_ref.conformance.engines.protocol import CAPABILITIES
 
 if TYPE_CHECKING:
     from infer_ref.conformance.engines.session import EngineTier
@@ -47,6 +48,8 @@ def tier_state(tier: EngineTier, agreement_tolerance: float, source: str) -> dic
         "prefix_hits": [[h.shared, h.cached] for h in tier.prefix_hits],
         "left_out": tier.left_out,
         "requests_read": len(tier.unreadable),
+        "not_continued": tier.uncontinued,
+        "capabilities": None if tier.declared is None else sorted(tier.declared),  # None: a server never reached
         "distributions": tier.distributions,
     }
 
@@ -55,6 +58,9 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
     """The merged states into ``report.notes`` (and ``beyond_tolerance``), in a fixed order."""
     if not states:
         return
+    declared = next((s["capabilities"] for s in states if s.get("capabilities") is not None), None)
+    if declared is not None:
+        report.capabilities = {c: None if c in declared else "not declared" for c in CAPABILITIES}
     engine = next((s["engine"] for s in states if s["engine"]), None)
     if engine:
         report.notes.append(f"engine: {engine}")  # read back by the engine matrix
@@ -77,6 +83,9 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
     left_out = [why for s in states for why in s["left_out"]]
     if left_out:
         report.notes.append(left_out_note(states[0]["name"], left_out, sum(s["requests_read"] for s in states)))
+    not_continued = [why for s in states for why in s.get("not_continued", ())]
+    if not_continued:
+        report.notes.append(not_continued_note(not_continued))
 
 
 class TierNotes:

@@ -110,12 +110,33 @@ def extending_prompts(facts: ModelFacts, prompts: list[tuple[int, ...]], seed: i
     return [p + random_prompt(facts, EXTENSION, rng, after=p) for p in prompts]
 
 
-def continuation_prompts(facts: ModelFacts, turns: list[tuple[tuple[int, ...], tuple[int, ...]]], seed: int = 0) -> list[tuple[int, ...]]:
-    """A conversation continued: each ``(prompt, answer)`` followed by a new turn of ``NEW_TURN``
-    fresh tokens. Sent after the first turn, a prefix-caching engine serves the prompt and answer
-    from cache; past a sliding window, the cached part is longer than the window."""
-    rng = random.Random(f"{facts.name}/continued/{seed}")
-    return [prompt + answer + random_prompt(facts, NEW_TURN, rng, after=prompt + answer) for prompt, answer in turns]
+def continuation_prompts(facts: ModelFacts, turns: list[tuple[tuple[int, ...], tuple[int, ...]]], seed: int = 0, *,
+                         new_turn: int = NEW_TURN, stream: str = "", left_out: list[str] | None = None) -> list[tuple[int, ...]]:  # fmt: skip
+    """A conversation continued: each ``(prompt, answer)`` (:func:`history`) followed by a new turn
+    of ``new_turn`` fresh tokens. Sent after the first turn, a prefix-caching engine serves the
+    prompt and answer from cache; past a sliding window, the cached part is longer than the window.
+    A turn whose history cannot be sent as text is left out, its reason appended to ``left_out``.
+    ``stream`` names the new turns' random stream (default ``continued/<seed>``)."""
+    rng = random.Random(f"{facts.name}/{stream or f'continued/{seed}'}")
+    prompts = []
+    for prompt, answer in turns:
+        before = history(facts, prompt, answer)
+        if before is None:
+            if left_out is not None:
+                left_out.append(f"the {len(prompt)}-token prompt and its {len(answer)}-token answer do not round-trip "
+                                "through text, nor do the ids their text tokenizes to")  # fmt: skip
+            continue
+        prompts.append(before + random_prompt(facts, new_turn, rng, after=before))
+    return prompts
+
+
+def history(facts: ModelFacts, prompt: tuple[int, ...], answer: tuple[int, ...]) -> tuple[int, ...] | None:
+    """A first turn and the model's answer as the next turn carries them: as they are; for an engine
+    of text prompts, where their text does not give them back (a model's greedy answer often is not
+    the tokenizer's own split of its text), the ids that text tokenizes to, as a chat server sends
+    an answer back. The prompt that follows is judged on exactly those ids. None where even those do
+    not round-trip."""
+    return prompt + answer if facts.text is None else facts.text.as_sent(prompt + answer)
 
 
 def _after_another_first_block(facts: ModelFacts, text: TextStable, block: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from infer_ref.conformance.engines.session import (
+    EngineCrash,
     EngineStartError,
     EngineTier,
     default_model_dirs,
@@ -188,19 +189,34 @@ def started(tier: EngineTier, request: pytest.FixtureRequest):  # type: ignore[n
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
-    return (yield from _judged_only())
+    return (yield from _judged_only(item))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    return (yield from _judged_only())
+    return (yield from _judged_only(item))
 
 
-def _judged_only() -> Iterator[None]:
+def _judged_only(item: pytest.Item) -> Iterator[None]:
     """An engine that could not be started or reached, wherever a test meets it, makes the test
     "not judged" with the reason, never failed: nothing about the engine was learnt (a closed port
-    is not a wrong answer). The report's verdict is then "nothing judged" and the exit status 7."""
+    is not a wrong answer). The report's verdict is then "nothing judged" and the exit status 7.
+    An engine that raised while answering fails the test, with a repro script like any failure."""
     try:
         return (yield)
     except EngineStartError as e:
         pytest.skip(f"{NOT_JUDGED} {e}")
+    except EngineCrash as crash:
+        raise AssertionError(_crash_message(item, crash)) from crash.error
+
+
+def _crash_message(item: pytest.Item, crash: EngineCrash) -> str:
+    """The crash, and the repro of the call that raised (the script sends its requests in one call)."""
+    from infer_ref.conformance.engines.oracle import agreement_tolerance
+    from infer_ref.conformance.engines.repro import write_repro
+
+    assert isinstance(item, pytest.Function)  # an engine test, parametrized by its checkpoint folder
+    tier, model_dir, test = _tier(item.config), Path(str(item.callspec.params["model_dir"])), item.originalname
+    repro = write_repro(crash.handle, test, model_dir, crash.requests, [[list(range(len(crash.requests)))]], str(crash),
+                        agreement_tolerance(tier.dtype), tier.selects(), tier.start_of(tier.kind_of(crash.handle)))  # fmt: skip
+    return f"{crash}\n{repro}"

@@ -24,7 +24,7 @@ def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> Co
     """The first turns, then their continuations on the same (warm) engine."""
     facts, ignore_eos = tier.facts(model_dir), "ignore_eos" in tier.capabilities
     return converse(model_dir, tier, handle, first_turns(facts, ignore_eos=ignore_eos),
-                    lambda first, answers: continued_turns(facts, first, answers, ignore_eos=ignore_eos))  # fmt: skip
+                    lambda first, answers, left_out: continued_turns(facts, first, answers, ignore_eos=ignore_eos, left_out=left_out))  # fmt: skip
 
 
 @pytest.mark.ir_oracle("transformers float64")

@@ -28,8 +28,8 @@ from infer_ref.conformance.engines.long_workload import (
     long_requests,
     pool_edge_prompts,
 )
-from infer_ref.conformance.engines.prefix_hit_verdict import judge_prefix_hits
-from infer_ref.conformance.engines.prefix_hits import PrefixHit
+from infer_ref.conformance.engines.prefix_hit_verdict import CountedPair, judge_prefix_hits
+from infer_ref.conformance.engines.prefix_hits import common_prefix
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
 from infer_ref.conformance.engines.workload import greedy_requests
@@ -38,6 +38,7 @@ pytestmark = pytest.mark.ir_long_context
 
 
 def _long(model_dir: Path, tier: EngineTier) -> list[EngineRequest]:
+    """The long prompts (drawn once the engine has started: a test whose engine cannot start draws nothing)."""
     facts = tier.facts(model_dir)
     return tier.judgeable(model_dir, long_requests(facts, model_dir, ignore_eos="ignore_eos" in tier.capabilities))
 
@@ -45,7 +46,7 @@ def _long(model_dir: Path, tier: EngineTier) -> list[EngineRequest]:
 def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> Conversation:
     facts, ignore_eos = tier.facts(model_dir), "ignore_eos" in tier.capabilities
     return converse(model_dir, tier, handle, first_long_turns(facts, model_dir, ignore_eos=ignore_eos),
-                    lambda first, answers: continued_long_turns(facts, first, answers, ignore_eos=ignore_eos))  # fmt: skip
+                    lambda first, answers, left_out: continued_long_turns(facts, first, answers, ignore_eos=ignore_eos, left_out=left_out))  # fmt: skip
 
 
 @pytest.mark.ir_oracle("transformers float64")
@@ -56,8 +57,8 @@ def test_long_prompts_agree_with_oracle(model_dir: Path, tier: EngineTier, start
 
     Guards: *window off-by-one*, *llama3 rope scaling ignored*, *preemption resumes from a stale position*,
     *block table entries truncated to a narrow integer*, *RoPE positions past a precomputed table clamped*."""
-    requests = _long(model_dir, tier)
     handle = started(model_dir)
+    requests = _long(model_dir, tier)
     judge_agreement(model_dir, tier, handle, "test_long_prompts_agree_with_oracle", requests, run(handle, requests), "generated")
 
 
@@ -66,8 +67,9 @@ def test_long_batch_matches_alone(model_dir: Path, tier: EngineTier, started) ->
     """The long prompts in one batch on the stressed engine answer as each alone on the plain one.
 
     Guards: *batch row reads a neighbour's cache*, *preemption resumes from a stale position*."""
+    handle = started(model_dir)
     requests = _long(model_dir, tier)
-    outputs = run(started(model_dir), requests)
+    outputs = run(handle, requests)
     judge_against_alone(model_dir, tier, requests, outputs, "batched on the stressed engine", "test_long_batch_matches_alone",
                         [list(range(len(requests)))])  # fmt: skip
 
@@ -80,8 +82,8 @@ def test_long_chunked_prefill_matches_whole(model_dir: Path, tier: EngineTier, s
 
     Guards: *prompt chunk positions restart at 0*, *prompt chunk sees the cache past its sliding window*,
     *prompt chunk K/V not written*."""
-    requests = _long(model_dir, tier)
     handle = started(model_dir)
+    requests = _long(model_dir, tier)
     outputs = []
     for request in requests:
         if "reset_prefix_cache" in handle.capabilities:
@@ -99,9 +101,10 @@ def test_pool_exhausted_at_block_boundary(model_dir: Path, tier: EngineTier, sta
     (or waits), never crashes, and both answer as alone.
 
     Guards: *preemption resumes from a stale position*."""
+    handle = started(model_dir)
     facts = tier.facts(model_dir)
     requests = tier.judgeable(model_dir, greedy_requests(pool_edge_prompts(facts), ignore_eos="ignore_eos" in tier.capabilities))
-    outputs = run(started(model_dir), requests)
+    outputs = run(handle, requests)
     judge_against_alone(model_dir, tier, requests, outputs, f"two prompts filling the pool of {POOL_BLOCKS} blocks exactly",
                         "test_pool_exhausted_at_block_boundary", [list(range(len(requests)))])  # fmt: skip
 
@@ -116,11 +119,12 @@ def test_block_size_matches(model_dir: Path, tier: EngineTier, started, block_si
     refuses the start: "not supported".
 
     Guards: *decode slot off by one in the block table*, *prefix hit reuses another prompt's block*."""
+    handle = started(model_dir, f"block-{block_size}")
     facts = tier.facts(model_dir)
     ignore_eos = "ignore_eos" in tier.capabilities
     requests = tier.judgeable(model_dir, long_requests(facts, model_dir, ignore_eos=ignore_eos)
                               + greedy_requests(pool_edge_prompts(facts), ignore_eos=ignore_eos))  # fmt: skip
-    outputs = run(started(model_dir, f"block-{block_size}"), requests)
+    outputs = run(handle, requests)
     judge_against_alone(model_dir, tier, requests, outputs, f"batched with KV blocks of {block_size}", "test_block_size_matches",
                         [list(range(len(requests)))], kind=f"block-{block_size}")  # fmt: skip
 
@@ -145,16 +149,20 @@ def test_long_prefix_cache_serves_the_cached_turn(model_dir: Path, tier: EngineT
     the window, past 256 blocks) at the granularity its own hits show. No hit at all: "not judged".
 
     Guards: *prefix cache stops hitting past the first block*."""
-    facts, ignore_eos = tier.facts(model_dir), "ignore_eos" in tier.capabilities
     handle = started(model_dir)
-    hits = []
+    facts, ignore_eos = tier.facts(model_dir), "ignore_eos" in tier.capabilities
+    pairs = []
     for first in tier.judgeable(model_dir, first_long_turns(facts, model_dir, ignore_eos=ignore_eos)):
         handle.reset_prefix_cache()
         [answer] = run(handle, [first])
-        [continued] = tier.judgeable(model_dir, continued_long_turns(facts, [first], [answer], ignore_eos=ignore_eos))
-        [served] = run(handle, [continued])
-        hits.append(PrefixHit(len(first.prompt) + len(answer.token_ids), served.cached_tokens or 0))
-    judge_prefix_hits(tier, hits, "continued conversations", "the conversation")
+        left_out: list[str] = []
+        continued = continued_long_turns(facts, [first], [answer], ignore_eos=ignore_eos, left_out=left_out)
+        tier.not_continued(model_dir, left_out)
+        for request in (r for r in continued if tier.readable(model_dir, r)):  # probed on another engine
+            [served] = run(handle, [request])
+            shared = common_prefix(first.prompt + answer.token_ids, request.prompt)
+            pairs.append(CountedPair(shared, answer.cached_tokens, served.cached_tokens))
+    judge_prefix_hits(tier, pairs, "continued conversations", "the conversation")
 
 
 @pytest.mark.ir_oracle("self-consistency")

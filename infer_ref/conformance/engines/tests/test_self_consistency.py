@@ -17,8 +17,7 @@ import pytest
 
 from infer_ref.conformance.engines.alone_verdict import judge_against_alone
 from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
-from infer_ref.conformance.engines.prefix_hit_verdict import judge_prefix_hits
-from infer_ref.conformance.engines.prefix_hits import PrefixHit
+from infer_ref.conformance.engines.prefix_hit_verdict import CountedPair, judge_prefix_hits
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
@@ -110,13 +109,13 @@ def test_prefix_cache_serves_the_shared_prefix(model_dir: Path, tier: EngineTier
     readable = set(tier.judgeable(model_dir, [r for pair in pairs for r in pair]))
     pairs = [(first, second) for first, second in pairs if first in readable and second in readable]
     handle = started(model_dir)
-    hits = []
+    counted = []
     for first, second in pairs:
         handle.reset_prefix_cache()
-        run(handle, [first])
+        [cold] = run(handle, [first])
         [answer] = run(handle, [second])
-        hits.append(PrefixHit(len(first.prompt), answer.cached_tokens or 0))
-    judge_prefix_hits(tier, hits, "prompts extending one computed just before", "the prompt")
+        counted.append(CountedPair(len(first.prompt), cold.cached_tokens, answer.cached_tokens))
+    judge_prefix_hits(tier, counted, "prompts extending one computed just before", "the prompt")
 
 
 @pytest.mark.ir_engine_requires("chunked_prefill")
