@@ -112,7 +112,7 @@ def test_a_count_not_reported_is_left_out_and_none_reported_is_not_judged() -> N
     with pytest.raises(pytest.skip.Exception, match=r"no cached-token count reported: an engine answered cached_tokens None"):
         judge_prefix_hits(tier, [CountedPair(33, None, None), CountedPair(97, 0, None)], "prompts", "the prompt")  # type: ignore[arg-type]
     # None is "not reported", never "no hit": the reported pair alone is judged, and its shortfall fails
-    with pytest.raises(AssertionError, match=r"1 of 1 prompts\):\n  request 0: 32 of 97 shared prompt tokens served from cache, at least 96"):
+    with pytest.raises(AssertionError, match=r"1 of 1 prompts\):\nrequest 0: 32 of 97 shared prompt tokens served from cache, at least 96"):
         judge_prefix_hits(tier, [CountedPair(33, 0, None), CountedPair(97, None, 32)], "prompts", "the prompt")  # type: ignore[arg-type]
     assert tier.prefix_hits == [PrefixHit(97, 32)]
     with pytest.raises(pytest.skip.Exception, match=r"no prompts could be sent and read back"):

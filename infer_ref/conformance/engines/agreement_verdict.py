@@ -21,6 +21,7 @@ from infer_ref.conformance.engines.oracle import agreement_tolerance, distance_f
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
 from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.signed_statistics import engine_signed_statistics
 from infer_ref.conformance.engines.thresholds import thresholds_for
 
 
@@ -73,7 +74,9 @@ def _distribution_failure(model_dir: Path, tier: EngineTier, test: str, kind: st
         return None
     thresholds = thresholds_for(tier.dtype, kind, model_dir.name)
     summary, exceeded = judge(stats, thresholds.values)
-    tier.distributions.append({"test": test, "checkpoint": model_dir.name, "kind": kind, "dtype": tier.dtype, **summary.as_dict(),
+    # Reported, not judged yet: the signed statistics with their standard errors (docs/low-precision.md, "Recipe errors").
+    signed = engine_signed_statistics([(p.request, p.entry, p.row) for ps in per_request for p in ps])
+    tier.distributions.append({"test": test, "checkpoint": model_dir.name, "kind": kind, "dtype": tier.dtype, **summary.as_dict(), **signed,
                                "exceeded": [e.statistic for e in exceeded], "thresholds": thresholds.values, "source": thresholds.source})  # fmt: skip
     if not exceeded:
         return None

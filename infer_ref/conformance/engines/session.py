@@ -94,6 +94,20 @@ def default_model_dirs(progress: Callable[[str], None] | None = None, *, long_co
     return fixtures + write_all(engine_checkpoints_root(), progress)
 
 
+def numerics_model_dirs(dtype: str, *, long_context: bool = False) -> list[Path]:
+    """The numerics checkpoints the workload judges in ``dtype`` (``long_context``: those of long
+    prompts), written on first use and cached beside the engine checkpoints; none in float32 and
+    float64, where no recipe error exists. None without the fixtures."""
+    from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS, write_all
+    from infer_ref.conformance.engines.numerics_checkpoints import NUMERICS_STYLE
+    from infer_ref.conformance.engines.numerics_workload import tier_checkpoints
+
+    specs = tier_checkpoints(dtype, long_context=long_context)
+    if not specs or not FIXTURE_CHECKPOINTS.is_dir():
+        return []
+    return write_all(engine_checkpoints_root(), specs=specs, styles=(NUMERICS_STYLE,))
+
+
 def engine_checkpoints_root() -> Path:
     """Where the kit's engine checkpoints are written: ``$INFER_REF_ENGINE_CHECKPOINTS``, default
     ``~/.cache/infer_ref/engine-checkpoints``."""

@@ -41,13 +41,32 @@ def _tier(config: pytest.Config) -> EngineTier:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "ir_engine_requires(*capabilities): skip unless the engine declares them")
     config.addinivalue_line("markers", "ir_long_context: the long-context workload (run with --ir-long-context, and only then)")
+    config.addinivalue_line("markers", "ir_numerics: runs on the numerics checkpoints of the dtype (bfloat16, float16), not the default ones")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_dir" in metafunc.fixturenames:
         long_context = bool(metafunc.config.getoption("--ir-long-context"))
-        dirs = [Path(d) for d in metafunc.config.getoption("--ir-model-dir") or []] or _default_dirs(long_context)
+        if metafunc.definition.get_closest_marker("ir_numerics") is not None:
+            dirs = _numerics_dirs(metafunc.config, long_context)
+            if not dirs:  # one skipped test saying why, rather than an empty parameter set
+                why = "no numerics checkpoint in this dtype, or --ir-model-dir names the folders to judge"
+                none = pytest.param(Path("no-numerics-checkpoint"), marks=pytest.mark.skip(reason=why))
+                metafunc.parametrize("model_dir", [none], ids=["no-numerics-checkpoint"], scope="session")
+                return
+        else:
+            dirs = [Path(d) for d in metafunc.config.getoption("--ir-model-dir") or []] or _default_dirs(long_context)
         metafunc.parametrize("model_dir", dirs, ids=[d.name for d in dirs], scope="session")
+
+
+def _numerics_dirs(config: pytest.Config, long_context: bool) -> list[Path]:
+    """The numerics checkpoints of the run's dtype and workload (none in float32/float64, or for a
+    team's own folders)."""
+    if config.getoption("--ir-model-dir"):
+        return []
+    from infer_ref.conformance.engines.session import numerics_model_dirs
+
+    return numerics_model_dirs(config.getoption("--ir-engine-dtype"), long_context=long_context)
 
 
 def _default_dirs(long_context: bool) -> list[Path]:
