@@ -230,8 +230,11 @@ def environment(standin: bool) -> dict[str, Any]:
     """The tree, the GPU, the CPUs and the versions the run ran on."""
     probe = "import torch; print(torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')"
     gpu = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False).stdout.strip()
-    tree = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                          check=False).stdout.strip()  # fmt: skip
+    try:  # a copy of the tree may come without .git, a machine without git
+        tree = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True,
+                              check=False).stdout.strip()  # fmt: skip
+    except FileNotFoundError:
+        tree = ""
     versions = {}
     for name in VERSIONS:
         try:
@@ -240,7 +243,7 @@ def environment(standin: bool) -> dict[str, Any]:
             versions[name] = None
     return {
         "mode": "standin" if standin else "gpu",
-        "tree": tree or os.environ.get("GPU_CI_TREE") or "unknown",
+        "tree": os.environ.get("GPU_CI_TREE") or tree or "unknown",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "gpu": gpu or None,
         "cpus": os.cpu_count(),
