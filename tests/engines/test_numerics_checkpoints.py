@@ -8,6 +8,7 @@ design were wrong (a weight off the grid, a 1 + w that rounds up, a mean square 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from infer_ref.conformance.engines.numerics_checkpoints import (
     exact_in,
     is_exact_in,
 )
+from infer_ref.conformance.profiles import one_thread
 from infer_ref.loader import load_model, read_safetensors
 from infer_ref.models.common import RMSNorm, rope_inv_freq
 
@@ -38,12 +40,12 @@ HALF_ULP = {torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    torch.set_num_threads(1)
-    written = write_all(
-        tmp_path_factory.mktemp("numerics"), specs=NUMERICS_CHECKPOINTS, styles=(NUMERICS_STYLE,)
-    )
-    return {spec.name: folder for spec, folder in zip(NUMERICS_CHECKPOINTS, written, strict=True)}
+def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
+    with one_thread():  # the module on one thread
+        written = write_all(
+            tmp_path_factory.mktemp("numerics"), specs=NUMERICS_CHECKPOINTS, styles=(NUMERICS_STYLE,)
+        )
+        yield {spec.name: folder for spec, folder in zip(NUMERICS_CHECKPOINTS, written, strict=True)}
 
 
 def _prompts(vocab: int, count: int, length: int) -> list[torch.Tensor]:
