@@ -128,8 +128,8 @@ def impl_spec(config: pytest.Config) -> str:
 
 
 def _load_adapter_showing_deprecations(config: pytest.Config, spec: str) -> Adapter:
-    """``load_adapter(spec)``; a DeprecationWarning its import raises (an adapter named by a moved
-    module path) reaches pytest's warnings summary, which warnings raised while configuring miss."""
+    """``load_adapter(spec)``; a DeprecationWarning its import raises (an adapter module that
+    warns) reaches pytest's warnings summary, which warnings raised while configuring miss."""
     with warnings.catch_warnings(record=True) as raised:
         warnings.simplefilter("always", DeprecationWarning)
         adapter = load_adapter(spec)
