@@ -26,7 +26,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 
 from infer_ref.cli.options import DTYPES, FIXTURES, UsageError, check_output_paths
-from infer_ref.conformance.engines.names import ENGINES, known_engine
+from infer_ref.conformance.engines.registry import ENGINES, known_engine
 from infer_ref.errors import (
     EXIT_FAILED_CHECK,
     EXIT_INTERNAL,

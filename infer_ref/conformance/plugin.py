@@ -249,10 +249,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def engine_tier_header(config: pytest.Config) -> list[str]:
     """The engine tier's header: which engine, how started, on what, judged at which tolerances (not
     the in-process adapter's float64 banner, whose cache contract and Hypothesis profile it never uses)."""
-    from infer_ref.conformance.engines.consistency import consistency_tolerance
-    from infer_ref.conformance.engines.names import ENGINES
-    from infer_ref.conformance.engines.oracle import agreement_tolerance
+    from infer_ref.conformance.engines.registry import ENGINES
     from infer_ref.conformance.engines.session import LONG_GEOMETRY
+    from infer_ref.conformance.engines.verdicts.oracle import agreement_tolerance
+    from infer_ref.conformance.engines.verdicts.tolerances import consistency_tolerance
 
     engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
     dtype = str(config.getoption("--ir-engine-dtype"))

@@ -83,7 +83,7 @@ class Report:
     expected_failures: str = ""
     not_judged: str = ""  # the first reason a test was not judged (its engine did not start or answer)
     # bfloat16/float16 engine tier: per agreement test and checkpoint, the distribution summary
-    # (infer_ref.conformance.engines.distribution.Summary fields), its thresholds and what exceeded them
+    # (infer_ref.conformance.engines.verdicts.distribution.Summary fields), its thresholds and what exceeded them
     distributions: list[dict] = field(default_factory=list)
 
     def to_json(self) -> str:

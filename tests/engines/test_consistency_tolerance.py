@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from infer_ref.conformance.engines import consistency
-from infer_ref.conformance.engines.consistency import FLOOR, MARGIN, SpreadLog, consistency_tolerance
-from infer_ref.conformance.engines.oracle import agreement_tolerance
+from infer_ref.conformance.engines.verdicts import tolerances as consistency
+from infer_ref.conformance.engines.verdicts.oracle import agreement_tolerance
+from infer_ref.conformance.engines.verdicts.tolerances import FLOOR, MARGIN, SpreadLog, consistency_tolerance
 
 
 def test_a_measured_engine_gets_its_spread_times_the_margin(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.prefix_hits import (
+from infer_ref.conformance.engines.verdicts.prefix_hits import (
     PrefixHit,
     expected_hit,
     granularity,

@@ -12,8 +12,8 @@ import pytest
 
 from infer_ref.conformance.engines.adapters.infer_ref_engine import InferRefEngine
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
-from infer_ref.conformance.engines.repro import REPRO_DIR_ENV, write_repro
 from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.verdicts.repro import REPRO_DIR_ENV, write_repro
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "fixtures" / "checkpoints" / "llama-tiny"

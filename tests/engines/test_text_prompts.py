@@ -12,14 +12,14 @@ from tokenizers import Tokenizer
 
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.engines.session import EngineTier
-from infer_ref.conformance.engines.text_stable import TextStable
-from infer_ref.conformance.engines.workload import (
+from infer_ref.conformance.engines.workloads.prompts import (
     BLOCK_SIZE,
     SHARED_PREFIX,
     boundary_prompts,
     model_facts,
     shared_prefix_prompts,
 )
+from infer_ref.conformance.engines.workloads.text_stable import TextStable
 from infer_ref.conformance.interface.contract import Unsupported
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"

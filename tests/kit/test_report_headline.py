@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from infer_ref.conformance.engines.consistency import SpreadLog
+from infer_ref.conformance.engines.verdicts.tolerances import SpreadLog
 from infer_ref.conformance.report import Report, Tally, expected_failures_of
 
 

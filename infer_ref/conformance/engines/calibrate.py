@@ -1,10 +1,10 @@
 """Calibrate the low-precision verdict on correct implementations: ``python -m infer_ref.conformance.engines.calibrate``.
 
 For every kit checkpoint, in bfloat16 and float16, the agreement workload
-(:func:`~infer_ref.conformance.engines.agreement.agreement_workload`) runs through each
+(:func:`~infer_ref.conformance.engines.verdicts.positions.agreement_workload`) runs through each
 implementation of :data:`CALIBRATION_ENGINES` — infer_ref's Engine in both of the tier's starts
 and transformers' ``generate`` with SDPA and with eager attention, each correct in float32 to 5e-5 nats — and every position is
-summarised (:mod:`~infer_ref.conformance.engines.distribution`).
+summarised (:mod:`~infer_ref.conformance.engines.verdicts.distribution`).
 
 A statistic's threshold is :data:`MARGIN` times the worst, over those implementations, of its
 99.9th bootstrap percentile (requests resampled with replacement, :data:`RESAMPLES` times): the
@@ -14,7 +14,7 @@ percentile of KL differs by up to 2.3x on one checkpoint). For the share of same
 margin applies to the share that differs, which is never taken below ``-ln(0.001) / n`` (the
 99.9% upper bound on a rate of which none of ``n`` positions were seen). Written:
 
-- :data:`~infer_ref.conformance.engines.thresholds.TABLE` (the JSON the tier reads);
+- :data:`~infer_ref.conformance.engines.verdicts.thresholds.TABLE` (the JSON the tier reads);
 - the calibration block of docs/low-precision.md: every implementation's summary, the thresholds,
   each implementation judged by the thresholds of the *others* (leave one out), and the share of
   bootstrap resamples of each correct run that any threshold fails (the false-alarm estimate).
@@ -34,7 +34,21 @@ from pathlib import Path
 
 import torch
 
-from infer_ref.conformance.engines.agreement import (
+from infer_ref.conformance.engines.protocol import EngineHandle
+from infer_ref.conformance.engines.session import (
+    declared_capabilities,
+    default_model_dirs,
+    load_factory,
+    options_for,
+)
+from infer_ref.conformance.engines.verdicts.distribution import (
+    LOWER_IS_WORSE,
+    PositionStat,
+    Summary,
+    quantile,
+    summarise,
+)
+from infer_ref.conformance.engines.verdicts.positions import (
     LOW_PRECISION,
     PROMPT_LOGPROBS,
     agreement_workload,
@@ -43,22 +57,8 @@ from infer_ref.conformance.engines.agreement import (
     judged_positions,
     of_kind,
 )
-from infer_ref.conformance.engines.distribution import (
-    LOWER_IS_WORSE,
-    PositionStat,
-    Summary,
-    quantile,
-    summarise,
-)
-from infer_ref.conformance.engines.protocol import EngineHandle
-from infer_ref.conformance.engines.session import (
-    declared_capabilities,
-    default_model_dirs,
-    load_factory,
-    options_for,
-)
-from infer_ref.conformance.engines.thresholds import JUDGED, KINDS, TABLE
-from infer_ref.conformance.engines.workload import model_facts
+from infer_ref.conformance.engines.verdicts.thresholds import JUDGED, KINDS, TABLE
+from infer_ref.conformance.engines.workloads.prompts import model_facts
 from infer_ref.fileio import replace_between_markers
 
 COMMAND = "python -m infer_ref.conformance.engines.calibrate"

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from infer_ref.conformance.engines.kit_bugs import KIT_BUG_MUTANTS
 from infer_ref.conformance.engines.mutants import ENGINE_MUTANTS
-from infer_ref.conformance.engines.thresholds import JUDGED
+from infer_ref.conformance.engines.verdicts.thresholds import JUDGED
 from infer_ref.fileio import replace_between_markers
 
 COMMAND = "python -m infer_ref.conformance.engines.power"

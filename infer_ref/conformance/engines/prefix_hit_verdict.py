@@ -1,4 +1,4 @@
-"""The verdict on the cached-token counts an engine reported (:mod:`~infer_ref.conformance.engines.prefix_hits`),
+"""The verdict on the cached-token counts an engine reported (:mod:`~infer_ref.conformance.engines.verdicts.prefix_hits`),
 shared by the default and the long-context workloads: recorded for the report's notes, "not judged"
 when nothing ever hit, failed when a request was served less than its shared prefix warrants.
 """
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from infer_ref.conformance.engines.prefix_hits import PrefixHit, shortfalls
 from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.verdicts.prefix_hits import PrefixHit, shortfalls
 from infer_ref.conformance.report import NOT_JUDGED
 
 

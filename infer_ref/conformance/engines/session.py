@@ -8,7 +8,7 @@ Per checkpoint the tier starts an engine at most twice (four times on the long-c
   budget of ``KV_BUDGET_BLOCKS`` blocks (smaller than a full batch needs, so a batch preempts),
   wherever the engine declares the capability. The agreement properties run on it.
 
-The long-context tier (``--ir-long-context``, :mod:`~infer_ref.conformance.engines.long_workload`)
+The long-context tier (``--ir-long-context``, :mod:`~infer_ref.conformance.engines.workloads.long`)
 starts the same two kinds at its own lengths (a chunk budget of 1000 tokens, a pool exactly as large
 as its pool-edge pair), and ``block-1`` / ``block-16``: the stressed engine with KV blocks of 1 and
 16 positions.
@@ -26,17 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
 from infer_ref.conformance.engines.factory_options import EngineOptionError, parse_engine_options
-from infer_ref.conformance.engines.long_workload import (
-    LONG_CHUNK_BUDGET,
-    LONG_MAX_MODEL_LEN,
-    PLAIN_LONG_KV_TOKENS,
-    POOL_BLOCKS,
-)
-from infer_ref.conformance.engines.names import ENGINES, known_engine
 from infer_ref.conformance.engines.notes import left_out_note
-from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.protocol import (
     CAPABILITIES,
     EngineHandle,
@@ -44,8 +35,21 @@ from infer_ref.conformance.engines.protocol import (
     EngineOutput,
     EngineRequest,
 )
-from infer_ref.conformance.engines.repro import EngineStart
-from infer_ref.conformance.engines.workload import BLOCK_SIZE, ModelFacts, model_facts
+from infer_ref.conformance.engines.registry import ENGINES, known_engine
+from infer_ref.conformance.engines.verdicts.prefix_hits import PrefixHit
+from infer_ref.conformance.engines.verdicts.repro import EngineStart
+from infer_ref.conformance.engines.verdicts.tolerances import (
+    ConsistencyTolerance,
+    SpreadLog,
+    consistency_tolerance,
+)
+from infer_ref.conformance.engines.workloads.long import (
+    LONG_CHUNK_BUDGET,
+    LONG_MAX_MODEL_LEN,
+    PLAIN_LONG_KV_TOKENS,
+    POOL_BLOCKS,
+)
+from infer_ref.conformance.engines.workloads.prompts import BLOCK_SIZE, ModelFacts, model_facts
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import UsageError
 
@@ -78,8 +82,8 @@ def default_model_dirs(progress: Callable[[str], None] | None = None, *, long_co
     ``$INFER_REF_ENGINE_CHECKPOINTS``, default ``~/.cache/infer_ref/engine-checkpoints``; ``progress``
     hears a line per folder written). ``long_context``: the long-context checkpoints instead, in
     their one style. None without the fixtures."""
-    from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS, write_all
-    from infer_ref.conformance.engines.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
+    from infer_ref.conformance.engines.workloads.checkpoints import FIXTURE_CHECKPOINTS, write_all
+    from infer_ref.conformance.engines.workloads.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
 
     if not FIXTURE_CHECKPOINTS.is_dir():
         return []

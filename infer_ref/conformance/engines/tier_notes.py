@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from infer_ref.conformance.engines.agreement import LOW_PRECISION
 from infer_ref.conformance.engines.notes import left_out_note, spread_note
-from infer_ref.conformance.engines.prefix_hits import PrefixHit
-from infer_ref.conformance.engines.prefix_hits import summary as prefix_hit_summary
+from infer_ref.conformance.engines.verdicts.positions import LOW_PRECISION
+from infer_ref.conformance.engines.verdicts.prefix_hits import PrefixHit
+from infer_ref.conformance.engines.verdicts.prefix_hits import summary as prefix_hit_summary
 
 if TYPE_CHECKING:
     from infer_ref.conformance.engines.session import EngineTier

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-from infer_ref.conformance.engines.logprobs import prompt_logprobs_from, token_logprobs
+from infer_ref.conformance.engines.adapters.logprobs import prompt_logprobs_from, token_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.devices import device_label
@@ -60,7 +60,7 @@ class InferRefEngine:
         self.device = device
 
     def repro_snippet(self) -> str | None:
-        """The engine as a repro script starts and runs it (:mod:`infer_ref.conformance.engines.repro`)."""
+        """The engine as a repro script starts and runs it (:mod:`infer_ref.conformance.engines.verdicts.repro`)."""
         if not self.reproducible:
             return None
         e = self.engine

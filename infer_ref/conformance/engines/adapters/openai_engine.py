@@ -53,7 +53,7 @@ class OpenAIEngine:
 
     @property
     def takes_text_prompts(self) -> bool:
-        """The tier then draws text-stable prompts (engines/text_stable.py)."""
+        """The tier then draws text-stable prompts (engines/workloads/text_stable.py)."""
         return self.text_prompts is not None
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:

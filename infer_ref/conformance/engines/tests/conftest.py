@@ -111,8 +111,8 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """What this process's tier learnt, for the report's notes (before it is written): into the report
     where this process writes it, else handed to the xdist controller that does (``tier_notes.py``)."""
-    from infer_ref.conformance.engines.oracle import agreement_tolerance
     from infer_ref.conformance.engines.tier_notes import STATE_KEY, tier_state, write_notes
+    from infer_ref.conformance.engines.verdicts.oracle import agreement_tolerance
 
     tier = _TIER.get("tier")
     if tier is None:

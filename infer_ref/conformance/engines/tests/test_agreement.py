@@ -2,7 +2,7 @@
 in float64 on the same folder. In float32 every logprob must lie within the dtype's tolerance; in
 bfloat16 and float16 the distribution of the engine's distances over all positions (KL, logprob
 error, same top token) must lie within thresholds calibrated on correct implementations
-(:mod:`~infer_ref.conformance.engines.distribution`, docs/low-precision.md).
+(:mod:`~infer_ref.conformance.engines.verdicts.distribution`, docs/low-precision.md).
 
 Prompts cross block boundaries (k*bs - 1, k*bs, k*bs + 1 tokens, then 16 generated tokens across
 the next boundary), Gemma's sliding window several times, and share prefixes (hits on the stressed
@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.agreement import PROMPT_LOGPROBS, agreement_workload
-from infer_ref.conformance.engines.agreement_verdict import judge_agreement
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.engines.verdicts.agreement import judge_agreement
+from infer_ref.conformance.engines.verdicts.positions import PROMPT_LOGPROBS, agreement_workload
 
 pytestmark = pytest.mark.ir_oracle("transformers float64")
 

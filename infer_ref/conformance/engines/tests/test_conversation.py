@@ -13,11 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.agreement import continued_turns, first_turns
-from infer_ref.conformance.engines.agreement_verdict import judge_agreement
-from infer_ref.conformance.engines.conversation import Conversation, converse, judge_warm_against_cold
 from infer_ref.conformance.engines.protocol import EngineHandle
 from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.verdicts.agreement import judge_agreement
+from infer_ref.conformance.engines.verdicts.positions import continued_turns, first_turns
+from infer_ref.conformance.engines.workloads.conversation import (
+    Conversation,
+    converse,
+    judge_warm_against_cold,
+)
 
 
 def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> Conversation:

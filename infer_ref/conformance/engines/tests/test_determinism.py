@@ -3,7 +3,7 @@ preempted or not, whatever the order the requests arrive in.
 
 In bfloat16 and float16 a batch or a recompute changes a step's logits by rounding, and the same
 seeded draw may then choose another token: there the tokens are compared up to the first step whose
-reported distribution differs between the runs (:func:`~infer_ref.conformance.engines.compare.seeded_tokens_differ`)."""
+reported distribution differs between the runs (:func:`~infer_ref.conformance.engines.verdicts.compare.seeded_tokens_differ`)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.agreement import LOW_PRECISION
-from infer_ref.conformance.engines.compare import seeded_tokens_differ
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import boundary_prompts
+from infer_ref.conformance.engines.verdicts.compare import seeded_tokens_differ
+from infer_ref.conformance.engines.verdicts.positions import LOW_PRECISION
+from infer_ref.conformance.engines.workloads.prompts import boundary_prompts
 
 pytestmark = [pytest.mark.ir_oracle("self-consistency"), pytest.mark.ir_engine_requires("seed")]
 

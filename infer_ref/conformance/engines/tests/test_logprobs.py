@@ -10,7 +10,7 @@ import pytest
 
 from infer_ref.conformance.engines.protocol import EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import boundary_prompts
+from infer_ref.conformance.engines.workloads.prompts import boundary_prompts
 
 pytestmark = pytest.mark.ir_oracle("the API's own promises")
 

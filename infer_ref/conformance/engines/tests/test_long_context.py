@@ -6,7 +6,7 @@ Prompts cross every window of the folder once and twice, Llama 3's ``original_ma
 and 8192 positions (block tables of 257 blocks of 32, 8193 blocks of 1); the stressed engine prefills
 them in chunks of 1000 tokens across those boundaries, serves continued conversations from its prefix
 cache with the cached part past the window, and holds a pool that two whole-block prompts fill exactly
-(:mod:`~infer_ref.conformance.engines.long_workload`). Agreement is judged against the float64 oracle
+(:mod:`~infer_ref.conformance.engines.workloads.long`). Agreement is judged against the float64 oracle
 as in the default workload, self-consistency against each request alone on the plain engine.
 """
 
@@ -16,10 +16,18 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.agreement_verdict import judge_agreement
-from infer_ref.conformance.engines.alone_verdict import judge_against_alone
-from infer_ref.conformance.engines.conversation import Conversation, converse, judge_warm_against_cold
-from infer_ref.conformance.engines.long_workload import (
+from infer_ref.conformance.engines.prefix_hit_verdict import judge_prefix_hits
+from infer_ref.conformance.engines.protocol import EngineHandle, EngineRequest
+from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.engines.verdicts.agreement import judge_agreement
+from infer_ref.conformance.engines.verdicts.judge import judge_against_alone
+from infer_ref.conformance.engines.verdicts.prefix_hits import PrefixHit
+from infer_ref.conformance.engines.workloads.conversation import (
+    Conversation,
+    converse,
+    judge_warm_against_cold,
+)
+from infer_ref.conformance.engines.workloads.long import (
     BLOCK_SIZES,
     LONG_CHUNK_BUDGET,
     POOL_BLOCKS,
@@ -28,11 +36,7 @@ from infer_ref.conformance.engines.long_workload import (
     long_requests,
     pool_edge_prompts,
 )
-from infer_ref.conformance.engines.prefix_hit_verdict import judge_prefix_hits
-from infer_ref.conformance.engines.prefix_hits import PrefixHit
-from infer_ref.conformance.engines.protocol import EngineHandle, EngineRequest
-from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import greedy_requests
+from infer_ref.conformance.engines.workloads.prompts import greedy_requests
 
 pytestmark = pytest.mark.ir_long_context
 

@@ -3,8 +3,8 @@
 The reference answer of a request is the *plain* engine's (prefix caching off, whole prefill, ample
 KV) with the request run alone and cold. Every other schedule of the same request — in a batch, in
 another order, on a warm prefix cache, prefilled in chunks, preempted by a small KV budget — must
-give the same tokens (except at near-ties, :mod:`~infer_ref.conformance.engines.compare`) and the
-same logprobs within the engine's self-consistency tolerance (:mod:`~infer_ref.conformance.engines.consistency`:
+give the same tokens (except at near-ties, :mod:`~infer_ref.conformance.engines.verdicts.compare`) and the
+same logprobs within the engine's self-consistency tolerance (:mod:`~infer_ref.conformance.engines.verdicts.tolerances`:
 the rounding spread measured between two correct schedules of that engine). An engine a little off
 transformers still has its caching judged tightly here.
 """
@@ -15,14 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.alone_verdict import judge_against_alone
-from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
 from infer_ref.conformance.engines.prefix_hit_verdict import judge_prefix_hits
-from infer_ref.conformance.engines.prefix_hits import PrefixHit
 from infer_ref.conformance.engines.protocol import EngineRequest
-from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import (
+from infer_ref.conformance.engines.verdicts.compare import compare_outputs, largest_difference
+from infer_ref.conformance.engines.verdicts.judge import judge_against_alone
+from infer_ref.conformance.engines.verdicts.prefix_hits import PrefixHit
+from infer_ref.conformance.engines.verdicts.repro import write_repro
+from infer_ref.conformance.engines.workloads.prompts import (
     boundary_prompts,
     extending_prompts,
     greedy_requests,
@@ -99,7 +99,7 @@ def test_warm_prefix_cache_matches_cold(model_dir: Path, tier: EngineTier, start
 def test_prefix_cache_serves_the_shared_prefix(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
     """A prompt, then the same prompt extended by a few tokens, on a cache emptied before each pair:
     the engine says it served the shared prompt from cache, every whole block of it at the
-    granularity its own hits show (:mod:`~infer_ref.conformance.engines.prefix_hits`). A lookup that
+    granularity its own hits show (:mod:`~infer_ref.conformance.engines.verdicts.prefix_hits`). A lookup that
     stops early leaves every answer right; only the counts show it. No hit at all: "not judged".
 
     Guards: *prefix cache stops hitting past the first block*."""

@@ -9,7 +9,7 @@ import pytest
 
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
 from infer_ref.conformance.engines.session import EngineTier, run
-from infer_ref.conformance.engines.workload import boundary_prompts, stop_string_in
+from infer_ref.conformance.engines.workloads.prompts import boundary_prompts, stop_string_in
 from infer_ref.conformance.interface.contract import Unsupported
 
 pytestmark = pytest.mark.ir_oracle("the request's own limits")

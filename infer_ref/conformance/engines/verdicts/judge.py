@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
-from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.verdicts.compare import compare_outputs, largest_difference
+from infer_ref.conformance.engines.verdicts.repro import write_repro
 
 
 def judge_against_alone(model_dir: Path, tier: EngineTier, requests: list[EngineRequest], outputs: list[EngineOutput], what: str,

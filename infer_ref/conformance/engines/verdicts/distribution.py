@@ -16,7 +16,7 @@ lot. Per position (:func:`position_stats`):
 Per engine x checkpoint x dtype, :class:`Summary` keeps the mean, median, 99th percentile and
 maximum KL, the mean and maximum logprob error, and the share of positions with the same top token;
 :func:`judge` compares them with thresholds calibrated on correct implementations in that dtype
-(:mod:`~infer_ref.conformance.engines.thresholds`).
+(:mod:`~infer_ref.conformance.engines.verdicts.thresholds`).
 """
 
 from __future__ import annotations

@@ -9,19 +9,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from infer_ref.conformance.engines.agreement import (
+from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
+from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.verdicts.distribution import judge
+from infer_ref.conformance.engines.verdicts.oracle import agreement_tolerance, distance_from_oracle
+from infer_ref.conformance.engines.verdicts.positions import (
     LOW_PRECISION,
     JudgedPosition,
     disagreements,
     judged_positions,
     of_kind,
 )
-from infer_ref.conformance.engines.distribution import judge
-from infer_ref.conformance.engines.oracle import agreement_tolerance, distance_from_oracle
-from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
-from infer_ref.conformance.engines.repro import write_repro
-from infer_ref.conformance.engines.session import EngineTier
-from infer_ref.conformance.engines.thresholds import thresholds_for
+from infer_ref.conformance.engines.verdicts.repro import write_repro
+from infer_ref.conformance.engines.verdicts.thresholds import thresholds_for
 
 
 def judge_agreement(model_dir: Path, tier: EngineTier, handle: EngineHandle, test: str, requests: list[EngineRequest],

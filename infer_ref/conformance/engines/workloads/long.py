@@ -21,7 +21,12 @@ import random
 from pathlib import Path
 
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
-from infer_ref.conformance.engines.workload import BLOCK_SIZE, ModelFacts, greedy_requests, random_prompt
+from infer_ref.conformance.engines.workloads.prompts import (
+    BLOCK_SIZE,
+    ModelFacts,
+    greedy_requests,
+    random_prompt,
+)
 
 REACH = 8192  # the longest prompts reach one past it
 LONG_GENERATED = 16  # generated tokens per request (from R - 1, they cross R)

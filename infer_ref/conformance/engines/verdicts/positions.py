@@ -4,8 +4,8 @@
 :func:`agreement_workload` is what the tests send; :func:`judged_positions` pairs every logprob an
 engine returned with the oracle's row at its position, teacher-forced on the engine's own tokens.
 float32 and float64 are judged position by position (:func:`disagreements`, the tolerance of
-:func:`~infer_ref.conformance.engines.oracle.agreement_tolerance`); bfloat16 and float16 by the
-distribution of the positions (:mod:`~infer_ref.conformance.engines.distribution`).
+:func:`~infer_ref.conformance.engines.verdicts.oracle.agreement_tolerance`); bfloat16 and float16 by the
+distribution of the positions (:mod:`~infer_ref.conformance.engines.verdicts.distribution`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,10 @@ from pathlib import Path
 
 from torch import Tensor
 
-from infer_ref.conformance.engines.distribution import PositionStat, position_stats
-from infer_ref.conformance.engines.oracle import compare_position, dedupe, oracle_logprobs
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest, TokenLogprobs
-from infer_ref.conformance.engines.workload import (
+from infer_ref.conformance.engines.verdicts.distribution import PositionStat, position_stats
+from infer_ref.conformance.engines.verdicts.oracle import compare_position, dedupe, oracle_logprobs
+from infer_ref.conformance.engines.workloads.prompts import (
     ModelFacts,
     boundary_prompts,
     continuation_prompts,

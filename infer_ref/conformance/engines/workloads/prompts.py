@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infer_ref.conformance.engines.protocol import EngineRequest
-from infer_ref.conformance.engines.text_stable import TextStable
+from infer_ref.conformance.engines.workloads.text_stable import TextStable
 
 BLOCK_SIZE = 32  # the tier's KV block size: vLLM's CPU backend needs a multiple of 32
 GENERATED = 16  # tokens generated per request: decode crosses a block boundary from k*bs - 1

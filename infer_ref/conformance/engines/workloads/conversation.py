@@ -9,11 +9,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from infer_ref.conformance.engines.compare import compare_outputs, largest_difference
-from infer_ref.conformance.engines.oracle import agreement_tolerance
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOutput, EngineRequest
-from infer_ref.conformance.engines.repro import write_repro
 from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.engines.verdicts.compare import compare_outputs, largest_difference
+from infer_ref.conformance.engines.verdicts.oracle import agreement_tolerance
+from infer_ref.conformance.engines.verdicts.repro import write_repro
 
 # (first turns, the engine's answers to them) -> the continued requests
 Continue = Callable[[list[EngineRequest], list[EngineOutput]], list[EngineRequest]]

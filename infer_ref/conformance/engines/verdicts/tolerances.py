@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from infer_ref.conformance.engines.notes import spread_note
-from infer_ref.conformance.engines.oracle import agreement_tolerance
+from infer_ref.conformance.engines.verdicts.oracle import agreement_tolerance
 
 # Largest |logprob difference| between two schedules of one engine over the whole engine tier
 # (7 checkpoints, both starts), nats; `infer-ref conformance --engine E [--dtype D]` prints it at
