@@ -24,8 +24,8 @@ def _filler(rng: random.Random, n: int) -> tuple[int, ...]:
 
 def main() -> None:
     torch.set_num_threads(1)
-    from infer_ref.conformance.engines.session import default_model_dirs
     from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs, oracle_model
+    from infer_ref.conformance.engines.workloads.folders import default_model_dirs
     from infer_ref.conformance.engines.workloads.long import (
         LONG_GENERATED,
         LONG_NEW_TURN,

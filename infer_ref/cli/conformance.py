@@ -207,7 +207,7 @@ def _write_engine_checkpoints(long_context: bool) -> None:
     lines reach the terminal, not pytest's capture); a later run finds them cached."""
     import sys
 
-    from infer_ref.conformance.engines.session import default_model_dirs
+    from infer_ref.conformance.engines.workloads.folders import default_model_dirs
 
     default_model_dirs(progress=lambda line: print(line, file=sys.stderr, flush=True), long_context=long_context)
 

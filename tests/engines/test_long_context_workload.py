@@ -17,16 +17,16 @@ from infer_ref.cli.options import UsageError
 from infer_ref.config import ModelConfig
 from infer_ref.conformance.engines.matrix.tier_runs import long_context_xfails, tier_command
 from infer_ref.conformance.engines.mutants import LONG_CONTEXT_BUG_CLASSES, LONG_CONTEXT_MUTANTS
-from infer_ref.conformance.engines.session import options_for
-from infer_ref.conformance.engines.verdicts.oracle import agreement_tolerance
 from infer_ref.conformance.engines.verdicts.tolerances import (
     LONG_FLOOR,
     MARGIN,
     MEASURED_LONG_SPREAD,
     MEASURED_SPREAD,
+    agreement_tolerance,
     consistency_tolerance,
 )
 from infer_ref.conformance.engines.workloads.checkpoints import write_all
+from infer_ref.conformance.engines.workloads.geometry import options_for
 from infer_ref.conformance.engines.workloads.long import (
     BLOCK_SIZES,
     LONG_CHUNK_BUDGET,

@@ -38,7 +38,7 @@ def _tier(engine: str, tests: tuple[str, ...], checkpoint: str = "llama-tiny", *
 
 
 def _long_folder(name: str) -> Path:
-    from infer_ref.conformance.engines.session import default_model_dirs
+    from infer_ref.conformance.engines.workloads.folders import default_model_dirs
 
     return next(d for d in default_model_dirs(long_context=True) if d.name.startswith(name))
 

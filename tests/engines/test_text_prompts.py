@@ -10,8 +10,10 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
+from infer_ref.conformance.engines.notes import left_out_note
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions, EngineOutput, EngineRequest
-from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.session import EngineSession
+from infer_ref.conformance.engines.settings import TierSettings
 from infer_ref.conformance.engines.workloads.prompts import (
     BLOCK_SIZE,
     SHARED_PREFIX,
@@ -145,24 +147,24 @@ def ids_factory(model_dir: Path, options: EngineOptions) -> EngineHandle:
 def test_judgeable_leaves_out_only_the_unreadable_requests_and_notes_why(tmp_path: Path) -> None:
     CALLS.clear()
     RESETS.clear()
-    tier = EngineTier(engine=f"{__name__}:text_factory", endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=f"{__name__}:text_factory", endpoint=None, dtype="float32"))
     requests = [EngineRequest((1, 2), 3), EngineRequest((3, 4), 3), EngineRequest((5,), 3)]
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert CALLS == [(1, 2), (3, 4), (5,)]  # each request run once, then remembered
     assert RESETS == [3]  # after the first look only: the test's own first pass meets a cold cache
-    assert tier.left_out == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
-    assert tier.left_out_summary().endswith("ids: 1 of 3 (1× Unsupported: the answer to (1, 2) holds a token text several tokens render to)")
+    assert tier.ledger.left_out == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
+    assert left_out_note(tier.name, tier.ledger.left_out, len(tier.ledger.unreadable)).endswith("ids: 1 of 3 (1× Unsupported: the answer to (1, 2) holds a token text several tokens render to)")
     with pytest.raises(Unsupported, match=r"none of the 1 requests has an answer .* \(Unsupported: the answer to \(1, 2\)"):
         tier.judgeable(tmp_path, [requests[0]])
 
 
 def test_judgeable_runs_nothing_for_an_engine_of_token_prompts(tmp_path: Path) -> None:
     CALLS.clear()
-    tier = EngineTier(engine=f"{__name__}:ids_factory", endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=f"{__name__}:ids_factory", endpoint=None, dtype="float32"))
     requests = [EngineRequest((1, 2), 3), EngineRequest((3, 4), 3)]
     assert not tier.takes_text_prompts(tmp_path)
-    assert tier.judgeable(tmp_path, requests) == requests and CALLS == [] and not tier.left_out
+    assert tier.judgeable(tmp_path, requests) == requests and CALLS == [] and not tier.ledger.left_out
 
 
 def refused_text_factory(model_dir: Path, options: EngineOptions) -> EngineHandle:
@@ -173,7 +175,7 @@ refused_text_factory.takes_text_prompts = True  # type: ignore[attr-defined]
 
 
 def test_a_refused_start_is_the_tests_not_supported_not_a_requests(tmp_path: Path) -> None:
-    tier = EngineTier(engine=f"{__name__}:refused_text_factory", endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=f"{__name__}:refused_text_factory", endpoint=None, dtype="float32"))
     with pytest.raises(Unsupported, match=r"\(stressed start\): Unsupported: this engine cannot run"):
         tier.judgeable(tmp_path, [EngineRequest((1, 2), 3)])
-    assert not tier.left_out
+    assert not tier.ledger.left_out

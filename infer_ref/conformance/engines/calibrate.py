@@ -35,12 +35,7 @@ from pathlib import Path
 import torch
 
 from infer_ref.conformance.engines.protocol import EngineHandle
-from infer_ref.conformance.engines.session import (
-    declared_capabilities,
-    default_model_dirs,
-    load_factory,
-    options_for,
-)
+from infer_ref.conformance.engines.session import declared_capabilities, load_factory
 from infer_ref.conformance.engines.verdicts.distribution import (
     LOWER_IS_WORSE,
     PositionStat,
@@ -48,17 +43,18 @@ from infer_ref.conformance.engines.verdicts.distribution import (
     quantile,
     summarise,
 )
-from infer_ref.conformance.engines.verdicts.positions import (
-    LOW_PRECISION,
+from infer_ref.conformance.engines.verdicts.positions import judged_positions, of_kind
+from infer_ref.conformance.engines.verdicts.thresholds import JUDGED, KINDS, TABLE
+from infer_ref.conformance.engines.verdicts.tolerances import LOW_PRECISION
+from infer_ref.conformance.engines.workloads.folders import default_model_dirs
+from infer_ref.conformance.engines.workloads.geometry import options_for
+from infer_ref.conformance.engines.workloads.prompts import (
     PROMPT_LOGPROBS,
     agreement_workload,
     continued_turns,
     first_turns,
-    judged_positions,
-    of_kind,
+    model_facts,
 )
-from infer_ref.conformance.engines.verdicts.thresholds import JUDGED, KINDS, TABLE
-from infer_ref.conformance.engines.workloads.prompts import model_facts
 from infer_ref.fileio import replace_between_markers
 
 COMMAND = "python -m infer_ref.conformance.engines.calibrate"

@@ -8,33 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.session import (
-    EngineStartError,
-    EngineTier,
-    default_model_dirs,
-)
+from infer_ref.conformance.engines.session import EngineSession, EngineStartError
+from infer_ref.conformance.engines.settings import TierSettings
+from infer_ref.conformance.engines.workloads.folders import default_model_dirs
 from infer_ref.conformance.profiles import one_torch_thread
 from infer_ref.conformance.report import NOT_JUDGED
 
-_TIER: dict[str, EngineTier] = {}
+_SESSION: dict[str, EngineSession] = {}
 
 
-def _tier(config: pytest.Config) -> EngineTier:
-    if "tier" not in _TIER:
-        endpoint = config.getoption("--ir-endpoint")
-        dirs = config.getoption("--ir-model-dir") or []
-        if endpoint and len(dirs) != 1:
+def _session(config: pytest.Config) -> EngineSession:
+    if "session" not in _SESSION:
+        settings = TierSettings.of(config)
+        if settings.endpoint and len(settings.model_dirs) != 1:
             raise pytest.UsageError("--ir-endpoint needs exactly one --ir-model-dir: the folder the server serves")
-        _TIER["tier"] = EngineTier(
-            engine=config.getoption("--ir-engine"),
-            endpoint=endpoint,
-            dtype=config.getoption("--ir-engine-dtype"),
-            endpoint_model_dir=Path(dirs[0]) if endpoint else None,
-            consistency_given=config.getoption("--ir-consistency-tolerance"),
-            engine_options=tuple(config.getoption("--ir-engine-option") or ()),
-            long_context=bool(config.getoption("--ir-long-context")),
-        )
-    return _TIER["tier"]
+        _SESSION["session"] = EngineSession(settings)
+    return _SESSION["session"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -44,8 +33,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_dir" in metafunc.fixturenames:
-        long_context = bool(metafunc.config.getoption("--ir-long-context"))
-        dirs = [Path(d) for d in metafunc.config.getoption("--ir-model-dir") or []] or _default_dirs(long_context)
+        settings = TierSettings.of(metafunc.config)
+        dirs = list(settings.model_dirs) or _default_dirs(settings.long_context)
         metafunc.parametrize("model_dir", dirs, ids=[d.name for d in dirs], scope="session")
 
 
@@ -63,7 +52,7 @@ _DIRS: dict[str, list[Path]] = {}
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     try:
-        tier = _tier(config)
+        engines = _session(config)
     except EngineStartError as e:
         raise pytest.UsageError(str(e)) from None
     _select_workload(config, items)
@@ -72,15 +61,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue  # not an engine-tier test
         needed = [c for m in item.iter_markers("ir_engine_requires") for c in m.args]
         _record(item, needed)
-        missing = [c for c in needed if c not in tier.capabilities]
+        missing = [c for c in needed if c not in engines.capabilities]
         if missing:
-            item.add_marker(pytest.mark.skip(reason=f"not supported by {tier.name} ({', '.join(missing)})"))
+            item.add_marker(pytest.mark.skip(reason=f"not supported by {engines.name} ({', '.join(missing)})"))
 
 
 def _select_workload(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--ir-long-context`` runs the long-context tests alone; without it they are not collected
     (deselected: they are another workload, not a test of this run that was skipped)."""
-    long_context = bool(config.getoption("--ir-long-context"))
+    long_context = TierSettings.of(config).long_context
     kept: list[pytest.Item] = []
     other: list[pytest.Item] = []
     for item in items:
@@ -110,22 +99,13 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """What this process's tier learnt, for the report's notes (before it is written): into the report
-    where this process writes it, else handed to the xdist controller that does (``tier_notes.py``)."""
-    from infer_ref.conformance.engines.tier_notes import STATE_KEY, tier_state, write_notes
-    from infer_ref.conformance.engines.verdicts.oracle import agreement_tolerance
+    where this process writes it, else handed to the xdist controller that does (``notes.py``)."""
+    from infer_ref.conformance.engines.notes import STATE_KEY, tier_state, write_notes
 
-    tier = _TIER.get("tier")
-    if tier is None:
+    engines = _SESSION.get("session")
+    if engines is None:
         return
-    if tier.long_context:  # the verdict judges each request at its length's tolerance; the note, the longest's
-        from infer_ref.conformance.engines.session import LONG_GEOMETRY
-
-        longest = LONG_GEOMETRY.max_model_len
-        tolerance = agreement_tolerance(tier.dtype, longest)
-        source = f"the oracle tolerance for {tier.dtype} at {longest} positions (each request is judged at its own length's)"
-    else:
-        tolerance, source = agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"
-    state = tier_state(tier, tolerance, source)
+    state = tier_state(engines.settings, engines.ledger, engines.factory_kwargs)
     if hasattr(session.config, "workerinput"):
         session.config.workeroutput[STATE_KEY] = state  # type: ignore[attr-defined]
         return
@@ -135,10 +115,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def tier(request: pytest.FixtureRequest) -> Iterator[EngineTier]:
-    t = _tier(request.config)
-    yield t
-    t.stop_all()
+def engines(request: pytest.FixtureRequest) -> Iterator[EngineSession]:
+    """The run's engines (:class:`~infer_ref.conformance.engines.session.EngineSession`): its
+    settings, its ledger, and the engines it starts, stopped at the end."""
+    session = _session(request.config)
+    yield session
+    session.stop_all()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -148,7 +130,7 @@ def _one_thread() -> Iterator[None]:
 
 
 @pytest.fixture
-def started(tier: EngineTier, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def started(engines: EngineSession, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
     """``started(model_dir, kind)``: the engine (one that cannot start makes the test "not judged").
 
     Capabilities may be declared per started engine: a handle whose own ``capabilities`` lack one
@@ -158,7 +140,7 @@ def started(tier: EngineTier, request: pytest.FixtureRequest):  # type: ignore[n
     needed = [c for m in request.node.iter_markers("ir_engine_requires") for c in m.args]
 
     def get(model_dir: Path, kind: str = "stressed"):  # type: ignore[no-untyped-def]
-        handle = tier.handle(model_dir, kind)
+        handle = engines.handle(model_dir, kind)
         missing = [c for c in needed if c not in getattr(handle, "capabilities", frozenset(needed))]
         if missing:
             pytest.skip(f"not supported by {handle.name} ({', '.join(missing)}: not declared by this start)")

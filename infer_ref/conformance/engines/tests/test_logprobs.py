@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from infer_ref.conformance.engines.protocol import EngineRequest
-from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.engines.session import EngineSession, run
 from infer_ref.conformance.engines.workloads.prompts import boundary_prompts
 
 pytestmark = pytest.mark.ir_oracle("the API's own promises")
@@ -17,13 +17,13 @@ pytestmark = pytest.mark.ir_oracle("the API's own promises")
 
 @pytest.mark.ir_engine_requires("top_logprobs")
 @pytest.mark.parametrize("k", [1, 5])
-def test_top_logprobs_count_order_and_chosen(model_dir: Path, tier: EngineTier, started, k: int) -> None:  # type: ignore[no-untyped-def]
+def test_top_logprobs_count_order_and_chosen(model_dir: Path, engines: EngineSession, started, k: int) -> None:  # type: ignore[no-untyped-def]
     """Per step: k alternatives (k + 1 when the chosen token is not among them), sorted from the most
     likely down, every value <= 0, the chosen token's logprob finite and equal to its entry in the
     list; a greedy choice is the list's first entry or tied with it.
 
     Guards: *top-k list unsorted or missing the chosen token*."""
-    requests = tier.judgeable(model_dir, [EngineRequest(p, 8, logprobs=k) for p in boundary_prompts(tier.facts(model_dir))[:4]])
+    requests = engines.judgeable(model_dir, [EngineRequest(p, 8, logprobs=k) for p in boundary_prompts(engines.facts(model_dir))[:4]])
     for i, out in enumerate(run(started(model_dir), requests)):
         for step, entry in enumerate(out.logprobs):
             where = f"request {i} step {step}"
@@ -45,17 +45,17 @@ def test_top_logprobs_count_order_and_chosen(model_dir: Path, tier: EngineTier, 
 
 
 @pytest.mark.ir_engine_requires("prompt_logprobs")
-def test_prompt_logprobs_aligned(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+def test_prompt_logprobs_aligned(model_dir: Path, engines: EngineSession, started) -> None:  # type: ignore[no-untyped-def]
     """One entry per prompt position: None at position 0, then entry i is prompt token i's. The
     prompts run on a cold prefix cache where the engine can empty it (earlier tests ran them: what a
     hit does to prompt logprobs is judged by the warm pass of ``test_prompt_logprobs_agree_with_oracle``,
     and without the reset this verdict would depend on which tests ran before).
 
     Guards: *logprobs shifted by one position*."""
-    requests = tier.judgeable(model_dir, [EngineRequest(p, 2, prompt_logprobs=3) for p in boundary_prompts(tier.facts(model_dir))[:3]])
+    requests = engines.judgeable(model_dir, [EngineRequest(p, 2, prompt_logprobs=3) for p in boundary_prompts(engines.facts(model_dir))[:3]])
     prompts = [r.prompt for r in requests]
     handle = started(model_dir)
-    if "reset_prefix_cache" in tier.capabilities:
+    if "reset_prefix_cache" in engines.capabilities:
         handle.reset_prefix_cache()
     outputs = run(handle, requests)
     for i, (prompt, out) in enumerate(zip(prompts, outputs, strict=True)):

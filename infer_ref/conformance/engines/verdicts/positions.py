@@ -1,10 +1,10 @@
-"""Agreement with the oracle, shared by the tier's agreement tests and the low-precision calibration
-(``python -m infer_ref.conformance.engines.calibrate``), so both judge exactly the same positions.
+"""The positions agreement with the oracle judges, shared by the tier's agreement verdict and the
+low-precision calibration (``python -m infer_ref.conformance.engines.calibrate``), so both judge
+exactly the same positions.
 
-:func:`agreement_workload` is what the tests send; :func:`judged_positions` pairs every logprob an
-engine returned with the oracle's row at its position, teacher-forced on the engine's own tokens.
+:func:`judged_positions` pairs every logprob an engine returned with the oracle's row at its position, teacher-forced on the engine's own tokens.
 float32 and float64 are judged position by position (:func:`disagreements`, the tolerance of
-:func:`~infer_ref.conformance.engines.verdicts.oracle.agreement_tolerance`); bfloat16 and float16 by the
+:func:`~infer_ref.conformance.engines.verdicts.tolerances.agreement_tolerance`); bfloat16 and float16 by the
 distribution of the positions (:mod:`~infer_ref.conformance.engines.verdicts.distribution`).
 """
 
@@ -18,16 +18,6 @@ from torch import Tensor
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest, TokenLogprobs
 from infer_ref.conformance.engines.verdicts.distribution import PositionStat, position_stats
 from infer_ref.conformance.engines.verdicts.oracle import compare_position, dedupe, oracle_logprobs
-from infer_ref.conformance.engines.workloads.prompts import (
-    ModelFacts,
-    boundary_prompts,
-    continuation_prompts,
-    greedy_requests,
-    shared_prefix_prompts,
-)
-
-LOW_PRECISION = ("bfloat16", "float16")  # judged by distribution; the others position by position
-PROMPT_LOGPROBS = 5  # top-k asked for at each prompt position
 
 
 @dataclass(frozen=True)
@@ -44,26 +34,6 @@ class JudgedPosition:
 
     def stat(self) -> PositionStat:
         return position_stats(self.request, self.where, self.prompt_len, self.entry, self.row)
-
-
-def agreement_workload(
-    facts: ModelFacts, *, ignore_eos: bool, prompt_logprobs: int | None = None
-) -> list[EngineRequest]:
-    """The agreement tests' requests: prompts across block boundaries and sliding windows, prompts
-    sharing a prefix, and (fixtures) two canonical prompts, each generating greedily."""
-    prompts = boundary_prompts(facts) + shared_prefix_prompts(facts) + list(facts.canonical[:2])
-    return greedy_requests(prompts, ignore_eos=ignore_eos, prompt_logprobs=prompt_logprobs)
-
-
-def first_turns(facts: ModelFacts, *, ignore_eos: bool) -> list[EngineRequest]:
-    """A conversation's first turns: the boundary prompts (5 to 97 tokens), each answered greedily."""
-    return greedy_requests(boundary_prompts(facts, seed=5), ignore_eos=ignore_eos)
-
-
-def continued_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *, ignore_eos: bool) -> list[EngineRequest]:
-    """Each first turn continued: its prompt, the engine's own answer, and a new turn."""
-    turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
-    return greedy_requests(continuation_prompts(facts, turns, seed=5), ignore_eos=ignore_eos)
 
 
 def judged_positions(
@@ -97,13 +67,8 @@ def disagreements(positions: list[JudgedPosition], tol: float) -> list[str]:
 
 
 __all__ = [
-    "LOW_PRECISION",
-    "PROMPT_LOGPROBS",
     "JudgedPosition",
-    "agreement_workload",
-    "continued_turns",
     "disagreements",
-    "first_turns",
     "judged_positions",
     "of_kind",
 ]

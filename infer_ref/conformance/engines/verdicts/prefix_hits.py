@@ -17,16 +17,9 @@ is not wrong); a shortfall is only ever claimed against the granularity the engi
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from math import gcd
 
-
-@dataclass(frozen=True)
-class PrefixHit:
-    """One extending request: ``shared`` prompt tokens were computed before, ``cached`` were reported served."""
-
-    shared: int
-    cached: int
+from infer_ref.conformance.engines.ledger import PrefixHit
 
 
 def granularity(hits: Sequence[PrefixHit]) -> int | None:

@@ -166,23 +166,42 @@ def repro_dir() -> Path:
     return Path(os.environ.get(REPRO_DIR_ENV, "engine-repros"))
 
 
-def write_repro(
-    handle: EngineHandle,
-    test: str,
-    model_dir: Path,
-    requests: Sequence[EngineRequest],
-    schedules: Sequence[Sequence[Sequence[int]]],
-    summary: str,
-    tolerance: float,
-    selects: str,
-    start: EngineStart | None = None,
-) -> str:
+@dataclass(frozen=True)
+class Case:
+    """Where a verdict is given, and what its repro needs: the test, the checkpoint folder, the
+    engine that answered, the pytest options that select that engine (``TierSettings.selects``),
+    and how it was started (for the script of an engine without ``repro_snippet()``)."""
+
+    test: str
+    model_dir: Path
+    handle: EngineHandle
+    selects: str
+    start: EngineStart | None = None
+
+    @property
+    def where(self) -> str:
+        """``test[checkpoint]``: how the ledger names where a difference was seen."""
+        return f"{self.test}[{self.model_dir.name}]"
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a repro script sends and how it judges: ``requests``, each of ``schedules`` a list of
+    groups of request indices sent together (a group runs after the one before it), compared at
+    ``tolerance`` nats."""
+
+    requests: Sequence[EngineRequest]
+    schedules: Sequence[Sequence[Sequence[int]]]
+    tolerance: float
+
+
+def write_repro(case: Case, replay: Replay, summary: str) -> str:
     """Write the repro script of one failure; the ``repro:`` line(s) to put in the test's message.
 
-    ``selects`` holds the pytest options that select the engine (``EngineTier.selects``); ``start``
-    how the engine was started, for the script of an engine without ``repro_snippet()``. The pytest
-    command that runs this test on this engine and checkpoint is always given; a script too where one
-    can be written (the adapter's own snippet, else one through the protocol)."""
+    The pytest command that runs this test on this engine and checkpoint is always given; a script
+    too where one can be written (the adapter's own snippet, else one through the protocol)."""
+    test, model_dir, handle, selects, start = case.test, case.model_dir, case.handle, case.selects, case.start
+    requests, schedules, tolerance = replay.requests, replay.schedules, replay.tolerance
     command = (f"repro: pytest --pyargs infer_ref.conformance.engines.tests -p no:xdist -k '{test}' {selects} "
                f"--ir-model-dir={shlex.quote(str(model_dir))}")
     snippet_of = getattr(handle, "repro_snippet", None)

@@ -15,7 +15,7 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infer_ref.conformance.engines.protocol import EngineRequest
+from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
 from infer_ref.conformance.engines.workloads.text_stable import TextStable
 
 BLOCK_SIZE = 32  # the tier's KV block size: vLLM's CPU backend needs a multiple of 32
@@ -134,6 +134,29 @@ def greedy_requests(prompts: list[tuple[int, ...]], *, ignore_eos: bool, prompt_
         EngineRequest(p, max_tokens, ignore_eos=ignore_eos, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
         for p in prompts
     ]
+
+
+PROMPT_LOGPROBS = 5  # top-k asked for at each prompt position of the agreement workload
+
+
+def agreement_workload(
+    facts: ModelFacts, *, ignore_eos: bool, prompt_logprobs: int | None = None
+) -> list[EngineRequest]:
+    """The agreement tests' requests: prompts across block boundaries and sliding windows, prompts
+    sharing a prefix, and (fixtures) two canonical prompts, each generating greedily."""
+    prompts = boundary_prompts(facts) + shared_prefix_prompts(facts) + list(facts.canonical[:2])
+    return greedy_requests(prompts, ignore_eos=ignore_eos, prompt_logprobs=prompt_logprobs)
+
+
+def first_turns(facts: ModelFacts, *, ignore_eos: bool) -> list[EngineRequest]:
+    """A conversation's first turns: the boundary prompts (5 to 97 tokens), each answered greedily."""
+    return greedy_requests(boundary_prompts(facts, seed=5), ignore_eos=ignore_eos)
+
+
+def continued_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *, ignore_eos: bool) -> list[EngineRequest]:
+    """Each first turn continued: its prompt, the engine's own answer, and a new turn."""
+    turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
+    return greedy_requests(continuation_prompts(facts, turns, seed=5), ignore_eos=ignore_eos)
 
 
 # What a detokenizer shows for the bytes of a character that a token boundary cut in two: text no
