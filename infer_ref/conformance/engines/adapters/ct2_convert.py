@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,19 +49,19 @@ def converter_path(python: str) -> Path:
     return Path(python).parent / CONVERTER
 
 
-def ctranslate2_version(python: str, env: dict[str, str], not_installed: str) -> str:
-    """The ctranslate2 version ``python`` imports; :class:`EngineNotInstalled` (``not_installed``
-    completed with the reason) when it has none or the converter is not beside it."""
+def ctranslate2_version(python: str, env: dict[str, str], not_installed: Callable[[str], str]) -> str:
+    """The ctranslate2 version ``python`` imports; :class:`EngineNotInstalled` (``not_installed``'s
+    message for the reason) when it has none or the converter is not beside it."""
     try:
         version = installed_version(python, "ctranslate2", env, timeout=120)
     except OSError as err:
-        raise EngineNotInstalled(not_installed.format(reason=f"cannot run it ({err.strerror or err})")) from None
+        raise EngineNotInstalled(not_installed(f"cannot run it ({err.strerror or err})")) from None
     except subprocess.TimeoutExpired:
-        raise EngineNotInstalled(not_installed.format(reason="it did not answer within 120 s")) from None
+        raise EngineNotInstalled(not_installed("it did not answer within 120 s")) from None
     if version is None:
-        raise EngineNotInstalled(not_installed.format(reason="it has no ctranslate2 package"))
+        raise EngineNotInstalled(not_installed("it has no ctranslate2 package"))
     if not converter_path(python).is_file():
-        raise EngineNotInstalled(not_installed.format(reason=f"no {CONVERTER} beside it ({converter_path(python)})"))
+        raise EngineNotInstalled(not_installed(f"no {CONVERTER} beside it ({converter_path(python)})"))
     return version
 
 

@@ -7,17 +7,44 @@ subprocess bridge or as a server the kit launches.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from infer_ref.conformance.engines.adapters.subprocess_bridge import EngineNotInstalled
+from infer_ref.conformance.engines.registry import EngineRecord, not_installed_message
 from infer_ref.errors import DataError
 
 
 def engine_python(python: str | os.PathLike[str] | None, env_var: str) -> str:
     """The engine's interpreter: ``python``, else ``$env_var``, else this one."""
     return os.fspath(python) if python is not None else os.environ.get(env_var) or sys.executable
+
+
+def engine_interpreter(engine: EngineRecord, python: str | os.PathLike[str] | None = None) -> str:
+    """The interpreter that runs ``engine``: ``python``, else the one its record's variable names
+    (``$INFER_REF_VLLM_PYTHON``, ...), else this one."""
+    if engine.python_env is None:
+        raise ValueError(f"{engine.name} runs in this Python: its record names no venv")
+    return engine_python(python, engine.python_env)
+
+
+def missing_engine(engine: EngineRecord, interpreter: str) -> Callable[[str], str]:
+    """``reason`` -> the message of ``engine`` missing from ``interpreter`` (what to install, and how)."""
+    return lambda reason: not_installed_message(engine, interpreter, reason)
+
+
+@contextlib.contextmanager
+def named_when_missing(engine: EngineRecord, interpreter: str) -> Iterator[None]:
+    """An :class:`EngineNotInstalled` raised inside (the worker could not import the engine) says
+    which variable names the engine's venv and which script builds one."""
+    try:
+        yield
+    except EngineNotInstalled as err:
+        raise EngineNotInstalled(not_installed_message(engine, interpreter, str(err).split(": ", 1)[-1])) from None
 
 
 def installed_version(python: str, package: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> str | None:

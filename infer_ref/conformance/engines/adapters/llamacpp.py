@@ -17,27 +17,23 @@ import os
 from pathlib import Path
 from typing import Any
 
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    named_when_missing,
+    worker_env,
+)
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import Converted, convert, llamacpp_source
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     WORKERS_DIR,
     BridgedEngine,
-    EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import DTYPES, EngineOptions
+from infer_ref.conformance.engines.registry import record
 
-PYTHON_ENV = "INFER_REF_LLAMACPP_PYTHON"
-WORKER = WORKERS_DIR / "llamacpp_worker.py"
-
-
-def llamacpp_python(python: str | os.PathLike[str] | None = None) -> str:
-    """The interpreter that runs llama-cpp-python: ``python``, else ``$INFER_REF_LLAMACPP_PYTHON``, else this one."""
-    return engine_python(python, PYTHON_ENV)
-
-
-def not_installed_message(interpreter: str, reason: str) -> str:
-    return (f"llama-cpp-python is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python "
-            "that has it (scripts/install_llamacpp.sh builds one)")  # fmt: skip
+ENGINE = record("llama.cpp")
+PYTHON_ENV = ENGINE.python_env
+WORKER = WORKERS_DIR / str(ENGINE.worker)
 
 
 def convert_for_llamacpp(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
@@ -45,7 +41,7 @@ def convert_for_llamacpp(model_dir: Path, options: EngineOptions, *, python: str
                          ) -> tuple[str, Converted]:  # fmt: skip
     """The engine's interpreter and ``model_dir`` converted (cached) at ``options.dtype``."""
     check_model_dir(model_dir)
-    interpreter = llamacpp_python(python)
+    interpreter = engine_interpreter(ENGINE, python)
     tree = llamacpp_source(source, interpreter)
     return interpreter, convert(Path(model_dir), options.dtype, python=interpreter, source=tree,
                                 env=worker_env(), cache=cache)  # fmt: skip
@@ -61,13 +57,11 @@ def start_llamacpp(
     interpreter, converted = convert_for_llamacpp(model_dir, options, python=python, source=source, cache=cache)
     extra: dict[str, Any] = {"gguf": os.fspath(converted.path), "kv_cache_type": kv_cache_type or options.dtype,
                              "threads": threads}  # fmt: skip
-    try:
+    with named_when_missing(ENGINE, interpreter):
         engine = LlamaCppEngine.start(
             interpreter, WORKER, Path(model_dir), options, label="llama.cpp",
             start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(), extra=extra,
         )  # fmt: skip
-    except EngineNotInstalled as err:
-        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
     assert isinstance(engine, LlamaCppEngine)
     engine.converted = converted
     return engine

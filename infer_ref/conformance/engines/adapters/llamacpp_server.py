@@ -16,18 +16,15 @@ import subprocess
 from dataclasses import asdict
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.engine_venv import installed_version, worker_env
-from infer_ref.conformance.engines.adapters.llamacpp import (
-    check_kv_cache_type,
-    convert_for_llamacpp,
-    not_installed_message,
-)
+from infer_ref.conformance.engines.adapters.engine_venv import installed_version, missing_engine, worker_env
+from infer_ref.conformance.engines.adapters.llamacpp import ENGINE, check_kv_cache_type, convert_for_llamacpp
 from infer_ref.conformance.engines.adapters.local_server import free_port, launch_server, serve_and_connect
 from infer_ref.conformance.engines.adapters.openai_engine import OpenAIEngine
 from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.registry import record
 
-SERVE_SCRIPT = WORKERS_DIR / "llamacpp_serve.py"
+SERVE_SCRIPT = WORKERS_DIR / str(record("llama.cpp-server").worker)
 
 
 def start_llamacpp_server(
@@ -42,7 +39,7 @@ def start_llamacpp_server(
     argv = [interpreter, os.fspath(SERVE_SCRIPT), os.fspath(converted.path), json.dumps(asdict(options)),
             kv_cache_type or options.dtype, str(threads), str(port)]  # fmt: skip
     server = launch_server(argv, port, label="llama.cpp server", env=worker_env(), start_timeout=start_timeout,
-                           not_installed=lambda reason: not_installed_message(interpreter, reason))  # fmt: skip
+                           not_installed=missing_engine(ENGINE, interpreter))  # fmt: skip
     engine = serve_and_connect(server, Path(model_dir), options, request_timeout=request_timeout)
     engine.name = f"llama_cpp.server ({_installed(interpreter)}, on 127.0.0.1)"  # the server names no version
     return engine

@@ -18,7 +18,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    missing_engine,
+    named_when_missing,
+    worker_env,
+)
 from infer_ref.conformance.engines.adapters.openvino_export import Exported, export
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     WORKERS_DIR,
@@ -26,21 +32,13 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.registry import record
 from infer_ref.conformance.interface.contract import Unsupported
 
-PYTHON_ENV = "INFER_REF_OPENVINO_PYTHON"
-WORKER = WORKERS_DIR / "openvino_worker.py"
+ENGINE = record("openvino")
+PYTHON_ENV = ENGINE.python_env
+WORKER = WORKERS_DIR / str(ENGINE.worker)
 DTYPES = ("float32", "bfloat16")  # the worker's PRECISIONS: float16 is refused there, with the reason
-
-
-def openvino_python(python: str | os.PathLike[str] | None = None) -> str:
-    """The interpreter that runs OpenVINO GenAI: ``python``, else ``$INFER_REF_OPENVINO_PYTHON``, else this one."""
-    return engine_python(python, PYTHON_ENV)
-
-
-def not_installed_message(interpreter: str, reason: str) -> str:
-    return (f"OpenVINO GenAI is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python "
-            "that has openvino-genai and optimum-intel (scripts/install_openvino.sh builds one)")  # fmt: skip
 
 
 def export_for_openvino(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
@@ -51,9 +49,9 @@ def export_for_openvino(model_dir: Path, options: EngineOptions, *, python: str 
     if options.dtype not in DTYPES:
         raise Unsupported(f"the OpenVINO adapter runs float32 and bfloat16 (asked {options.dtype}): OpenVINO's CPU plugin "
                           "computes float16 only on processors with AVX512-FP16 or AMX-FP16")  # fmt: skip
-    interpreter = openvino_python(python)
+    interpreter = engine_interpreter(ENGINE, python)
     if not Path(interpreter).with_name("optimum-cli").is_file():
-        raise EngineNotInstalled(not_installed_message(interpreter, "no optimum-cli beside it (optimum-intel)"))
+        raise EngineNotInstalled(missing_engine(ENGINE, interpreter)("no optimum-cli beside it (optimum-intel)"))
     return interpreter, export(Path(model_dir), python=interpreter, env=worker_env(), cache=cache, export_path=export_path)
 
 
@@ -64,14 +62,12 @@ def start_openvino(
 ) -> BridgedEngine:  # fmt: skip
     """Export ``model_dir`` with optimum-intel and serve it with ``ContinuousBatchingPipeline`` in a worker."""
     interpreter, exported = export_for_openvino(model_dir, options, python=python, cache=cache, export_path=export_path)
-    try:
+    with named_when_missing(ENGINE, interpreter):
         engine = OpenVinoEngine.start(
             interpreter, WORKER, Path(model_dir), options, label="openvino",
             start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(),
             extra={"exported": os.fspath(exported.path)},
         )  # fmt: skip
-    except EngineNotInstalled as err:
-        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
     assert isinstance(engine, OpenVinoEngine)
     engine.exported = exported
     return engine

