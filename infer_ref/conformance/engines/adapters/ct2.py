@@ -22,11 +22,10 @@ from infer_ref.conformance.engines.adapters.engine_venv import (
     check_model_dir,
     engine_interpreter,
     missing_engine,
-    named_when_missing,
+    start_bridged,
     worker_env,
 )
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
@@ -34,7 +33,6 @@ from infer_ref.conformance.engines.registry import record
 
 ENGINE = record("ctranslate2")
 PYTHON_ENV = ENGINE.python_env
-WORKER = WORKERS_DIR / str(ENGINE.worker)
 
 
 def convert_for_ct2(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
@@ -55,12 +53,8 @@ def start_ct2(
     """Convert ``model_dir`` with CTranslate2's converter and open it in ``ctranslate2.Generator`` in a worker."""
     interpreter, converted = convert_for_ct2(model_dir, options, python=python, cache=cache)
     extra = {"converted": os.fspath(converted.path), "compute_type": converted.quantization, "threads": threads}
-    with named_when_missing(ENGINE, interpreter):
-        engine = Ct2Engine.start(
-            interpreter, WORKER, Path(model_dir), options, label="ctranslate2",
-            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(), extra=extra,
-        )  # fmt: skip
-    assert isinstance(engine, Ct2Engine)
+    engine = start_bridged(Ct2Engine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
+                           request_timeout=request_timeout, extra=extra)
     engine.converted = converted
     return engine
 

@@ -13,8 +13,14 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any, TypeVar
 
-from infer_ref.conformance.engines.adapters.subprocess_bridge import EngineNotInstalled
+from infer_ref.conformance.engines.adapters.subprocess_bridge import (
+    WORKERS_DIR,
+    BridgedEngine,
+    EngineNotInstalled,
+)
+from infer_ref.conformance.engines.protocol import EngineOptions
 from infer_ref.conformance.engines.registry import EngineRecord, not_installed_message
 from infer_ref.errors import DataError
 
@@ -45,6 +51,39 @@ def named_when_missing(engine: EngineRecord, interpreter: str) -> Iterator[None]
         yield
     except EngineNotInstalled as err:
         raise EngineNotInstalled(not_installed_message(engine, interpreter, str(err).split(": ", 1)[-1])) from None
+
+
+Bridged = TypeVar("Bridged", bound=BridgedEngine)
+
+
+def start_bridged(
+    cls: type[Bridged],
+    engine: EngineRecord,
+    interpreter: str,
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    start_timeout: float,
+    request_timeout: float,
+    extra: dict[str, Any],
+) -> Bridged:
+    """``engine``'s worker (its record's) started under ``interpreter`` behind the bridge as a ``cls``,
+    asked to load ``model_dir`` with ``options`` and ``extra``; an engine the interpreter lacks is
+    named with the venv to make."""
+    with named_when_missing(engine, interpreter):
+        started = cls.start(
+            interpreter,
+            WORKERS_DIR / str(engine.worker),
+            Path(model_dir),
+            options,
+            label=engine.name,
+            start_timeout=start_timeout,
+            request_timeout=request_timeout,
+            env=worker_env(),
+            extra=extra,
+        )
+    assert isinstance(started, cls)
+    return started
 
 
 def installed_version(python: str, package: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> str | None:

@@ -20,12 +20,11 @@ from typing import Any
 from infer_ref.conformance.engines.adapters.engine_venv import (
     check_model_dir,
     engine_interpreter,
-    named_when_missing,
+    start_bridged,
     worker_env,
 )
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import Converted, convert, llamacpp_source
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
 )
 from infer_ref.conformance.engines.protocol import DTYPES, EngineOptions
@@ -33,7 +32,6 @@ from infer_ref.conformance.engines.registry import record
 
 ENGINE = record("llama.cpp")
 PYTHON_ENV = ENGINE.python_env
-WORKER = WORKERS_DIR / str(ENGINE.worker)
 
 
 def convert_for_llamacpp(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
@@ -57,12 +55,8 @@ def start_llamacpp(
     interpreter, converted = convert_for_llamacpp(model_dir, options, python=python, source=source, cache=cache)
     extra: dict[str, Any] = {"gguf": os.fspath(converted.path), "kv_cache_type": kv_cache_type or options.dtype,
                              "threads": threads}  # fmt: skip
-    with named_when_missing(ENGINE, interpreter):
-        engine = LlamaCppEngine.start(
-            interpreter, WORKER, Path(model_dir), options, label="llama.cpp",
-            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(), extra=extra,
-        )  # fmt: skip
-    assert isinstance(engine, LlamaCppEngine)
+    engine = start_bridged(LlamaCppEngine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
+                           request_timeout=request_timeout, extra=extra)
     engine.converted = converted
     return engine
 

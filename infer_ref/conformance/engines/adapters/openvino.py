@@ -22,12 +22,11 @@ from infer_ref.conformance.engines.adapters.engine_venv import (
     check_model_dir,
     engine_interpreter,
     missing_engine,
-    named_when_missing,
+    start_bridged,
     worker_env,
 )
 from infer_ref.conformance.engines.adapters.openvino_export import Exported, export
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
     EngineNotInstalled,
 )
@@ -37,7 +36,6 @@ from infer_ref.conformance.interface.contract import Unsupported
 
 ENGINE = record("openvino")
 PYTHON_ENV = ENGINE.python_env
-WORKER = WORKERS_DIR / str(ENGINE.worker)
 DTYPES = ("float32", "bfloat16")  # the worker's PRECISIONS: float16 is refused there, with the reason
 
 
@@ -62,13 +60,8 @@ def start_openvino(
 ) -> BridgedEngine:  # fmt: skip
     """Export ``model_dir`` with optimum-intel and serve it with ``ContinuousBatchingPipeline`` in a worker."""
     interpreter, exported = export_for_openvino(model_dir, options, python=python, cache=cache, export_path=export_path)
-    with named_when_missing(ENGINE, interpreter):
-        engine = OpenVinoEngine.start(
-            interpreter, WORKER, Path(model_dir), options, label="openvino",
-            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(),
-            extra={"exported": os.fspath(exported.path)},
-        )  # fmt: skip
-    assert isinstance(engine, OpenVinoEngine)
+    engine = start_bridged(OpenVinoEngine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
+                           request_timeout=request_timeout, extra={"exported": os.fspath(exported.path)})
     engine.exported = exported
     return engine
 

@@ -16,11 +16,11 @@ from infer_ref.conformance.engines.adapters.engine_venv import (
     check_model_dir,
     engine_interpreter,
     named_when_missing,
+    start_bridged,
     worker_env,
 )
 from infer_ref.conformance.engines.adapters.ortgenai_build import Built, build
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
@@ -29,7 +29,6 @@ from infer_ref.conformance.interface.contract import Unsupported
 
 ENGINE = record("onnxruntime-genai")
 PYTHON_ENV = ENGINE.python_env
-WORKER = WORKERS_DIR / str(ENGINE.worker)
 
 
 # The tier runs the builder's CPU target; measured with onnxruntime-genai 0.18.0 (onnxruntime 1.32.0)
@@ -54,12 +53,8 @@ def start_ortgenai(
     interpreter = engine_interpreter(ENGINE, python)
     with named_when_missing(ENGINE, interpreter):
         built = build(Path(model_dir), options.dtype, python=interpreter, env=worker_env(), cache=cache)
-        engine = OrtGenAIEngine.start(
-            interpreter, WORKER, Path(model_dir), options, label="onnxruntime-genai",
-            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(),
-            extra={"onnx_dir": os.fspath(built.path)},
-        )  # fmt: skip
-    assert isinstance(engine, OrtGenAIEngine)
+    engine = start_bridged(OrtGenAIEngine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
+                           request_timeout=request_timeout, extra={"onnx_dir": os.fspath(built.path)})
     engine.built = built
     return engine
 

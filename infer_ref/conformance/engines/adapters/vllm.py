@@ -14,11 +14,9 @@ from pathlib import Path
 from infer_ref.conformance.engines.adapters.engine_venv import (
     check_model_dir,
     engine_interpreter,
-    named_when_missing,
-    worker_env,
+    start_bridged,
 )
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
@@ -26,7 +24,6 @@ from infer_ref.conformance.engines.registry import record
 
 ENGINE = record("vllm")
 PYTHON_ENV = ENGINE.python_env
-WORKER = WORKERS_DIR / str(ENGINE.worker)
 
 
 def start_vllm(
@@ -40,12 +37,8 @@ def start_vllm(
     """
     check_model_dir(model_dir)
     interpreter = engine_interpreter(ENGINE, python)
-    with named_when_missing(ENGINE, interpreter):
-        return VllmEngine.start(
-            interpreter, WORKER, Path(model_dir), options, label="vllm",
-            start_timeout=start_timeout, request_timeout=request_timeout,
-            env=worker_env(), extra={"enforce_eager": enforce_eager},
-        )  # fmt: skip
+    return start_bridged(VllmEngine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
+                           request_timeout=request_timeout, extra={"enforce_eager": enforce_eager})
 
 
 class VllmEngine(BridgedEngine):
