@@ -180,42 +180,114 @@ class GlobalFromSlidingView(PagedKVCache):
 # -- the mutants ---------------------------------------------------------------------------------
 
 KIT_BUG_MUTANTS = (
-    PlantedBug("engine_rope_no_offset", BUG_CLASSES[0], doc="RoPE positions restart at 0 on every forward.",
-                 model_patch=rope_restarts_each_forward),
-    PlantedBug("engine_decode_window_missing", BUG_CLASSES[1], doc="A decode token sees past its sliding window.",
-                 cache_class=DecodeWindowMissingView),
-    PlantedBug("engine_window_off_by_one", BUG_CLASSES[2], doc="Sliding layers see window + 1 keys.",
-                 cache_class=WindowOffByOneView),
-    PlantedBug("engine_sliding_window_everywhere", BUG_CLASSES[3], doc="Global layers masked with the sliding window.",
-                 cache_class=GlobalFromSlidingView),
-    PlantedBug("engine_mask_top_left", BUG_CLASSES[5], doc="A prefill over a prefix hit masked as if nothing were cached.",
-                 cache_class=TopLeftMaskView),
-    PlantedBug("engine_padded_tail_attended", BUG_CLASSES[6], doc="Batched rows see the padded slots past their end.",
-                 cache_class=PaddedTailView),
-    PlantedBug("engine_decode_slot_off_by_one", CACHE_BUG_CLASSES[2], doc="Each decode token's K/V written at its predecessor's slot.",
-                 cache_class=DecodeSlotOffByOnePagedCache),
-    PlantedBug("engine_v_rotated", BUG_CLASSES[9], doc="RoPE applied to V as well.", model_patch=_attend_with(_v_rotated)),
-    PlantedBug("engine_qk_norm_after_rope", BUG_CLASSES[10], doc="QK-norm applied after RoPE (Qwen 3, Gemma 3).",
-                 model_patch=_attend_with(_qk_norm_after_rope)),
-    PlantedBug("engine_qk_norm_missing", BUG_CLASSES[10], doc="QK-norm weights never applied (Qwen 3, Gemma 3).",
-                 model_patch=_attend_with(_qk_norm_missing)),
-    PlantedBug("engine_scale_from_head_dim", BUG_CLASSES[11], doc="Attention scale from head_dim, not query_pre_attn_scalar (Gemma 3).",
-                 model_patch=scale_from_head_dim),
-    PlantedBug("engine_embed_scale_unrounded", BUG_CLASSES[12], doc="Gemma's embedding scale not rounded to the dtype.",
-                 model_patch=embed_scale_unrounded),
-    PlantedBug("engine_llama3_scaling_ignored", BUG_CLASSES[13], doc="Llama 3 RoPE scaling dropped.", model_patch=llama3_scaling_ignored),
-    PlantedBug("engine_rms_norm_low_precision", EXTRA_BUG_CLASSES[0], doc="RMSNorm accumulated and scaled in the model dtype.",
-                 model_patch=_precision(Knobs(norm_precision="low_accumulate"))),
-    PlantedBug("engine_gemma_one_plus_w_low_precision", EXTRA_BUG_CLASSES[1], doc="Gemma's 1 + w formed in the weight dtype.",
-                 model_patch=_precision(Knobs(norm_precision="gemma_one_plus_w_low"))),
-    PlantedBug("engine_rope_angles_low_precision", EXTRA_BUG_CLASSES[2], doc="RoPE angles formed in the model dtype.",
-                 model_patch=_precision(Knobs(rope_precision="angles_low"))),
-    PlantedBug("engine_rope_inv_freq_low_precision", EXTRA_BUG_CLASSES[2], doc="RoPE inverse frequencies rounded to the model dtype.",
-                 model_patch=_precision(Knobs(rope_precision="inv_freq_low"))),
-)  # fmt: skip
+    PlantedBug(
+        "engine_rope_no_offset",
+        BUG_CLASSES[0],
+        doc="RoPE positions restart at 0 on every forward.",
+        model_patch=rope_restarts_each_forward,
+    ),
+    PlantedBug(
+        "engine_decode_window_missing",
+        BUG_CLASSES[1],
+        doc="A decode token sees past its sliding window.",
+        cache_class=DecodeWindowMissingView,
+    ),
+    PlantedBug(
+        "engine_window_off_by_one",
+        BUG_CLASSES[2],
+        doc="Sliding layers see window + 1 keys.",
+        cache_class=WindowOffByOneView,
+    ),
+    PlantedBug(
+        "engine_sliding_window_everywhere",
+        BUG_CLASSES[3],
+        doc="Global layers masked with the sliding window.",
+        cache_class=GlobalFromSlidingView,
+    ),
+    PlantedBug(
+        "engine_mask_top_left",
+        BUG_CLASSES[5],
+        doc="A prefill over a prefix hit masked as if nothing were cached.",
+        cache_class=TopLeftMaskView,
+    ),
+    PlantedBug(
+        "engine_padded_tail_attended",
+        BUG_CLASSES[6],
+        doc="Batched rows see the padded slots past their end.",
+        cache_class=PaddedTailView,
+    ),
+    PlantedBug(
+        "engine_decode_slot_off_by_one",
+        CACHE_BUG_CLASSES[2],
+        doc="Each decode token's K/V written at its predecessor's slot.",
+        cache_class=DecodeSlotOffByOnePagedCache,
+    ),
+    PlantedBug(
+        "engine_v_rotated",
+        BUG_CLASSES[9],
+        doc="RoPE applied to V as well.",
+        model_patch=_attend_with(_v_rotated),
+    ),
+    PlantedBug(
+        "engine_qk_norm_after_rope",
+        BUG_CLASSES[10],
+        doc="QK-norm applied after RoPE (Qwen 3, Gemma 3).",
+        model_patch=_attend_with(_qk_norm_after_rope),
+    ),
+    PlantedBug(
+        "engine_qk_norm_missing",
+        BUG_CLASSES[10],
+        doc="QK-norm weights never applied (Qwen 3, Gemma 3).",
+        model_patch=_attend_with(_qk_norm_missing),
+    ),
+    PlantedBug(
+        "engine_scale_from_head_dim",
+        BUG_CLASSES[11],
+        doc="Attention scale from head_dim, not query_pre_attn_scalar (Gemma 3).",
+        model_patch=scale_from_head_dim,
+    ),
+    PlantedBug(
+        "engine_embed_scale_unrounded",
+        BUG_CLASSES[12],
+        doc="Gemma's embedding scale not rounded to the dtype.",
+        model_patch=embed_scale_unrounded,
+    ),
+    PlantedBug(
+        "engine_llama3_scaling_ignored",
+        BUG_CLASSES[13],
+        doc="Llama 3 RoPE scaling dropped.",
+        model_patch=llama3_scaling_ignored,
+    ),
+    PlantedBug(
+        "engine_rms_norm_low_precision",
+        EXTRA_BUG_CLASSES[0],
+        doc="RMSNorm accumulated and scaled in the model dtype.",
+        model_patch=_precision(Knobs(norm_precision="low_accumulate")),
+    ),
+    PlantedBug(
+        "engine_gemma_one_plus_w_low_precision",
+        EXTRA_BUG_CLASSES[1],
+        doc="Gemma's 1 + w formed in the weight dtype.",
+        model_patch=_precision(Knobs(norm_precision="gemma_one_plus_w_low")),
+    ),
+    PlantedBug(
+        "engine_rope_angles_low_precision",
+        EXTRA_BUG_CLASSES[2],
+        doc="RoPE angles formed in the model dtype.",
+        model_patch=_precision(Knobs(rope_precision="angles_low")),
+    ),
+    PlantedBug(
+        "engine_rope_inv_freq_low_precision",
+        EXTRA_BUG_CLASSES[2],
+        doc="RoPE inverse frequencies rounded to the model dtype.",
+        model_patch=_precision(Knobs(rope_precision="inv_freq_low")),
+    ),
+)
 
 
-def __getattr__(name: str) -> Callable[..., InferRefEngine]:  # --engine infer_ref.conformance.engines.kit_bugs:NAME
+def __getattr__(
+    name: str,
+) -> Callable[..., InferRefEngine]:  # --engine infer_ref.conformance.engines.kit_bugs:NAME
     return planted_factory(__name__, name, KIT_BUG_MUTANTS)
 
 

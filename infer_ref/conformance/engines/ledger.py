@@ -44,7 +44,9 @@ class Ledger:
 
     spreads: SpreadLog = field(default_factory=lambda: SpreadLog("between two schedules"))  # self-consistency
     distances: SpreadLog = field(default_factory=lambda: SpreadLog("from the oracle"))  # agreement
-    distributions: list[dict[str, Any]] = field(default_factory=list)  # low precision: one per test and checkpoint
+    distributions: list[dict[str, Any]] = field(
+        default_factory=list
+    )  # low precision: one per test and checkpoint
     prefix_hits: list[PrefixHit] = field(default_factory=list)  # what the engine said its prefix cache served
     # (checkpoint, request) -> why its answer cannot be read back as token ids, None where it can
     unreadable: dict[tuple[str, object], str | None] = field(default_factory=dict)

@@ -139,8 +139,10 @@ class ZeroCachedPromptLogprobs(RewritingEngine):
         if not output.prompt_logprobs or not output.cached_tokens:
             return output
         n = output.cached_tokens
-        zeroed = tuple(e if e is None or i >= n else TokenLogprobs(e.token, 0.0, tuple((t, 0.0) for t, _ in e.top))
-                       for i, e in enumerate(output.prompt_logprobs))  # fmt: skip
+        zeroed = tuple(
+            e if e is None or i >= n else TokenLogprobs(e.token, 0.0, tuple((t, 0.0) for t, _ in e.top))
+            for i, e in enumerate(output.prompt_logprobs)
+        )
         return replace(output, prompt_logprobs=zeroed)
 
 
@@ -201,7 +203,6 @@ class StalePositionScheduler(Scheduler):
 
 
 class StalePreemption(PlantedEngine):
-
     def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu") -> None:
         super().__init__(model_dir, options, device=device)
         self.engine.scheduler_class = StalePositionScheduler
@@ -225,7 +226,9 @@ class UnchainedPrefixHits(PlantedEngine):
     def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu") -> None:
         super().__init__(model_dir, options, device=device)
         blocks = self.engine.blocks
-        self.engine.blocks = UnchainedUnverified(blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching)
+        self.engine.blocks = UnchainedUnverified(
+            blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching
+        )
 
 
 class FirstBlockOnly(BlockManager):
@@ -237,7 +240,6 @@ class FirstBlockOnly(BlockManager):
 
 
 class FirstBlockHits(PlantedEngine):
-
     def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu") -> None:
         super().__init__(model_dir, options, device=device)
         blocks = self.engine.blocks
@@ -294,30 +296,112 @@ class ClampedRopeTable(PlantedEngine):
 
 
 ENGINE_MUTANTS = (
-    PlantedBug("logprobs_shifted", ENGINE_BUG_CLASSES[0], ShiftedLogprobs, caught_by=("test_generated_logprobs_agree_with_oracle",)),
-    PlantedBug("cached_prompt_logprobs_zero", ENGINE_BUG_CLASSES[1], ZeroCachedPromptLogprobs, caught_by=("test_prompt_logprobs_agree_with_oracle",)),
-    PlantedBug("stop_at_last_occurrence", ENGINE_BUG_CLASSES[2], StopAtLastOccurrence, caught_by=("test_stop_string_cut_at_earliest",)),
-    PlantedBug("max_tokens_plus_one", ENGINE_BUG_CLASSES[3], OneTokenTooMany, caught_by=("test_max_tokens_exact",)),
-    PlantedBug("neighbour_seed", ENGINE_BUG_CLASSES[4], NeighbourSeed, caught_by=("test_seeded_request_same_in_batch",)),
-    PlantedBug("prefix_hash_unchained", ENGINE_BUG_CLASSES[5], UnchainedPrefixHits, caught_by=("test_generated_logprobs_agree_with_oracle",)),
-    PlantedBug("top_k_unsorted", ENGINE_BUG_CLASSES[6], UnsortedTopK, caught_by=("test_top_logprobs_count_order_and_chosen",)),
-    PlantedBug("chosen_missing_from_top_k", ENGINE_BUG_CLASSES[6], ChosenMissingFromTopK, caught_by=("test_top_logprobs_count_order_and_chosen",)),
-    PlantedBug("preemption_stale_position", ENGINE_BUG_CLASSES[7], StalePreemption, caught_by=("test_generated_logprobs_agree_with_oracle",)),
-    PlantedBug("reseeded_after_preemption", ENGINE_BUG_CLASSES[8], ReseededAfterPreemption, caught_by=("test_seeded_requests_same_under_preemption_and_arrival_order",)),
-    PlantedBug("prefix_hits_first_block_only", ENGINE_BUG_CLASSES[9], FirstBlockHits, caught_by=("test_prefix_cache_serves_the_shared_prefix",)),
-    PlantedBug("chunk_positions_restart", ENGINE_BUG_CLASSES[10], ChunkPositionsRestart, caught_by=("test_chunked_prefill_matches_whole",)),
-    PlantedBug("chunk_window_from_chunk_start", ENGINE_BUG_CLASSES[11], ChunkWindowFromStart, caught_by=("test_chunked_prefill_matches_whole",), checkpoint="gemma3-tiny"),
-    PlantedBug("chunk_kv_unwritten", ENGINE_BUG_CLASSES[12], ChunkKVUnwritten, caught_by=("test_chunked_prefill_matches_whole",)),
+    PlantedBug(
+        "logprobs_shifted",
+        ENGINE_BUG_CLASSES[0],
+        ShiftedLogprobs,
+        caught_by=("test_generated_logprobs_agree_with_oracle",),
+    ),
+    PlantedBug(
+        "cached_prompt_logprobs_zero",
+        ENGINE_BUG_CLASSES[1],
+        ZeroCachedPromptLogprobs,
+        caught_by=("test_prompt_logprobs_agree_with_oracle",),
+    ),
+    PlantedBug(
+        "stop_at_last_occurrence",
+        ENGINE_BUG_CLASSES[2],
+        StopAtLastOccurrence,
+        caught_by=("test_stop_string_cut_at_earliest",),
+    ),
+    PlantedBug(
+        "max_tokens_plus_one", ENGINE_BUG_CLASSES[3], OneTokenTooMany, caught_by=("test_max_tokens_exact",)
+    ),
+    PlantedBug(
+        "neighbour_seed",
+        ENGINE_BUG_CLASSES[4],
+        NeighbourSeed,
+        caught_by=("test_seeded_request_same_in_batch",),
+    ),
+    PlantedBug(
+        "prefix_hash_unchained",
+        ENGINE_BUG_CLASSES[5],
+        UnchainedPrefixHits,
+        caught_by=("test_generated_logprobs_agree_with_oracle",),
+    ),
+    PlantedBug(
+        "top_k_unsorted",
+        ENGINE_BUG_CLASSES[6],
+        UnsortedTopK,
+        caught_by=("test_top_logprobs_count_order_and_chosen",),
+    ),
+    PlantedBug(
+        "chosen_missing_from_top_k",
+        ENGINE_BUG_CLASSES[6],
+        ChosenMissingFromTopK,
+        caught_by=("test_top_logprobs_count_order_and_chosen",),
+    ),
+    PlantedBug(
+        "preemption_stale_position",
+        ENGINE_BUG_CLASSES[7],
+        StalePreemption,
+        caught_by=("test_generated_logprobs_agree_with_oracle",),
+    ),
+    PlantedBug(
+        "reseeded_after_preemption",
+        ENGINE_BUG_CLASSES[8],
+        ReseededAfterPreemption,
+        caught_by=("test_seeded_requests_same_under_preemption_and_arrival_order",),
+    ),
+    PlantedBug(
+        "prefix_hits_first_block_only",
+        ENGINE_BUG_CLASSES[9],
+        FirstBlockHits,
+        caught_by=("test_prefix_cache_serves_the_shared_prefix",),
+    ),
+    PlantedBug(
+        "chunk_positions_restart",
+        ENGINE_BUG_CLASSES[10],
+        ChunkPositionsRestart,
+        caught_by=("test_chunked_prefill_matches_whole",),
+    ),
+    PlantedBug(
+        "chunk_window_from_chunk_start",
+        ENGINE_BUG_CLASSES[11],
+        ChunkWindowFromStart,
+        caught_by=("test_chunked_prefill_matches_whole",),
+        checkpoint="gemma3-tiny",
+    ),
+    PlantedBug(
+        "chunk_kv_unwritten",
+        ENGINE_BUG_CLASSES[12],
+        ChunkKVUnwritten,
+        caught_by=("test_chunked_prefill_matches_whole",),
+    ),
 )
 LONG_CONTEXT_MUTANTS = (
-    PlantedBug("block_ids_8_bit", LONG_CONTEXT_BUG_CLASSES[0], NarrowBlockIds, caught_by=("test_long_prompts_agree_with_oracle",),
-               checkpoint="qwen3-long", long_context=True),
-    PlantedBug("rope_table_clamped_at_8192", LONG_CONTEXT_BUG_CLASSES[1], ClampedRopeTable, caught_by=("test_long_prompts_agree_with_oracle",),
-               checkpoint="llama3-long-ropescaling8192", long_context=True),
+    PlantedBug(
+        "block_ids_8_bit",
+        LONG_CONTEXT_BUG_CLASSES[0],
+        NarrowBlockIds,
+        caught_by=("test_long_prompts_agree_with_oracle",),
+        checkpoint="qwen3-long",
+        long_context=True,
+    ),
+    PlantedBug(
+        "rope_table_clamped_at_8192",
+        LONG_CONTEXT_BUG_CLASSES[1],
+        ClampedRopeTable,
+        caught_by=("test_long_prompts_agree_with_oracle",),
+        checkpoint="llama3-long-ropescaling8192",
+        long_context=True,
+    ),
 )
 
 
-def __getattr__(name: str) -> Callable[..., InferRefEngine]:  # --engine infer_ref.conformance.engines.mutants:NAME
+def __getattr__(
+    name: str,
+) -> Callable[..., InferRefEngine]:  # --engine infer_ref.conformance.engines.mutants:NAME
     return planted_factory(__name__, name, (*ENGINE_MUTANTS, *LONG_CONTEXT_MUTANTS))
 
 

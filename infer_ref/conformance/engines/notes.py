@@ -33,7 +33,9 @@ STATE_KEY = "ir_engine_tier_state"  # the workeroutput entry
 
 def tier_state(settings: TierSettings, ledger: Ledger, factory_kwargs: dict[str, object]) -> dict[str, Any]:
     """What one process's tier learnt, as plain data (it crosses from an xdist worker as JSON-like)."""
-    if settings.low_precision:  # agreement is judged by distribution there: the largest distance is reported, not judged
+    if (
+        settings.low_precision
+    ):  # agreement is judged by distribution there: the largest distance is reported, not judged
         judged = f"not judged alone in {settings.dtype}: the distribution verdict judges agreement"
         oracle = (ledger.distances, math.inf, judged)
     else:
@@ -43,8 +45,17 @@ def tier_state(settings: TierSettings, ledger: Ledger, factory_kwargs: dict[str,
         "name": settings.name,
         "engine": ledger.engine_name,
         "options": [f"{k}={v!r}" for k, v in factory_kwargs.items()],
-        "logs": [{"what": log.what, "largest": log.largest, "where": log.where, "comparisons": log.comparisons,
-                  "tolerance": tolerance, "source": source} for log, tolerance, source in logs],
+        "logs": [
+            {
+                "what": log.what,
+                "largest": log.largest,
+                "where": log.where,
+                "comparisons": log.comparisons,
+                "tolerance": tolerance,
+                "source": source,
+            }
+            for log, tolerance, source in logs
+        ],
         "prefix_hits": [[h.shared, h.cached] for h in ledger.prefix_hits],
         "left_out": ledger.left_out,
         "requests_read": len(ledger.unreadable),
@@ -66,21 +77,29 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
         logs = [s["logs"][index] for s in states]
         worst = max(logs, key=lambda log: log["largest"])
         comparisons = sum(log["comparisons"] for log in logs)
-        note = spread_note(worst["what"], worst["largest"], worst["where"], comparisons, worst["tolerance"], worst["source"])
+        note = spread_note(
+            worst["what"], worst["largest"], worst["where"], comparisons, worst["tolerance"], worst["source"]
+        )
         if comparisons:
             report.notes.append(note)
         if worst["largest"] > worst["tolerance"]:  # a failure the verdict must not hide, expected or not
             report.beyond_tolerance.append(note)
-    report.distributions += sorted((d for s in states for d in s.get("distributions", ())), key=lambda d: (d["test"], d["checkpoint"]))
+    report.distributions += sorted(
+        (d for s in states for d in s.get("distributions", ())), key=lambda d: (d["test"], d["checkpoint"])
+    )
     hits = [PrefixHit(shared, cached) for s in states for shared, cached in s["prefix_hits"]]
     if hits:
         report.notes.append(prefix_hit_summary(hits))
     left_out = [why for s in states for why in s["left_out"]]
     if left_out:
-        report.notes.append(left_out_note(states[0]["name"], left_out, sum(s["requests_read"] for s in states)))
+        report.notes.append(
+            left_out_note(states[0]["name"], left_out, sum(s["requests_read"] for s in states))
+        )
 
 
-def spread_note(what: str, largest: float, where: str, comparisons: int, tolerance: float, source: str) -> str:
+def spread_note(
+    what: str, largest: float, where: str, comparisons: int, tolerance: float, source: str
+) -> str:
     """``largest difference from the oracle: 2.1e-05 nats (test[ckpt], 286 answers); tolerance ...``."""
     at = f"{where}, " if where else ""  # every difference 0: no test to name
     judged = f"tolerance {tolerance:.3g} ({source})" if tolerance != float("inf") else source

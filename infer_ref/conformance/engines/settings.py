@@ -36,7 +36,9 @@ _BUILT: dict[int, TierSettings] = {}  # id(pytest config) -> its settings: built
 class TierSettings:
     """One run's choices (see the module's docstring); what a repro command needs to select them again."""
 
-    engine: str | None = None  # --ir-engine: a registry name or module:FACTORY (None: infer_ref, or an endpoint)
+    engine: str | None = (
+        None  # --ir-engine: a registry name or module:FACTORY (None: infer_ref, or an endpoint)
+    )
     endpoint: str | None = None  # --ir-endpoint: a running OpenAI-compatible server
     dtype: str = "float32"  # --ir-engine-dtype
     model_dirs: tuple[Path, ...] = ()  # --ir-model-dir (none: the kit's checkpoints)
@@ -95,7 +97,9 @@ class TierSettings:
     def consistency(self) -> ConsistencyTolerance:
         """The self-consistency tolerance (:func:`~infer_ref.conformance.engines.verdicts.tolerances.consistency_tolerance`);
         raises ``ValueError`` for a given tolerance out of range."""
-        return consistency_tolerance(self.registered, self.dtype, self.consistency_given, long_context=self.long_context)
+        return consistency_tolerance(
+            self.registered, self.dtype, self.consistency_given, long_context=self.long_context
+        )
 
     def oracle_tolerance(self, positions: int = 0) -> float:
         """The agreement tolerance for a request of ``positions`` positions (0: the flat one)."""
@@ -115,7 +119,11 @@ class TierSettings:
     def selection(self) -> list[str]:
         """The pytest options that select this engine, started the same way (and the workload): what a
         repro command needs beside the test and the checkpoint folder."""
-        options = [f"--ir-endpoint={self.endpoint}" if self.endpoint else f"--ir-engine={self.engine or DEFAULT_ENGINE}"]
+        options = [
+            f"--ir-endpoint={self.endpoint}"
+            if self.endpoint
+            else f"--ir-engine={self.engine or DEFAULT_ENGINE}"
+        ]
         if self.long_context:
             options.append("--ir-long-context")
         if self.dtype != "float32":
@@ -129,7 +137,10 @@ class TierSettings:
     def describe(self) -> dict[str, Any]:
         """The report's header fields: the selection with the folders, the engine, the dtype."""
         folders = [f"--ir-model-dir={shlex.quote(str(d))}" for d in self.model_dirs]
-        return {"impl": " ".join(self.selection() + folders), "version": self.engine or self.endpoint or DEFAULT_ENGINE}
+        return {
+            "impl": " ".join(self.selection() + folders),
+            "version": self.engine or self.endpoint or DEFAULT_ENGINE,
+        }
 
 
 __all__ = ["DEFAULT_ENGINE", "TierSettings"]

@@ -35,26 +35,50 @@ ENGINE = record("ctranslate2")
 PYTHON_ENV = ENGINE.python_env
 
 
-def convert_for_ct2(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-                    cache: str | os.PathLike[str] | None = None) -> tuple[str, Converted]:  # fmt: skip
+def convert_for_ct2(
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+) -> tuple[str, Converted]:
     """The engine's interpreter and ``model_dir`` converted (cached) at ``options.dtype``."""
     check_model_dir(model_dir)
     interpreter = engine_interpreter(ENGINE, python)
     env = worker_env()
     version = ctranslate2_version(interpreter, env, missing_engine(ENGINE, interpreter))
-    return interpreter, convert(Path(model_dir), options.dtype, python=interpreter, version=version, env=env, cache=cache)
+    return interpreter, convert(
+        Path(model_dir), options.dtype, python=interpreter, version=version, env=env, cache=cache
+    )
 
 
 def start_ct2(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    cache: str | os.PathLike[str] | None = None, threads: int = 1, start_timeout: float = 300.0,
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    threads: int = 1,
+    start_timeout: float = 300.0,
     request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
+) -> BridgedEngine:
     """Convert ``model_dir`` with CTranslate2's converter and open it in ``ctranslate2.Generator`` in a worker."""
     interpreter, converted = convert_for_ct2(model_dir, options, python=python, cache=cache)
-    extra = {"converted": os.fspath(converted.path), "compute_type": converted.quantization, "threads": threads}
-    engine = start_bridged(Ct2Engine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
-                           request_timeout=request_timeout, extra=extra)
+    extra = {
+        "converted": os.fspath(converted.path),
+        "compute_type": converted.quantization,
+        "threads": threads,
+    }
+    engine = start_bridged(
+        Ct2Engine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra=extra,
+    )
     engine.converted = converted
     return engine
 
@@ -110,4 +134,4 @@ def run(generator, requests):
 # Everything the tier can ask of CTranslate2's Generator (the worker reports the same after a start).
 start_ct2.capabilities = frozenset(  # type: ignore[attr-defined]
     {"prompt_logprobs", "seed", "batch", "top_k_top_p", "ignore_eos", "top_logprobs"}
-)  # fmt: skip
+)

@@ -65,11 +65,21 @@ def ctranslate2_version(python: str, env: dict[str, str], not_installed: Callabl
     return version
 
 
-def convert(model_dir: Path, dtype: str, *, python: str, version: str, env: dict[str, str],
-            cache: str | os.PathLike[str] | None = None, timeout: float = 900.0) -> Converted:  # fmt: skip
+def convert(
+    model_dir: Path,
+    dtype: str,
+    *,
+    python: str,
+    version: str,
+    env: dict[str, str],
+    cache: str | os.PathLike[str] | None = None,
+    timeout: float = 900.0,
+) -> Converted:
     """``model_dir`` as a CTranslate2 model directory of ``dtype`` weights (cached)."""
     if dtype not in QUANTIZATIONS:
-        raise Unsupported(f"CTranslate2 has no {dtype} compute type (its converter writes {', '.join(QUANTIZATIONS)})")
+        raise Unsupported(
+            f"CTranslate2 has no {dtype} compute type (its converter writes {', '.join(QUANTIZATIONS)})"
+        )
     quantization = QUANTIZATIONS[dtype]
     folder = cache_dir(cache, CACHE_ENV, "ct2")
     digest = content_digest(model_dir, f"{quantization}\0ctranslate2 {version}")
@@ -81,8 +91,15 @@ def convert(model_dir: Path, dtype: str, *, python: str, version: str, env: dict
     with tempfile.TemporaryDirectory(dir=folder, prefix=".converting-") as work:
         partial = Path(work) / "model"
         log = Path(work) / "convert.log"
-        argv = [os.fspath(converter_path(python)), "--model", os.fspath(model_dir.resolve()),
-                "--output_dir", os.fspath(partial), "--quantization", quantization]  # fmt: skip
+        argv = [
+            os.fspath(converter_path(python)),
+            "--model",
+            os.fspath(model_dir.resolve()),
+            "--output_dir",
+            os.fspath(partial),
+            "--quantization",
+            quantization,
+        ]
         status = _run_logged(argv, env, timeout, log)
         if status != 0 or not (partial / "model.bin").is_file():
             raise _conversion_error(model_dir, quantization, status, log.read_text(errors="replace"))
@@ -95,11 +112,15 @@ def _run_logged(argv: list[str], env: dict[str, str], timeout: float, log: Path)
     """The converter's exit status (None: timed out), its output in ``log``."""
     with open(log, "wb") as out:
         try:
-            return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False).returncode
+            return subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False
+            ).returncode
         except subprocess.TimeoutExpired:
             return None
         except OSError as err:
-            raise EngineWorkerError(f"CTranslate2's converter: cannot run {argv[0]}: {err.strerror or err}") from None
+            raise EngineWorkerError(
+                f"CTranslate2's converter: cannot run {argv[0]}: {err.strerror or err}"
+            ) from None
 
 
 def _conversion_error(model_dir: Path, quantization: str, status: int | None, log: str) -> Exception:

@@ -50,7 +50,9 @@ def named_when_missing(engine: EngineRecord, interpreter: str) -> Iterator[None]
     try:
         yield
     except EngineNotInstalled as err:
-        raise EngineNotInstalled(not_installed_message(engine, interpreter, str(err).split(": ", 1)[-1])) from None
+        raise EngineNotInstalled(
+            not_installed_message(engine, interpreter, str(err).split(": ", 1)[-1])
+        ) from None
 
 
 Bridged = TypeVar("Bridged", bound=BridgedEngine)
@@ -86,13 +88,16 @@ def start_bridged(
     return started
 
 
-def installed_version(python: str, package: str, env: dict[str, str] | None = None, timeout: float = 60.0) -> str | None:
+def installed_version(
+    python: str, package: str, env: dict[str, str] | None = None, timeout: float = 60.0
+) -> str | None:
     """``package``'s version as ``python`` sees it (its metadata: nothing is imported, which takes
     seconds for an engine), or None where it is not installed. ``OSError`` and
     ``subprocess.TimeoutExpired`` reach the caller, whose message names the engine."""
     probe = "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))"
-    done = subprocess.run([python, "-c", probe, package], capture_output=True, text=True, env=env, timeout=timeout,
-                          check=False)  # fmt: skip
+    done = subprocess.run(
+        [python, "-c", probe, package], capture_output=True, text=True, env=env, timeout=timeout, check=False
+    )
     return done.stdout.strip() if done.returncode == 0 else None
 
 
@@ -106,5 +111,7 @@ def worker_env() -> dict[str, str]:
 def check_model_dir(model_dir: Path) -> None:
     """Refuse, before a start of a minute, a folder that is no Hugging Face checkpoint."""
     if not (Path(model_dir) / "config.json").is_file():
-        raise DataError(f"{model_dir} is not a Hugging Face checkpoint folder (no config.json): pass the folder "
-                        "that holds config.json and the weights")  # fmt: skip
+        raise DataError(
+            f"{model_dir} is not a Hugging Face checkpoint folder (no config.json): pass the folder "
+            "that holds config.json and the weights"
+        )

@@ -28,18 +28,40 @@ SERVE_SCRIPT = WORKERS_DIR / str(record("llama.cpp-server").worker)
 
 
 def start_llamacpp_server(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    source: str | os.PathLike[str] | None = None, cache: str | os.PathLike[str] | None = None,
-    kv_cache_type: str | None = None, threads: int = 1, start_timeout: float = 300.0, request_timeout: float = 600.0,
-) -> OpenAIEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    source: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    kv_cache_type: str | None = None,
+    threads: int = 1,
+    start_timeout: float = 300.0,
+    request_timeout: float = 600.0,
+) -> OpenAIEngine:
     """An EngineFactory: ``llama_cpp.server`` on ``model_dir`` converted, behind the HTTP adapter."""
     check_kv_cache_type(kv_cache_type)
-    interpreter, converted = convert_for_llamacpp(model_dir, options, python=python, source=source, cache=cache)
+    interpreter, converted = convert_for_llamacpp(
+        model_dir, options, python=python, source=source, cache=cache
+    )
     port = free_port()
-    argv = [interpreter, os.fspath(SERVE_SCRIPT), os.fspath(converted.path), json.dumps(asdict(options)),
-            kv_cache_type or options.dtype, str(threads), str(port)]  # fmt: skip
-    server = launch_server(argv, port, label="llama.cpp server", env=worker_env(), start_timeout=start_timeout,
-                           not_installed=missing_engine(ENGINE, interpreter))  # fmt: skip
+    argv = [
+        interpreter,
+        os.fspath(SERVE_SCRIPT),
+        os.fspath(converted.path),
+        json.dumps(asdict(options)),
+        kv_cache_type or options.dtype,
+        str(threads),
+        str(port),
+    ]
+    server = launch_server(
+        argv,
+        port,
+        label="llama.cpp server",
+        env=worker_env(),
+        start_timeout=start_timeout,
+        not_installed=missing_engine(ENGINE, interpreter),
+    )
     engine = serve_and_connect(server, Path(model_dir), options, request_timeout=request_timeout)
     engine.name = f"llama_cpp.server ({_installed(interpreter)}, on 127.0.0.1)"  # the server names no version
     return engine
@@ -61,5 +83,5 @@ def _installed(interpreter: str) -> str:
 # the first token after the BOS (docs/engines.md).
 start_llamacpp_server.capabilities = frozenset(  # type: ignore[attr-defined]
     {"seed", "stop_strings", "prefix_caching", "chunked_prefill", "top_k_top_p", "top_logprobs"}
-)  # fmt: skip
+)
 start_llamacpp_server.takes_text_prompts = True  # type: ignore[attr-defined]

@@ -39,29 +39,55 @@ PYTHON_ENV = ENGINE.python_env
 DTYPES = ("float32", "bfloat16")  # the worker's PRECISIONS: float16 is refused there, with the reason
 
 
-def export_for_openvino(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-                        cache: str | os.PathLike[str] | None = None,
-                        export_path: str | os.PathLike[str] | None = None) -> tuple[str, Exported]:  # fmt: skip
+def export_for_openvino(
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    export_path: str | os.PathLike[str] | None = None,
+) -> tuple[str, Exported]:
     """The engine's interpreter and ``model_dir`` exported (cached) by optimum-cli."""
     check_model_dir(model_dir)
     if options.dtype not in DTYPES:
-        raise Unsupported(f"the OpenVINO adapter runs float32 and bfloat16 (asked {options.dtype}): OpenVINO's CPU plugin "
-                          "computes float16 only on processors with AVX512-FP16 or AMX-FP16")  # fmt: skip
+        raise Unsupported(
+            f"the OpenVINO adapter runs float32 and bfloat16 (asked {options.dtype}): OpenVINO's CPU plugin "
+            "computes float16 only on processors with AVX512-FP16 or AMX-FP16"
+        )
     interpreter = engine_interpreter(ENGINE, python)
     if not Path(interpreter).with_name("optimum-cli").is_file():
-        raise EngineNotInstalled(missing_engine(ENGINE, interpreter)("no optimum-cli beside it (optimum-intel)"))
-    return interpreter, export(Path(model_dir), python=interpreter, env=worker_env(), cache=cache, export_path=export_path)
+        raise EngineNotInstalled(
+            missing_engine(ENGINE, interpreter)("no optimum-cli beside it (optimum-intel)")
+        )
+    return interpreter, export(
+        Path(model_dir), python=interpreter, env=worker_env(), cache=cache, export_path=export_path
+    )
 
 
 def start_openvino(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    cache: str | os.PathLike[str] | None = None, export_path: str | os.PathLike[str] | None = None,
-    start_timeout: float = 300.0, request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    export_path: str | os.PathLike[str] | None = None,
+    start_timeout: float = 300.0,
+    request_timeout: float = 300.0,
+) -> BridgedEngine:
     """Export ``model_dir`` with optimum-intel and serve it with ``ContinuousBatchingPipeline`` in a worker."""
-    interpreter, exported = export_for_openvino(model_dir, options, python=python, cache=cache, export_path=export_path)
-    engine = start_bridged(OpenVinoEngine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
-                           request_timeout=request_timeout, extra={"exported": os.fspath(exported.path)})
+    interpreter, exported = export_for_openvino(
+        model_dir, options, python=python, cache=cache, export_path=export_path
+    )
+    engine = start_bridged(
+        OpenVinoEngine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra={"exported": os.fspath(exported.path)},
+    )
     engine.exported = exported
     return engine
 
@@ -73,8 +99,11 @@ class OpenVinoEngine(BridgedEngine):
 
     def repro_snippet(self) -> str:
         folder = os.fspath(self.exported.path) if self.exported else ""
-        return _REPRO.format(folder=folder, scheduler=self.start_result.get("scheduler", {}),
-                             properties=self.start_result.get("properties", {}))  # fmt: skip
+        return _REPRO.format(
+            folder=folder,
+            scheduler=self.start_result.get("scheduler", {}),
+            properties=self.start_result.get("properties", {}),
+        )
 
 
 _REPRO = """# needs: openvino-genai (in its own venv), numpy
@@ -114,6 +143,17 @@ def run(pipe, requests):
 # Everything the tier can ask of OpenVINO GenAI (the worker reports the same after a start). No
 # "top_logprobs" (the chosen token's logprob only), no "cached_tokens" (not reported per request).
 start_openvino.capabilities = frozenset(  # type: ignore[attr-defined]
-    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "reset_prefix_cache", "chunked_prefill",
-     "kv_budget", "block_size", "batch", "top_k_top_p", "ignore_eos"}
-)  # fmt: skip
+    {
+        "prompt_logprobs",
+        "seed",
+        "stop_strings",
+        "prefix_caching",
+        "reset_prefix_cache",
+        "chunked_prefill",
+        "kv_budget",
+        "block_size",
+        "batch",
+        "top_k_top_p",
+        "ignore_eos",
+    }
+)

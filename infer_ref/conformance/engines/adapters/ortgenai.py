@@ -35,17 +35,22 @@ PYTHON_ENV = ENGINE.python_env
 # on llama-tiny, what a low-precision build does there (docs/engines.md, "bfloat16 and float16 on the CPU").
 CPU_LOW_PRECISION_REFUSED = {
     "float16": "ONNX Runtime's CPU execution provider has no float16 kernels for this graph: it inserts casts to "
-               "float32 around them (InsertedPrecisionFreeCast nodes), so the model would not compute in float16, "
-               "and that build fails at its first generate (a shape mismatch re-using a cast's buffer)",
+    "float32 around them (InsertedPrecisionFreeCast nodes), so the model would not compute in float16, "
+    "and that build fails at its first generate (a shape mismatch re-using a cast's buffer)",
     "bfloat16": "ONNX Runtime's CPU execution provider cannot run the builder's bfloat16 model: the session does not "
-                "start (no bfloat16 kernel for the attention mask's Where(16) node)",
-}  # fmt: skip
+    "start (no bfloat16 kernel for the attention mask's Where(16) node)",
+}
 
 
 def start_ortgenai(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    cache: str | os.PathLike[str] | None = None, start_timeout: float = 300.0, request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    start_timeout: float = 300.0,
+    request_timeout: float = 300.0,
+) -> BridgedEngine:
     """Build ``model_dir`` with ONNX Runtime GenAI's model builder and open it in ``og.Model`` in a worker."""
     check_model_dir(model_dir)
     if options.dtype in CPU_LOW_PRECISION_REFUSED:
@@ -53,8 +58,16 @@ def start_ortgenai(
     interpreter = engine_interpreter(ENGINE, python)
     with named_when_missing(ENGINE, interpreter):
         built = build(Path(model_dir), options.dtype, python=interpreter, env=worker_env(), cache=cache)
-    engine = start_bridged(OrtGenAIEngine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
-                           request_timeout=request_timeout, extra={"onnx_dir": os.fspath(built.path)})
+    engine = start_bridged(
+        OrtGenAIEngine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra={"onnx_dir": os.fspath(built.path)},
+    )
     engine.built = built
     return engine
 

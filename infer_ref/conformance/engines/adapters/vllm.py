@@ -27,9 +27,14 @@ PYTHON_ENV = ENGINE.python_env
 
 
 def start_vllm(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    enforce_eager: bool = True, start_timeout: float = 600.0, request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    enforce_eager: bool = True,
+    start_timeout: float = 600.0,
+    request_timeout: float = 300.0,
+) -> BridgedEngine:
     """Start ``vllm.LLM`` on ``model_dir`` with ``options`` in a worker process.
 
     ``enforce_eager`` (the default) skips torch.compile: the same model runner and kernels run
@@ -37,8 +42,16 @@ def start_vllm(
     """
     check_model_dir(model_dir)
     interpreter = engine_interpreter(ENGINE, python)
-    return start_bridged(VllmEngine, ENGINE, interpreter, model_dir, options, start_timeout=start_timeout,
-                           request_timeout=request_timeout, extra={"enforce_eager": enforce_eager})
+    return start_bridged(
+        VllmEngine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra={"enforce_eager": enforce_eager},
+    )
 
 
 class VllmEngine(BridgedEngine):
@@ -81,6 +94,19 @@ def run(llm, requests):
 
 # Everything the tier can ask of vLLM offline (the worker reports the same after a start).
 start_vllm.capabilities = frozenset(  # type: ignore[attr-defined]
-    {"prompt_logprobs", "seed", "stop_strings", "cached_tokens", "reset_prefix_cache", "chunked_prefill",
-     "kv_budget", "block_size", "batch", "top_k_top_p", "ignore_eos", "prefix_caching", "top_logprobs"}
-)  # fmt: skip
+    {
+        "prompt_logprobs",
+        "seed",
+        "stop_strings",
+        "cached_tokens",
+        "reset_prefix_cache",
+        "chunked_prefill",
+        "kv_budget",
+        "block_size",
+        "batch",
+        "top_k_top_p",
+        "ignore_eos",
+        "prefix_caching",
+        "top_logprobs",
+    }
+)

@@ -37,26 +37,48 @@ VllmServer = LocalServer  # the running server (url, process group, log)
 
 
 def launch_vllm_server(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    enforce_eager: bool = True, start_timeout: float = 600.0,
-) -> LocalServer:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    enforce_eager: bool = True,
+    start_timeout: float = 600.0,
+) -> LocalServer:
     """Start vLLM's server on ``model_dir`` and wait until it answers (or say in one line why not)."""
     check_model_dir(model_dir)
     interpreter = engine_interpreter(ENGINE, python)
     port = free_port()
-    argv = [interpreter, os.fspath(SERVE_SCRIPT), os.fspath(Path(model_dir).resolve()),
-            json.dumps(asdict(options)), str(port), "1" if enforce_eager else "0"]  # fmt: skip
-    return launch_server(argv, port, label="vllm server", env=worker_env(), start_timeout=start_timeout,
-                         not_installed=missing_engine(ENGINE, interpreter))  # fmt: skip
+    argv = [
+        interpreter,
+        os.fspath(SERVE_SCRIPT),
+        os.fspath(Path(model_dir).resolve()),
+        json.dumps(asdict(options)),
+        str(port),
+        "1" if enforce_eager else "0",
+    ]
+    return launch_server(
+        argv,
+        port,
+        label="vllm server",
+        env=worker_env(),
+        start_timeout=start_timeout,
+        not_installed=missing_engine(ENGINE, interpreter),
+    )
 
 
 def start_vllm_server(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    enforce_eager: bool = True, start_timeout: float = 600.0, request_timeout: float = 900.0,
-) -> OpenAIEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    enforce_eager: bool = True,
+    start_timeout: float = 600.0,
+    request_timeout: float = 900.0,
+) -> OpenAIEngine:
     """An EngineFactory: vLLM's server on ``model_dir`` behind the HTTP adapter; ``stop`` stops it."""
-    server = launch_vllm_server(model_dir, options, python=python, enforce_eager=enforce_eager,
-                                start_timeout=start_timeout)  # fmt: skip
+    server = launch_vllm_server(
+        model_dir, options, python=python, enforce_eager=enforce_eager, start_timeout=start_timeout
+    )
     return serve_and_connect(server, Path(model_dir), options, request_timeout=request_timeout)
 
 

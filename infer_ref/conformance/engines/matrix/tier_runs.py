@@ -56,7 +56,9 @@ Runner = Callable[[Sequence[str], Path], int]  # (command line, log file) -> exi
 def check_engines(engines: Sequence[str]) -> None:
     unknown = [e for e in engines if e not in RUNS]
     if unknown:
-        raise UsageError(f"--engines {' '.join(unknown)}: not an engine the matrix runs; expected some of {', '.join(RUNS)}")
+        raise UsageError(
+            f"--engines {' '.join(unknown)}: not an engine the matrix runs; expected some of {', '.join(RUNS)}"
+        )
 
 
 def missing_venv(engine: str) -> str | None:
@@ -67,7 +69,11 @@ def missing_venv(engine: str) -> str | None:
     python = os.environ.get(spec.python_env)
     how = f"`bash {spec.install} DIR`, then `export {spec.python_env}=DIR/bin/python`"
     if python:
-        return None if Path(python).is_file() else f"{engine}: left out: ${spec.python_env} names {python}, which does not exist ({how})"
+        return (
+            None
+            if Path(python).is_file()
+            else f"{engine}: left out: ${spec.python_env} names {python}, which does not exist ({how})"
+        )
     if importlib.util.find_spec(spec.module) is None:
         return f"{engine}: left out: no venv (${spec.python_env} is unset and this Python has no {spec.module}; {how})"
     return None
@@ -76,7 +82,9 @@ def missing_venv(engine: str) -> str | None:
 LONG_CONTEXT_DIR = "long"  # the long-context workload's results: OUT/long/E.xml beside OUT/E.xml
 
 
-def tier_command(engine: str, out: Path, model_dirs: Sequence[Path] = (), *, long_context: bool = False) -> list[str]:
+def tier_command(
+    engine: str, out: Path, model_dirs: Sequence[Path] = (), *, long_context: bool = False
+) -> list[str]:
     """``infer-ref conformance --engine E [--xfails F] [--long-context] --report OUT/E.json -- --junitxml=OUT/E.xml``
     (``out`` is then the long-context folder)."""
     spec = RUNS[engine]
@@ -90,7 +98,14 @@ def tier_command(engine: str, out: Path, model_dirs: Sequence[Path] = (), *, lon
         command += ["--xfails", str(XFAILS_DIR / xfails)]
     for folder in model_dirs:
         command += ["--model-dir", str(folder)]
-    return [*command, "--report", str(out / f"{engine}.json"), "--", f"--junitxml={out / f'{engine}.xml'}", "-q"]
+    return [
+        *command,
+        "--report",
+        str(out / f"{engine}.json"),
+        "--",
+        f"--junitxml={out / f'{engine}.xml'}",
+        "-q",
+    ]
 
 
 def long_context_xfails(default: str | None) -> str | None:
@@ -108,8 +123,15 @@ def run_with_log(command: Sequence[str], log: Path) -> int:
         return subprocess.run(list(command), stdout=handle, stderr=subprocess.STDOUT, check=False).returncode
 
 
-def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = (), runner: Runner = run_with_log,
-                say: Callable[[str], None] = print, *, long_context: bool = False) -> dict[str, int]:  # fmt: skip
+def run_engines(
+    engines: Sequence[str],
+    out: Path,
+    model_dirs: Sequence[Path] = (),
+    runner: Runner = run_with_log,
+    say: Callable[[str], None] = print,
+    *,
+    long_context: bool = False,
+) -> dict[str, int]:
     """Run the tier (``long_context``: the long-context workload, into ``out/long``) on each engine
     that can run here: the engines whose results are in ``out``, with their tiers' exit statuses."""
     check_engines(engines)
@@ -123,12 +145,18 @@ def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = 
             say(why_not)
             continue
         start = time.monotonic()
-        status = runner(tier_command(engine, out, model_dirs, long_context=long_context), out / f"{engine}.log")
+        status = runner(
+            tier_command(engine, out, model_dirs, long_context=long_context), out / f"{engine}.log"
+        )
         seconds = time.monotonic() - start
         if not (out / f"{engine}.xml").is_file():
-            say(f"{engine}: left out: the tier wrote no results (exit status {status}; see {out / f'{engine}.log'})")
+            say(
+                f"{engine}: left out: the tier wrote no results (exit status {status}; see {out / f'{engine}.log'})"
+            )
             continue
-        say(f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: {out / f'{engine}.log'})")
+        say(
+            f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: {out / f'{engine}.log'})"
+        )
         ran[engine] = status
     return ran
 

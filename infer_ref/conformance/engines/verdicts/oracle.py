@@ -80,7 +80,9 @@ class Disagreement:
         return f"{self.where}: {self.what} of token {self.token}: engine {self.engine:.6f}, oracle {self.oracle:.6f} (|diff| {gap})"
 
 
-def compare_position(where: str, entry: TokenLogprobs, row: Tensor, tol: float, *, chosen: bool) -> list[Disagreement]:
+def compare_position(
+    where: str, entry: TokenLogprobs, row: Tensor, tol: float, *, chosen: bool
+) -> list[Disagreement]:
     """``entry`` (the engine's view of one position) against the oracle's log-softmax ``row`` ``[V]``.
 
     Every returned logprob must be within ``tol`` of the oracle's. For a token the engine *chose*
@@ -99,7 +101,15 @@ def compare_position(where: str, entry: TokenLogprobs, row: Tensor, tol: float, 
     if chosen and 0 <= entry.token < row.shape[0]:
         best = float(row.max())
         if float(row[entry.token]) < best - tol:
-            out.append(Disagreement(where, entry.token, float(row[entry.token]), best, "chosen token (oracle's argmax scores higher)"))
+            out.append(
+                Disagreement(
+                    where,
+                    entry.token,
+                    float(row[entry.token]),
+                    best,
+                    "chosen token (oracle's argmax scores higher)",
+                )
+            )
     return out
 
 

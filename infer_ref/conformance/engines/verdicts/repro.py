@@ -159,7 +159,9 @@ def run(engine, requests):
 
 def generic_snippet(start: EngineStart) -> str:
     """A repro script's ``start_engine`` and ``run`` for any factory or endpoint, through the protocol."""
-    return _GENERIC.format(factory=start.factory, options=start.options, kwargs=start.kwargs, endpoint=start.endpoint)
+    return _GENERIC.format(
+        factory=start.factory, options=start.options, kwargs=start.kwargs, endpoint=start.endpoint
+    )
 
 
 def repro_dir() -> Path:
@@ -202,8 +204,10 @@ def write_repro(case: Case, replay: Replay, summary: str) -> str:
     too where one can be written (the adapter's own snippet, else one through the protocol)."""
     test, model_dir, handle, selects, start = case.test, case.model_dir, case.handle, case.selects, case.start
     requests, schedules, tolerance = replay.requests, replay.schedules, replay.tolerance
-    command = (f"repro: pytest --pyargs infer_ref.conformance.engines.tests -p no:xdist -k '{test}' {selects} "
-               f"--ir-model-dir={shlex.quote(str(model_dir))}")
+    command = (
+        f"repro: pytest --pyargs infer_ref.conformance.engines.tests -p no:xdist -k '{test}' {selects} "
+        f"--ir-model-dir={shlex.quote(str(model_dir))}"
+    )
     snippet_of = getattr(handle, "repro_snippet", None)
     own = snippet_of() if callable(snippet_of) else None
     through_protocol = start is not None and bool(start.factory or start.endpoint)
@@ -215,12 +219,20 @@ def write_repro(case: Case, replay: Replay, summary: str) -> str:
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{test}-{model_dir.name}")[:120] + ".py"
     path = folder / name
     needs, _, source = snippet.partition("\n")
-    path.write_text(_TEMPLATE.format(
-        test=test, engine=handle.name, model_dir=str(Path(model_dir).resolve()), summary=summary.splitlines()[0][:300],
-        filename=path.name, needs=needs.removeprefix("# needs: "), tolerance=tolerance,
-        requests=json.dumps([_request_dict(r) for r in requests]), schedules=[list(map(list, s)) for s in schedules],
-        snippet=source.strip(),
-    ))  # fmt: skip
+    path.write_text(
+        _TEMPLATE.format(
+            test=test,
+            engine=handle.name,
+            model_dir=str(Path(model_dir).resolve()),
+            summary=summary.splitlines()[0][:300],
+            filename=path.name,
+            needs=needs.removeprefix("# needs: "),
+            tolerance=tolerance,
+            requests=json.dumps([_request_dict(r) for r in requests]),
+            schedules=[list(map(list, s)) for s in schedules],
+            snippet=source.strip(),
+        )
+    )
     script = f"repro: python {path.resolve()}"
     return script if own else f"{command}\n{script}"  # the report quotes the last repro line: the script
 

@@ -45,7 +45,9 @@ def agreement_tolerance(dtype: str, positions: int = 0) -> float:
     try:
         flat = AGREEMENT_TOLERANCE[dtype]
     except KeyError:
-        raise ValueError(f"no agreement tolerance for dtype {dtype!r}; known: {', '.join(AGREEMENT_TOLERANCE)}") from None
+        raise ValueError(
+            f"no agreement tolerance for dtype {dtype!r}; known: {', '.join(AGREEMENT_TOLERANCE)}"
+        ) from None
     return max(flat, AGREEMENT_SLOPE.get(dtype, 0.0) * positions)
 
 
@@ -54,7 +56,9 @@ def agreement_tolerance(dtype: str, positions: int = 0) -> float:
 # (:mod:`~infer_ref.conformance.engines.registry`, where each is explained). The long-context
 # workload's are measured the same way, on that workload.
 MEASURED_SPREAD: dict[tuple[str, str], float] = {(r.name, d): v for r in RECORDS for d, v in r.spread.items()}
-MEASURED_LONG_SPREAD: dict[tuple[str, str], float] = {(r.name, d): v for r in RECORDS for d, v in r.long_spread.items()}
+MEASURED_LONG_SPREAD: dict[tuple[str, str], float] = {
+    (r.name, d): v for r in RECORDS for d, v in r.long_spread.items()
+}
 MARGIN = 4.0  # longer prompts and other batch shapes than the tier's may round further apart
 # What reordering moves a logprob by at 8000 positions (the largest of the spreads above, 3.5e-5), times
 # MARGIN: an engine bitwise alike on the default workload is judged at least this loosely on the long one.
@@ -72,8 +76,9 @@ class ConsistencyTolerance:
     source: str
 
 
-def consistency_tolerance(engine: str | None, dtype: str, given: float | None = None, *,
-                          long_context: bool = False) -> ConsistencyTolerance:  # fmt: skip
+def consistency_tolerance(
+    engine: str | None, dtype: str, given: float | None = None, *, long_context: bool = False
+) -> ConsistencyTolerance:
     """The tolerance for ``engine`` (a name of the tier's registry, None for an endpoint or a
     user's factory) computing in ``dtype``; ``given`` (``--ir-consistency-tolerance``) overrides;
     ``long_context``: the long-context workload's (its own spreads, at least :data:`LONG_FLOOR`)."""
@@ -88,9 +93,13 @@ def consistency_tolerance(engine: str | None, dtype: str, given: float | None = 
         return _long_context_tolerance(engine, dtype, ceiling)
     measured = MEASURED_SPREAD.get((engine or "", dtype))
     if measured is None:
-        return ConsistencyTolerance(ceiling, f"the oracle tolerance: no spread measured for {engine or 'this engine'} in {dtype}")
+        return ConsistencyTolerance(
+            ceiling, f"the oracle tolerance: no spread measured for {engine or 'this engine'} in {dtype}"
+        )
     value = min(ceiling, max(FLOOR, MARGIN * measured))
-    return ConsistencyTolerance(value, f"{MARGIN:g} x the spread measured on {engine} in {dtype} ({measured:.2g})")
+    return ConsistencyTolerance(
+        value, f"{MARGIN:g} x the spread measured on {engine} in {dtype} ({measured:.2g})"
+    )
 
 
 def _long_context_tolerance(engine: str | None, dtype: str, ceiling: float) -> ConsistencyTolerance:
@@ -99,7 +108,12 @@ def _long_context_tolerance(engine: str | None, dtype: str, ceiling: float) -> C
     if measured is None:
         measured, where = MEASURED_SPREAD.get(key), "the default workload"
     if measured is None:
-        return ConsistencyTolerance(ceiling, f"the oracle tolerance: no spread measured for {engine or 'this engine'} in {dtype}")
+        return ConsistencyTolerance(
+            ceiling, f"the oracle tolerance: no spread measured for {engine or 'this engine'} in {dtype}"
+        )
     value = min(ceiling, max(LONG_FLOOR, MARGIN * measured))
-    return ConsistencyTolerance(value, f"{MARGIN:g} x the spread measured on {engine} in {dtype} on {where} ({measured:.2g}), "
-                                       f"at least {LONG_FLOOR:g} (reordering over 8000 positions)")  # fmt: skip
+    return ConsistencyTolerance(
+        value,
+        f"{MARGIN:g} x the spread measured on {engine} in {dtype} on {where} ({measured:.2g}), "
+        f"at least {LONG_FLOOR:g} (reordering over 8000 positions)",
+    )
