@@ -81,7 +81,8 @@ class PlantedBug:
     long_context: bool = False  # caught by the long-context workload (checkpoint: a long checkpoint's name)
 
     def start(self, model_dir: Path, options: EngineOptions, device: str = "cpu") -> InferRefEngine:
-        """The engine with the bug planted (an :class:`~infer_ref.conformance.engines.protocol.EngineFactory`)."""
+        """The engine with the bug planted (an
+        :class:`~infer_ref.conformance.engines.protocol.EngineFactory`)."""
         engine = self.engine(Path(model_dir), options, device=device)
         if self.model_patch is not None:
             self.model_patch(engine.engine.model)

@@ -111,7 +111,8 @@ def left_out_note(name: str, reasons: Sequence[str], requests: int) -> str:
     counted, with its server address and folder elided)."""
     kinds = Counter(re.sub(r"\S*/\S*", "…", why) for why in reasons)
     listed = "; ".join(f"{count}× {why[:160]}" for why, count in kinds.most_common(4))
-    return f"requests left out because {name}'s answer cannot be read back as token ids: {len(reasons)} of {requests} ({listed})"
+    why = f"requests left out because {name}'s answer cannot be read back as token ids"
+    return f"{why}: {len(reasons)} of {requests} ({listed})"
 
 
 class TierNotes:

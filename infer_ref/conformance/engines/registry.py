@@ -179,7 +179,8 @@ def known_engine(spec: str) -> bool:
 def not_installed_message(engine: EngineRecord, interpreter: str, reason: str) -> str:
     """Why ``engine`` cannot run in ``interpreter``, and how to make a venv where it can."""
     return (
-        f"{engine.label} is not installed in {interpreter}: {reason}; set {engine.python_env} to a venv's python "
+        f"{engine.label} is not installed in {interpreter}: {reason}; set {engine.python_env} to a venv's "
+        "python "
         f"that has {engine.needs} ({engine.install} builds one)"
     )
 

@@ -95,7 +95,8 @@ class TierSettings:
 
     @cached_property
     def consistency(self) -> ConsistencyTolerance:
-        """The self-consistency tolerance (:func:`~infer_ref.conformance.engines.verdicts.tolerances.consistency_tolerance`);
+        """The self-consistency tolerance
+        (:func:`~infer_ref.conformance.engines.verdicts.tolerances.consistency_tolerance`);
         raises ``ValueError`` for a given tolerance out of range."""
         return consistency_tolerance(
             self.registered, self.dtype, self.consistency_given, long_context=self.long_context
@@ -113,7 +114,8 @@ class TierSettings:
         longest = self.geometry.max_model_len
         return (
             self.oracle_tolerance(longest),
-            f"the oracle tolerance for {self.dtype} at {longest} positions (each request is judged at its own length's)",
+            f"the oracle tolerance for {self.dtype} at {longest} positions (each request is judged at its "
+            "own length's)",
         )
 
     def selection(self) -> list[str]:

@@ -62,7 +62,8 @@ def start_ct2(
     start_timeout: float = 300.0,
     request_timeout: float = 300.0,
 ) -> BridgedEngine:
-    """Convert ``model_dir`` with CTranslate2's converter and open it in ``ctranslate2.Generator`` in a worker."""
+    """Convert ``model_dir`` with CTranslate2's converter and open it in ``ctranslate2.Generator`` in a
+    worker."""
     interpreter, converted = convert_for_ct2(model_dir, options, python=python, cache=cache)
     extra = {
         "converted": os.fspath(converted.path),

@@ -124,7 +124,8 @@ def _run_logged(argv: list[str], env: dict[str, str], timeout: float, log: Path)
 
 
 def _conversion_error(model_dir: Path, quantization: str, status: int | None, log: str) -> Exception:
-    """The converter's refusal in one line: its last error line (a refused architecture is "not supported")."""
+    """The converter's refusal in one line: its last error line (a refused architecture is "not
+    supported")."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     last = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "(no output)")
     what = "timed out" if status is None else f"exited with status {status}"

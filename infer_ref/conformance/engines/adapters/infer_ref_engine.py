@@ -74,12 +74,14 @@ class InferRefEngine:
         budget = (
             f", {options.max_num_batched_tokens} tokens per step" if options.max_num_batched_tokens else ""
         )
-        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, block {block_size}, {self.engine.pool.num_blocks} blocks{budget})"
+        blocks = self.engine.pool.num_blocks
+        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, block {block_size}, {blocks} blocks{budget})"
         self.options = options
         self.device = device
 
     def repro_snippet(self) -> str | None:
-        """The engine as a repro script starts and runs it (:mod:`infer_ref.conformance.engines.verdicts.repro`)."""
+        """The engine as a repro script starts and runs it
+        (:mod:`infer_ref.conformance.engines.verdicts.repro`)."""
         if not self.reproducible:
             return None
         e = self.engine

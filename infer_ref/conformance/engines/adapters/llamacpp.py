@@ -97,7 +97,8 @@ def check_kv_cache_type(kv_cache_type: str | None) -> None:
 
 
 class LlamaCppEngine(BridgedEngine):
-    """llama.cpp behind the bridge; a failure's repro script opens the same GGUF file with the same settings."""
+    """llama.cpp behind the bridge; a failure's repro script opens the same GGUF file with the same
+    settings."""
 
     converted: Converted | None = None
 

@@ -182,7 +182,8 @@ def convert(
 
 
 def _conversion_error(model_dir: Path, outtype: str, status: int | None, log: str) -> Exception:
-    """The converter's refusal in one line: its last error line (a refused architecture is "not supported")."""
+    """The converter's refusal in one line: its last error line (a refused architecture is "not
+    supported")."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     last = next(
         (line for line in reversed(lines) if "Error" in line or line.startswith("missing:")),

@@ -78,7 +78,8 @@ def _installed(interpreter: str) -> str:
 
 # The server serves one sequence at a time (no batch, no KV pool) and always reuses the previous
 # request's prefix. It takes prompts as text: the tier draws text-stable prompts for it, and the HTTP
-# adapter's text dialect sends a prompt only where the server's tokenizer gives its ids back. No prompt logprobs: its ``echo`` pairs logits rows with prompt tokens
+# adapter's text dialect sends a prompt only where the server's tokenizer gives its ids back. No prompt
+# logprobs: its ``echo`` pairs logits rows with prompt tokens
 # as if a BOS led the prompt (without one, every row is one position off) and answers none for
 # the first token after the BOS (docs/engines.md).
 start_llamacpp_server.capabilities = frozenset(  # type: ignore[attr-defined]

@@ -81,7 +81,8 @@ def connect(
 
 
 def served_model(client: HttpClient, model_dir: Path, model: str | None) -> str:
-    """The served model's name: ``model``, else the one whose name or root is the folder, else the only one."""
+    """The served model's name: ``model``, else the one whose name or root is the folder, else the only
+    one."""
     listing = client.get("/models")
     try:
         entries = [(str(m["id"]), str(m.get("root") or "")) for m in listing["data"]]

@@ -74,7 +74,8 @@ def start_openvino(
     start_timeout: float = 300.0,
     request_timeout: float = 300.0,
 ) -> BridgedEngine:
-    """Export ``model_dir`` with optimum-intel and serve it with ``ContinuousBatchingPipeline`` in a worker."""
+    """Export ``model_dir`` with optimum-intel and serve it with ``ContinuousBatchingPipeline`` in a
+    worker."""
     interpreter, exported = export_for_openvino(
         model_dir, options, python=python, cache=cache, export_path=export_path
     )
@@ -93,7 +94,8 @@ def start_openvino(
 
 
 class OpenVinoEngine(BridgedEngine):
-    """OpenVINO GenAI behind the bridge; a failure's repro script opens the same export with the same settings."""
+    """OpenVINO GenAI behind the bridge; a failure's repro script opens the same export with the same
+    settings."""
 
     exported: Exported | None = None
 
@@ -134,7 +136,8 @@ def run(pipe, requests):
     answers = []
     for handle in handles:
         out = handle.read_all()[0]
-        steps = [[t, lp, []] for t, lp in zip(out.generated_ids, out.generated_log_probs)]  # the chosen token's only
+        # the chosen token's only
+        steps = [[t, lp, []] for t, lp in zip(out.generated_ids, out.generated_log_probs)]
         answers.append({{"token_ids": list(out.generated_ids), "steps": steps}})
     return answers
 """

@@ -52,7 +52,8 @@ CONTENT_PATTERNS = (
     "*.safetensors",
 )
 # What optimum-intel says when the installed transformers is newer than a model's export config allows
-# ("The current version of Transformers does not allow for the export of the model. Maximum required is 5.0, ...").
+# ("The current version of Transformers does not allow for the export of the model. Maximum required is 5.0,
+# ...").
 TRANSFORMERS_TOO_NEW = "does not allow for the export of the model"
 
 
@@ -200,7 +201,8 @@ def _with_path(env: dict[str, str], older: Path | None) -> dict[str, str]:
 
 
 def _export_error(model_dir: Path, log: str, older: Path | None = None) -> Exception:
-    """The exporter's refusal in one line: its last error line (an unsupported architecture is "not supported")."""
+    """The exporter's refusal in one line: its last error line (an unsupported architecture is "not
+    supported")."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     last = next(
         (line for line in reversed(lines) if "Error" in line or line.startswith("missing:")),

@@ -34,11 +34,15 @@ PYTHON_ENV = ENGINE.python_env
 # The tier runs the builder's CPU target; measured with onnxruntime-genai 0.18.0 (onnxruntime 1.32.0)
 # on llama-tiny, what a low-precision build does there (docs/engines.md, "bfloat16 and float16 on the CPU").
 CPU_LOW_PRECISION_REFUSED = {
-    "float16": "ONNX Runtime's CPU execution provider has no float16 kernels for this graph: it inserts casts to "
-    "float32 around them (InsertedPrecisionFreeCast nodes), so the model would not compute in float16, "
-    "and that build fails at its first generate (a shape mismatch re-using a cast's buffer)",
-    "bfloat16": "ONNX Runtime's CPU execution provider cannot run the builder's bfloat16 model: the session does not "
-    "start (no bfloat16 kernel for the attention mask's Where(16) node)",
+    "float16": (
+        "ONNX Runtime's CPU execution provider has no float16 kernels for this graph: it inserts casts to "
+        "float32 around them (InsertedPrecisionFreeCast nodes), so the model would not compute in float16, "
+        "and that build fails at its first generate (a shape mismatch re-using a cast's buffer)"
+    ),
+    "bfloat16": (
+        "ONNX Runtime's CPU execution provider cannot run the builder's bfloat16 model: the session does "
+        "not start (no bfloat16 kernel for the attention mask's Where(16) node)"
+    ),
 }
 
 

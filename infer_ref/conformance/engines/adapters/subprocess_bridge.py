@@ -179,7 +179,8 @@ class WorkerProcess:
         status = self._process.returncode
         code = f" (exit status {status})" if status is not None and error is WorkerDied else ""
         raise error(
-            f"{self.label}: the worker {what}{code}; its log {self.log_path} ends:\n{self._process.log_tail()}"
+            f"{self.label}: the worker {what}{code}; its log {self.log_path} "
+            f"ends:\n{self._process.log_tail()}"
         )
 
 

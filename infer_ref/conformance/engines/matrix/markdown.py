@@ -38,7 +38,8 @@ def matrix_markdown(grid: Grid, command: str, picture: str) -> str:
             lines.append(f"| `{test}` | " + " | ".join(cells) + " |")
     lines += [
         "",
-        "Per engine: totals (test cases), dtype, how long its tier run took and when (its JUnit file), and the "
+        "Per engine: totals (test cases), dtype, how long its tier run took and when (its JUnit file), and "
+        "the "
         "tolerances it was judged at (the largest difference "
         "measured, where, and the tolerance; from the run's report JSON; the largest difference counts every "
         "comparison, those of expected failures included):",
@@ -50,7 +51,8 @@ def matrix_markdown(grid: Grid, command: str, picture: str) -> str:
         )
         remarks = "".join(f" ({r})" for r in [*result.remarks, result.run] if r)
         lines.append(
-            f"- **{result.engine}** ({_escape(result.version)}, {result.dtype}): {totals(result)}{remarks}. {tolerances}."
+            f"- **{result.engine}** ({_escape(result.version)}, {result.dtype}): {totals(result)}{remarks}. "
+            f"{tolerances}."
         )
     return "\n".join(lines) + "\n"
 

@@ -72,7 +72,8 @@ def read_junit(path: Path) -> list[Case]:
             continue
         test, params = match.groups()
         properties = {p.get("name"): p.get("value") for p in element.iter("property")}
-        # ir_family is the checkpoint folder; without it, a test's own parameter (max_tokens, k) follows the folder
+        # ir_family is the checkpoint folder; without it, a test's own parameter (max_tokens, k) follows the
+        # folder
         checkpoint = properties.get("ir_family") or re.sub(r"-\d+$", "", params)
         module = element.get("classname", "").rsplit(".", 1)[-1]
         cases.append(

@@ -53,9 +53,11 @@ def matrix_svg(grid: Grid) -> str:
                 for f, family in enumerate(grid.families):
                     cell = grid.cell(test, index, family)
                     out.append(
-                        f'<rect class="cell" data-property={quoteattr(test)} data-engine={quoteattr(result.engine)} '
+                        f'<rect class="cell" data-property={quoteattr(test)} '
+                        f"data-engine={quoteattr(result.engine)} "
                         f'data-family={quoteattr(family)} x="{x + f * CELL_W}" y="{y}" width="{CELL_W - 1}" '
-                        f'height="{CELL_H - 1}" fill="{COLOURS[cell.worst]}" stroke="#999" stroke-width="0.5"/>'
+                        f'height="{CELL_H - 1}" fill="{COLOURS[cell.worst]}" stroke="#999" '
+                        'stroke-width="0.5"/>'
                     )
                     out.append(_text(x + (f + 0.5) * CELL_W, y + 14, cell.text, anchor="middle"))
             y += CELL_H
@@ -70,7 +72,8 @@ def _legend(y: int) -> list[str]:
     for row, (mark, meaning) in enumerate(MEANINGS.items(), start=1):
         top = y + row * 16 - 11
         out.append(
-            f'<rect x="4" y="{top}" width="24" height="14" fill="{fills[mark]}" stroke="#999" stroke-width="0.5"/>'
+            f'<rect x="4" y="{top}" width="24" height="14" fill="{fills[mark]}" stroke="#999" '
+            'stroke-width="0.5"/>'
         )
         out.append(_text(16, top + 11, mark, anchor="middle"))
         out.append(_text(36, top + 11, meaning))

@@ -57,7 +57,8 @@ def check_engines(engines: Sequence[str]) -> None:
     unknown = [e for e in engines if e not in RUNS]
     if unknown:
         raise UsageError(
-            f"--engines {' '.join(unknown)}: not an engine the matrix runs; expected some of {', '.join(RUNS)}"
+            f"--engines {' '.join(unknown)}: not an engine the matrix runs; expected some of "
+            f"{', '.join(RUNS)}"
         )
 
 
@@ -75,7 +76,8 @@ def missing_venv(engine: str) -> str | None:
             else f"{engine}: left out: ${spec.python_env} names {python}, which does not exist ({how})"
         )
     if importlib.util.find_spec(spec.module) is None:
-        return f"{engine}: left out: no venv (${spec.python_env} is unset and this Python has no {spec.module}; {how})"
+        unset = f"${spec.python_env} is unset and this Python has no {spec.module}"
+        return f"{engine}: left out: no venv ({unset}; {how})"
     return None
 
 
@@ -85,7 +87,8 @@ LONG_CONTEXT_DIR = "long"  # the long-context workload's results: OUT/long/E.xml
 def tier_command(
     engine: str, out: Path, model_dirs: Sequence[Path] = (), *, long_context: bool = False
 ) -> list[str]:
-    """``infer-ref conformance --engine E [--xfails F] [--long-context] --report OUT/E.json -- --junitxml=OUT/E.xml``
+    """``infer-ref conformance --engine E [--xfails F] [--long-context] --report OUT/E.json --
+    --junitxml=OUT/E.xml``
     (``out`` is then the long-context folder)."""
     spec = RUNS[engine]
     command = [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", spec.engine or engine]
@@ -151,11 +154,13 @@ def run_engines(
         seconds = time.monotonic() - start
         if not (out / f"{engine}.xml").is_file():
             say(
-                f"{engine}: left out: the tier wrote no results (exit status {status}; see {out / f'{engine}.log'})"
+                f"{engine}: left out: the tier wrote no results (exit status {status}; see "
+                f"{out / f'{engine}.log'})"
             )
             continue
         say(
-            f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: {out / f'{engine}.log'})"
+            f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: "
+            f"{out / f'{engine}.log'})"
         )
         ran[engine] = status
     return ran

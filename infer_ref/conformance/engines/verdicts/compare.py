@@ -25,7 +25,8 @@ def compare_outputs(a: EngineOutput, b: EngineOutput, tol: float) -> list[str]:
             )
     if _same_tokens(a, b) and len(a.token_ids) != len(b.token_ids) and not problems:
         problems.append(
-            f"same tokens up to {min(len(a.token_ids), len(b.token_ids))}, then lengths {len(a.token_ids)} vs {len(b.token_ids)}"
+            f"same tokens up to {min(len(a.token_ids), len(b.token_ids))}, then lengths {len(a.token_ids)} "
+            f"vs {len(b.token_ids)}"
         )
     return problems + compare_prompt_logprobs(a.prompt_logprobs, b.prompt_logprobs, tol)
 
@@ -74,8 +75,10 @@ def seeded_tokens_differ(alone: EngineOutput, other: EngineOutput, *, exact: boo
             )
         if x.token != y.token:
             return (
-                f"step {step}: token {y.token} vs {x.token} alone, with the same reported distribution in both runs "
-                f"({_fmt(x.top[:3])}): the same seeded draw chose differently; {other.token_ids}, alone: {alone.token_ids}"
+                f"step {step}: token {y.token} vs {x.token} alone, with the same reported distribution in "
+                "both runs "
+                f"({_fmt(x.top[:3])}): the same seeded draw chose differently; {other.token_ids}, alone: "
+                f"{alone.token_ids}"
             )
     return f"{other.token_ids}, alone: {alone.token_ids} (no logprobs where they part)"
 

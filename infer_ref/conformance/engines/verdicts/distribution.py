@@ -191,7 +191,8 @@ def _checked(summary: Summary) -> Summary:
 
 def _describe(p: PositionStat) -> str:
     top = "same top token" if p.same_top else "another top token"
-    return f"request {p.request} ({p.prompt_len} prompt tokens) {p.where}: KL {p.kl:.3g}, logprob error {p.logprob_error:.3g}, {top}"
+    where = f"request {p.request} ({p.prompt_len} prompt tokens) {p.where}"
+    return f"{where}: KL {p.kl:.3g}, logprob error {p.logprob_error:.3g}, {top}"
 
 
 __all__ = [

@@ -6,7 +6,8 @@ Every logprob an engine returns for a position is compared with the log-softmax 
 float64 logits at that position, teacher-forced on the engine's own tokens (prompt + what it
 generated): a divergence at step 3 does not hide what the engine computed at step 10.
 
-Tolerances (:func:`~infer_ref.conformance.engines.verdicts.tolerances.agreement_tolerance`) are by the engine's dtype. Each is the oracle's distance
+Tolerances (:func:`~infer_ref.conformance.engines.verdicts.tolerances.agreement_tolerance`) are by the
+engine's dtype. Each is the oracle's distance
 from a correct computation in that dtype, measured on the kit's checkpoints (docs/conformance.md,
 "Engine tier tolerances"), with room for longer sequences, and far below what the planted engine
 bugs produce (a shifted position or a stale block moves logprobs by nats, not thousandths).
@@ -77,7 +78,8 @@ class Disagreement:
 
     def __str__(self) -> str:
         gap = "nan" if math.isnan(self.engine) else f"{abs(self.engine - self.oracle):.3g}"
-        return f"{self.where}: {self.what} of token {self.token}: engine {self.engine:.6f}, oracle {self.oracle:.6f} (|diff| {gap})"
+        values = f"engine {self.engine:.6f}, oracle {self.oracle:.6f} (|diff| {gap})"
+        return f"{self.where}: {self.what} of token {self.token}: {values}"
 
 
 def compare_position(

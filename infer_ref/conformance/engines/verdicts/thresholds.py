@@ -65,7 +65,8 @@ def thresholds_for(dtype: str, kind: str, checkpoint: str, table: dict[str, Any]
     loosest = {name: _loosest(name, [t[name] for t in by_checkpoint.values()]) for name in JUDGED}
     return Thresholds(
         loosest,
-        f"{checkpoint} is not calibrated: the loosest thresholds of the {len(by_checkpoint)} calibrated checkpoints in {dtype}",
+        f"{checkpoint} is not calibrated: the loosest thresholds of the {len(by_checkpoint)} calibrated "
+        f"checkpoints in {dtype}",
     )
 
 

@@ -1,7 +1,8 @@
 """Every tolerance of the engine tier, and the dtype policy: the oracle's (:func:`agreement_tolerance`,
 by dtype, growing with a float32 request's length) and self-consistency's, measured on each engine
 between two correct schedules of it (:func:`consistency_tolerance`). bfloat16 and float16
-(:data:`LOW_PRECISION`) are judged by distribution (:mod:`~infer_ref.conformance.engines.verdicts.thresholds`).
+(:data:`LOW_PRECISION`) are judged by distribution
+(:mod:`~infer_ref.conformance.engines.verdicts.thresholds`).
 
 Two schedules of one request (alone or in a batch, whole or chunked prefill, cold or warm prefix
 cache) run the same model on the same engine; they differ only in how the arithmetic is grouped.
@@ -86,7 +87,8 @@ def consistency_tolerance(
     if given is not None:
         if not 0 < given <= ceiling:
             raise ValueError(
-                f"--ir-consistency-tolerance must be in (0, {ceiling:g}] for {dtype} (the oracle tolerance is the loosest), got {given!r}"
+                f"--ir-consistency-tolerance must be in (0, {ceiling:g}] for {dtype} (the oracle tolerance "
+                f"is the loosest), got {given!r}"
             )
         return ConsistencyTolerance(given, "given on the command line")
     if long_context:

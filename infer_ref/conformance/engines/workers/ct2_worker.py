@@ -1,4 +1,5 @@
-"""CTranslate2's ``Generator`` behind the subprocess bridge: run with the python of a venv that has ctranslate2.
+"""CTranslate2's ``Generator`` behind the subprocess bridge: run with the python of a venv that has
+ctranslate2.
 
 Operations (see ``worker_loop.py``): ``start`` opens the converted model directory with the tier's
 dtype as the compute type; ``generate`` runs the requests through ``Generator.generate_batch``,
@@ -43,7 +44,8 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
     options = args["options"]
     if options["prefix_caching"]:
         raise Refused(
-            "CTranslate2's Generator keeps no prefix cache across calls (only a static_prompt named by the caller)"
+            "CTranslate2's Generator keeps no prefix cache across calls (only a static_prompt named by the "
+            "caller)"
         )
     if options.get("max_num_batched_tokens") is not None:
         raise Refused("CTranslate2's Generator prefills a prompt in one forward: no chunked-prefill budget")

@@ -1,6 +1,7 @@
 """llama.cpp's own converter (``convert_hf_to_gguf.py``), told the pre-tokenizer it cannot recognise.
 
-``python llamacpp_convert.py SOURCE_TREE PRE_TOKENIZER CONVERTER_ARGS...`` (``-``: none named) runs the converter of the
+``python llamacpp_convert.py SOURCE_TREE PRE_TOKENIZER CONVERTER_ARGS...`` (``-``: none named) runs the
+converter of the
 llama.cpp source tree ``SOURCE_TREE`` exactly as its command line would, with one change: where its
 own recognition of a BPE tokenizer fails (it hashes the tokenizer's output on a test string and
 knows only published tokenizers), it names ``PRE_TOKENIZER`` instead of refusing. A tokenizer it

@@ -1,4 +1,5 @@
-"""OpenVINO GenAI's continuous-batching pipeline (``ContinuousBatchingPipeline``) behind the subprocess bridge.
+"""OpenVINO GenAI's continuous-batching pipeline (``ContinuousBatchingPipeline``) behind the subprocess
+bridge.
 
 Run with the python of a venv that has openvino-genai. Operations (see ``worker_loop.py``):
 ``start`` opens the exported model folder with a ``SchedulerConfig`` built from the tier's options
@@ -62,7 +63,8 @@ def scheduler_settings(options: dict[str, Any]) -> dict[str, Any]:
     block = options.get("block_size")
     if block is not None and block != BLOCK_SIZE:
         raise Refused(
-            f"OpenVINO's CPU paged attention uses KV blocks of {BLOCK_SIZE} positions (block_size {block} asked)"
+            f"OpenVINO's CPU paged attention uses KV blocks of {BLOCK_SIZE} positions (block_size {block} "
+            "asked)"
         )
     kv_tokens = options.get("kv_cache_tokens") or DEFAULT_KV_TOKENS
     return {
@@ -106,7 +108,8 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
     _open_pipeline()
     capabilities = [*CAPABILITIES, *(["prefix_caching"] if options["prefix_caching"] else [])]
     return {
-        "name": f"OpenVINO GenAI {openvino_genai.__version__.split('-')[0]} (ContinuousBatchingPipeline, CPU)",
+        "name": f"OpenVINO GenAI {openvino_genai.__version__.split('-')[0]} "
+        "(ContinuousBatchingPipeline, CPU)",
         "capabilities": capabilities,
         "versions": _versions(openvino_genai, openvino, numpy),
         "scheduler": settings,
