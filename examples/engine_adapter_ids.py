@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 from examples.toy_engine import ToyEngine
-from infer_ref.conformance.engines.adapters.logprobs import token_logprobs
+from infer_ref.conformance.engines.logprobs import token_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
 

@@ -1,4 +1,4 @@
-"""Top-k logprobs from logits (``engines.adapters.logprobs``), against log-softmax written out in float64 math.
+"""Top-k logprobs from logits (``engines.logprobs``), against log-softmax written out in float64 math.
 
 The logits are exactly representable in float32, so the oracle's only rounding is float64's: a
 log-softmax taken in float32 would be off by about 1e-7, far beyond the 1e-12 allowed here."""
@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from infer_ref.conformance.engines.adapters.logprobs import prompt_logprobs_from, token_logprobs
+from infer_ref.conformance.engines.logprobs import prompt_logprobs_from, token_logprobs
 
 LOGITS = (0.0, 1.0, 0.5, -1.0)  # from the most likely: 1, 2, 0, 3
 

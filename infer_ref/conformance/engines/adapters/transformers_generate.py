@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from infer_ref.conformance.engines.adapters.logprobs import prompt_logprobs_from, token_logprobs
+from infer_ref.conformance.engines.logprobs import prompt_logprobs_from, token_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.devices import device_label
