@@ -29,7 +29,15 @@ if TYPE_CHECKING:
     import pytest
 
 DEFAULT_ENGINE = "infer_ref"
-_BUILT: dict[int, TierSettings] = {}  # id(pytest config) -> its settings: built once per run
+_STASH: dict[str, Any] = {}  # the pytest stash key the settings are kept under (made on first use)
+
+
+def _stash_key() -> Any:
+    """The key of the settings in a pytest config's stash (pytest imported here, not above: the
+    commands that start engines, calibrate and power, run without it)."""
+    from pytest import StashKey
+
+    return _STASH.setdefault("key", StashKey["TierSettings"]())
 
 
 @dataclass(frozen=True)
@@ -49,9 +57,10 @@ class TierSettings:
     @classmethod
     def of(cls, config: pytest.Config) -> TierSettings:
         """The settings of the run ``config`` configures (built on first use, the same object after)."""
-        if id(config) not in _BUILT:
+        key = _stash_key()
+        if key not in config.stash:
             option = config.getoption
-            _BUILT[id(config)] = cls(
+            config.stash[key] = cls(
                 engine=option("--ir-engine"),
                 endpoint=option("--ir-endpoint"),
                 dtype=str(option("--ir-engine-dtype")),
@@ -60,7 +69,8 @@ class TierSettings:
                 engine_options=tuple(option("--ir-engine-option") or ()),
                 long_context=bool(option("--ir-long-context")),
             )
-        return _BUILT[id(config)]
+        settings: TierSettings = config.stash[key]
+        return settings
 
     @property
     def name(self) -> str:
