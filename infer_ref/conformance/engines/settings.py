@@ -11,6 +11,7 @@ options, once per run; the session, the verdicts' callers, the report's notes an
 from __future__ import annotations
 
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -59,18 +60,22 @@ class TierSettings:
         """The settings of the run ``config`` configures (built on first use, the same object after)."""
         key = _stash_key()
         if key not in config.stash:
-            option = config.getoption
-            config.stash[key] = cls(
-                engine=option("--ir-engine"),
-                endpoint=option("--ir-endpoint"),
-                dtype=str(option("--ir-engine-dtype")),
-                model_dirs=tuple(Path(d) for d in option("--ir-model-dir") or ()),
-                consistency_given=option("--ir-consistency-tolerance"),
-                engine_options=tuple(option("--ir-engine-option") or ()),
-                long_context=bool(option("--ir-long-context")),
-            )
+            config.stash[key] = cls.from_options(config.getoption)
         settings: TierSettings = config.stash[key]
         return settings
+
+    @classmethod
+    def from_options(cls, option: Callable[[str], Any]) -> TierSettings:
+        """The settings the tier's pytest options (``option(name)``: ``config.getoption``) choose."""
+        return cls(
+            engine=option("--ir-engine"),
+            endpoint=option("--ir-endpoint"),
+            dtype=str(option("--ir-engine-dtype")),
+            model_dirs=tuple(Path(d) for d in option("--ir-model-dir") or ()),
+            consistency_given=option("--ir-consistency-tolerance"),
+            engine_options=tuple(option("--ir-engine-option") or ()),
+            long_context=bool(option("--ir-long-context")),
+        )
 
     @property
     def name(self) -> str:
