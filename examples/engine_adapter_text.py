@@ -1,14 +1,16 @@
-"""A complete engine-tier adapter for an engine that takes prompts as text and answers token texts
-(docs/adapters.md), with the kit's public helpers for both directions.
+"""A complete engine-tier adapter for an engine that takes prompts as text and answers tokens as
+text or bytes (docs/adapters.md), with the kit's public helpers for both directions.
 
     infer-ref conformance --engine examples.engine_adapter_text:start --model-dir DIR
 
-The engine is examples/toy_engine.py's text API (replace it with yours). ``takes_text_prompts``
-tells the tier to draw prompts whose text round-trips through the folder's tokenizer.
+The engine is examples/toy_engine.py's text API (replace it with yours): text in, each token's raw
+bytes out. ``takes_text_prompts`` tells the tier to draw prompts whose text round-trips through the
+folder's tokenizer.
 ``PromptText`` sends a prompt only where *the engine's* tokenizer gives its ids back, and
-``AnswerTokens`` maps each answered token text back to an id where exactly one token renders to
-it; anything else raises ``Unsupported`` and the tier leaves that request out, counted in the
-report's notes, instead of judging an answer it cannot read exactly.
+``AnswerTokens`` maps each answered token back to an id where exactly one token renders to it
+(this engine answers each token's raw bytes; a detokenizer's text and control tokens by name are
+read too); anything else raises ``Unsupported`` and the tier leaves that request out, counted in
+the report's notes, instead of judging an answer it cannot read exactly.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, 
 from infer_ref.conformance.engines.text_prompts import AnswerTokens, PromptText
 from infer_ref.conformance.interface.contract import Unsupported
 
-CAPABILITIES = frozenset({"top_logprobs"})  # greedy text completions, one at a time
+CAPABILITIES = frozenset({"ignore_eos", "top_logprobs"})  # greedy text completions, one at a time
 
 
 class ToyTextEngine:
@@ -41,17 +43,19 @@ class ToyTextEngine:
         return [self._one(r) for r in requests]
 
     def _one(self, r: EngineRequest) -> EngineOutput:
-        if r.temperature != 0 or r.stop or r.ignore_eos or r.prompt_logprobs is not None:
+        if r.temperature != 0 or r.stop or r.prompt_logprobs is not None:
             raise Unsupported("the toy text engine answers greedy completions only")
-        steps = self.engine.complete_text(self.prompts.to_text(r.prompt), r.max_tokens, r.logprobs)
+        steps = self.engine.complete_text(self.prompts.to_text(r.prompt), r.max_tokens, r.logprobs, r.ignore_eos)
+        # Each token comes back as its raw bytes: AnswerTokens reads bytes (and texts, and control
+        # tokens by name) back to the one id they belong to.
         logprobs = tuple(
-            TokenLogprobs(self.answers.to_id(text), logprob, tuple((self.answers.to_id(t), lp) for t, lp in top))
-            for text, logprob, top in steps
+            TokenLogprobs(self.answers.to_id(piece), logprob, tuple((self.answers.to_id(p), lp) for p, lp in top))
+            for piece, logprob, top in steps
         )
         tokens = tuple(e.token for e in logprobs)
-        # An end token renders as "" (no id known exactly: to_id refused it above), so every answer
-        # that comes back readable ran to max_tokens.
-        return EngineOutput(tokens, "".join(text for text, _, _ in steps), logprobs, "length")
+        finish = "stop" if tokens and tokens[-1] in self.engine.eos_ids and not r.ignore_eos else "length"
+        text = b"".join(piece for piece, _, _ in steps).decode("utf-8", errors="replace")
+        return EngineOutput(tokens, text, logprobs, finish)
 
     def reset_prefix_cache(self) -> None:
         pass

@@ -63,7 +63,7 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
     p.add_argument("--long-context", action="store_true",
                    help="engine tier: the long-context workload instead of the default one: prompts to 8193 positions "
                         "crossing windows of 512/1024, Llama 3's RoPE threshold 8192 and block boundaries, on the kit's "
-                        "long checkpoints (or --model-dir); 3 to 5 minutes an engine on 2 cores")
+                        "long checkpoints (or --model-dir); 3 to 5 minutes an engine on 2 cores, text-prompt engines included")
     p.add_argument("--consistency-tolerance", type=float, default=None, metavar="NATS",
                    help="engine tier: self-consistency tolerance for an engine the kit has not measured (default: the oracle's)")
     p.add_argument("--xfails", action="append", default=None, metavar="FILE",

@@ -82,6 +82,7 @@ class Report:
     beyond_tolerance: list[str] = field(default_factory=list)
     expected_failures: str = ""
     not_judged: str = ""  # the first reason a test was not judged (its engine did not start or answer)
+    not_judged_reasons: list[str] = field(default_factory=list)  # every distinct reason (each folder whose engine did not start)
     # bfloat16/float16 engine tier: per agreement test and checkpoint, the distribution summary
     # (infer_ref.conformance.engines.verdicts.distribution.Summary fields), its thresholds and what exceeded them
     distributions: list[dict] = field(default_factory=list)
@@ -123,6 +124,8 @@ class Report:
             lines += ["", *_distribution_table(self.distributions)]
         if self.precision_notes:
             lines += ["", "precision notes (not failures; `--strict-float64` fails them):", *(f"- {n}" for n in self.precision_notes)]
+        if len(self.not_judged_reasons) > 1:
+            lines += ["", "not judged, every reason:", *(f"- {r}" for r in self.not_judged_reasons)]
         if self.notes:
             lines += ["", "notes:", *(f"- {n}" for n in self.notes)]
         return "\n".join(lines) + "\n"
@@ -218,7 +221,8 @@ def skip_reason(report: pytest.TestReport) -> str:
 
 def repro_of(report: pytest.TestReport, impl: str) -> str:
     text = str(report.longrepr) if report.longrepr is not None else ""
-    found = re.findall(r"^\s*repro: (.+)$", text, flags=re.MULTILINE)
+    # a message's lines as pytest prints them: "E   repro: ..." (an AssertionError's), or bare (pytest.fail's)
+    found = re.findall(r"^(?:E\s+)?\s*repro: (.+)$", text, flags=re.MULTILINE)
     selects = impl if impl.startswith("--ir-") else f"--ir-impl={impl}"  # the engine tier names its engine itself
     return found[-1] if found else f"pytest '{report.nodeid}' -p no:xdist {selects}"
 
@@ -264,8 +268,11 @@ class Collector:
             self.report.precision_tests += 1
             if len(self.report.precision_notes) < 10:
                 self.report.precision_notes.append(f"{report.nodeid}: {props['ir_precision']}")
-        if outcome == "not judged" and not self.report.not_judged:
-            self.report.not_judged = skip_reason(report).removeprefix(NOT_JUDGED).strip()
+        if outcome == "not judged":
+            reason = skip_reason(report).removeprefix(NOT_JUDGED).strip()
+            self.report.not_judged = self.report.not_judged or reason
+            if reason not in self.report.not_judged_reasons and len(self.report.not_judged_reasons) < 50:
+                self.report.not_judged_reasons.append(reason)
         self.report.totals.add(outcome, repro, unsupported)
         for cap in props["ir_capabilities"] or ["(no capability)"]:
             self.report.by_capability.setdefault(cap, Tally()).add(outcome, repro, unsupported)

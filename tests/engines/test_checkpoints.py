@@ -97,7 +97,7 @@ def test_each_style_carries_only_its_own_fields(folders: dict[tuple[str, str], P
     t4, t5 = (_config(folders[name, style]) for style in STYLES)
     gemma = t5["model_type"] == "gemma3_text"
     t4_only = {"rope_theta", "rope_scaling", "torch_dtype"} | (
-        {"rope_local_base_freq", "sliding_window_pattern"} if gemma else set()
+        {"rope_local_base_freq", "sliding_window_pattern", "cache_implementation"} if gemma else set()
     )
     t5_only = {"rope_parameters", "dtype"} | ({"layer_types"} if gemma else set())
     assert t4_only <= t4.keys() and not t5_only & t4.keys()

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from infer_ref.conformance.engines.notes import write_notes
+from infer_ref.conformance.engines.protocol import CAPABILITIES
 from infer_ref.conformance.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,6 +39,24 @@ def test_two_workers_merge_into_one_set_of_notes() -> None:
         "requests left out because my-engine's answer cannot be read back as token ids: 1 of 20 (1× Unsupported: why)",
     ]
     assert report.beyond_tolerance == [far]
+
+
+def test_conversations_not_continued_are_noted_from_every_worker() -> None:
+    report = Report(impl="--ir-engine=x", adapter="engine tier:", version="x", device="the engine's", dtype="float32", capabilities={})
+    one, other = _state(0.0, "", 0, [], []), _state(0.0, "", 0, [], [])
+    one["not_continued"], other["not_continued"] = ["a: why one"], ["b: why two"]
+    write_notes(report, [one, other])
+    assert report.notes[-1] == ("conversations not continued, so not judged, because their history cannot be sent as text: 2 "
+                                "(a: why one; b: why two)")  # fmt: skip
+
+
+def test_the_report_lists_the_capabilities_the_engine_declared() -> None:
+    report = Report(impl="--ir-engine=x", adapter="engine tier:", version="x", device="the engine's", dtype="float32", capabilities={})
+    never_reached, declared = _state(0.0, "", 0, [], []), _state(0.0, "", 0, [], [])
+    never_reached["capabilities"], declared["capabilities"] = None, ["batch", "top_logprobs"]
+    write_notes(report, [never_reached, declared])
+    assert report.capabilities == {c: None if c in ("batch", "top_logprobs") else "not declared" for c in CAPABILITIES}
+    assert len(CAPABILITIES) > 2  # the others are listed as not declared
 
 
 @pytest.mark.kit_run

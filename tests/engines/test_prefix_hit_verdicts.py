@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from infer_ref.conformance.engines.ledger import Ledger
+from infer_ref.conformance.engines.verdicts.judge import judge_prefix_hits
 from infer_ref.conformance.engines.verdicts.prefix_hits import (
+    CountedPair,
     PrefixHit,
     expected_hit,
     granularity,
@@ -84,3 +87,26 @@ def test_a_cache_that_never_hits_is_not_judged_rather_than_failed(tmp_path: Path
     assert done.returncode == EXIT_NOT_JUDGED, done.stdout[-3000:]
     assert report["totals"]["counts"] == {**report["totals"]["counts"], "failed": 0, "not judged": len(TESTS)}
     assert report["not_judged"].startswith("no prefix hit observed"), report["not_judged"]
+
+
+def test_a_count_on_the_first_request_of_an_emptied_cache_makes_the_counts_not_judged_not_failed() -> None:
+    # Served nothing, reported 1 for every request: gcd 1 would claim shortfalls of 32 and 96 tokens.
+    pairs = [CountedPair(33, 1, 1), CountedPair(97, 1, 1)]
+    assert shortfalls([PrefixHit(p.shared, p.second) for p in pairs])  # what the counts alone would say
+    ledger = Ledger()
+    with pytest.raises(pytest.skip.Exception, match=r"^not judged: cached-token counts that cannot be believed: an engine "
+                       r"reported 1 cached tokens for a request sent first on an emptied prefix cache \(2 of 2"):  # fmt: skip
+        judge_prefix_hits(ledger=ledger, engine="an engine", pairs=pairs, requests="prompts", computed="the prompt")
+    assert ledger.prefix_hits == []
+
+
+def test_a_count_not_reported_is_left_out_and_none_reported_is_not_judged() -> None:
+    ledger = Ledger()
+    with pytest.raises(pytest.skip.Exception, match=r"no cached-token count reported: an engine answered cached_tokens None"):
+        judge_prefix_hits(ledger=ledger, engine="an engine", pairs=[CountedPair(33, None, None), CountedPair(97, 0, None)], requests="prompts", computed="the prompt")
+    # None is "not reported", never "no hit": the reported pair alone is judged, and its shortfall fails
+    with pytest.raises(AssertionError, match=r"1 of 1 prompts\):\n  request 0: 32 of 97 shared prompt tokens served from cache, at least 96"):
+        judge_prefix_hits(ledger=ledger, engine="an engine", pairs=[CountedPair(33, 0, None), CountedPair(97, None, 32)], requests="prompts", computed="the prompt")
+    assert ledger.prefix_hits == [PrefixHit(97, 32)]
+    with pytest.raises(pytest.skip.Exception, match=r"no prompts could be sent and read back"):
+        judge_prefix_hits(ledger=ledger, engine="an engine", pairs=[], requests="prompts", computed="the prompt")

@@ -10,10 +10,12 @@ from pathlib import Path
 import pytest
 from tokenizers import Tokenizer
 
+from infer_ref.conformance.engines.adapters.openai_text import token_pieces
 from infer_ref.conformance.engines.notes import left_out_note
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions, EngineOutput, EngineRequest
 from infer_ref.conformance.engines.session import EngineSession
 from infer_ref.conformance.engines.settings import TierSettings
+from infer_ref.conformance.engines.text_prompts import AnswerTokens
 from infer_ref.conformance.engines.workloads.prompts import (
     BLOCK_SIZE,
     SHARED_PREFIX,
@@ -152,7 +154,9 @@ def test_judgeable_leaves_out_only_the_unreadable_requests_and_notes_why(tmp_pat
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert CALLS == [(1, 2), (3, 4), (5,)]  # each request run once, then remembered
-    assert RESETS == [3]  # after the first look only: the test's own first pass meets a cold cache
+    # on the plain engine: the stressed one (the tests') sees each request first when a test sends it
+    assert list(tier.started) == [(str(tmp_path), "plain")] and RESETS == []
+    assert tier.alone(tmp_path, requests[1]).token_ids == (7,) and CALLS == [(1, 2), (3, 4), (5,)]  # the look is alone()'s run
     assert tier.ledger.left_out == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
     assert left_out_note(tier.name, tier.ledger.left_out, len(tier.ledger.unreadable)).endswith("ids: 1 of 3 (1× Unsupported: the answer to (1, 2) holds a token text several tokens render to)")
     with pytest.raises(Unsupported, match=r"none of the 1 requests has an answer .* \(Unsupported: the answer to \(1, 2\)"):
@@ -176,6 +180,77 @@ refused_text_factory.takes_text_prompts = True  # type: ignore[attr-defined]
 
 def test_a_refused_start_is_the_tests_not_supported_not_a_requests(tmp_path: Path) -> None:
     tier = EngineSession(TierSettings(engine=f"{__name__}:refused_text_factory", endpoint=None, dtype="float32"))
-    with pytest.raises(Unsupported, match=r"\(stressed start\): Unsupported: this engine cannot run"):
+    with pytest.raises(Unsupported, match=r"\(probe start\): Unsupported: this engine cannot run"):
         tier.judgeable(tmp_path, [EngineRequest((1, 2), 3)])
-    assert not tier.ledger.left_out
+    assert not tier.ledger.left_out and set(tier.refused) == {(str(tmp_path), "plain"), (str(tmp_path), "probe")}
+
+
+def no_plain_text_factory(model_dir: Path, options: EngineOptions) -> EngineHandle:
+    if not options.prefix_caching:
+        raise Unsupported("this engine cannot turn its prefix cache off")
+    return FakeTextEngine(UNREADABLE)
+
+
+no_plain_text_factory.capabilities = frozenset({"prefix_caching", "reset_prefix_cache"})  # type: ignore[attr-defined]
+no_plain_text_factory.takes_text_prompts = True  # type: ignore[attr-defined]
+
+
+def test_an_engine_without_a_plain_start_is_looked_at_on_a_separate_start_not_the_judged_one(tmp_path: Path) -> None:
+    CALLS.clear()
+    tier = EngineSession(TierSettings(engine=f"{__name__}:no_plain_text_factory", endpoint=None, dtype="float32"))
+    request = EngineRequest((3, 4), 3)
+    assert tier.judgeable(tmp_path, [request]) == [request] and CALLS == [(3, 4)]
+    probe = tier.started[(str(tmp_path), "probe")]
+    assert tier.handle(tmp_path, "stressed") is not probe and CALLS == [(3, 4)]
+
+
+# -- AnswerTokens: the renderings engines use for a token -----------------------------------------
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_answer_tokens_read_a_token_rendered_as_text_and_refuse_an_empty_or_cut_one(family: str) -> None:
+    """A detokenizer's text (control tokens empty, invalid UTF-8 dropped): ordinary tokens read back,
+    the empty text (any control token) and a cut character's leftover never."""
+    model_dir = FIXTURES / family
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    answers = AnswerTokens(model_dir)
+    text = "Hello, world: the cat sat"
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    assert [answers.to_id(tokenizer.decode([i])) for i in ids] == ids
+    with pytest.raises(Unsupported, match=r"the token text '', which several of"):
+        answers.to_id("")
+    with pytest.raises(Unsupported, match=r"the token text 'no such token text', which none of"):
+        answers.to_id("no such token text")
+
+
+@pytest.mark.parametrize(("family", "name", "token_id"), [("gemma3-tiny", "<end_of_turn>", 6), ("llama-tiny", "<|eot_id|>", 438),
+                                                          ("qwen3-tiny", "<|im_end|>", 394)])  # fmt: skip
+def test_answer_tokens_read_a_control_token_rendered_by_name(family: str, name: str, token_id: int) -> None:
+    # the ids are the folders' tokenizer.json added_tokens
+    assert AnswerTokens(FIXTURES / family).to_id(name) == token_id
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_answer_tokens_read_a_token_rendered_as_its_bytes(family: str) -> None:
+    """Raw bytes, a cut character's bytes included: the pieces of a text's tokens join to its UTF-8."""
+    model_dir = FIXTURES / family
+    tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+    answers = AnswerTokens(model_dir)
+    text = "naïve café — 東京"
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    pieces = token_pieces(tokenizer, 10**6)
+    assert b"".join(pieces[i] for i in ids) == text.encode()  # the oracle: the text's own bytes
+    assert any(not _valid_utf8(pieces[i]) for i in ids)  # not vacuous: some token holds part of a character
+    assert [answers.to_id(pieces[i]) for i in ids] == ids
+    [eos] = [i for i, t in tokenizer.get_added_tokens_decoder().items() if t.content in ("<eos>", "<|end_of_text|>", "<|endoftext|>")]
+    assert answers.to_id(tokenizer.id_to_token(eos).encode()) == eos
+    with pytest.raises(Unsupported, match=r"the engine answered the bytes b'\\xff\\xfe', which none of"):
+        answers.to_id(b"\xff\xfe")
+
+
+def _valid_utf8(piece: bytes) -> bool:
+    try:
+        piece.decode()
+    except UnicodeDecodeError:
+        return False
+    return True

@@ -75,6 +75,14 @@ def test_the_headline_says_how_many_were_not_judged_and_why() -> None:
     assert "not judged" not in _report(passed=3).to_markdown()
 
 
+def test_every_reason_a_test_was_not_judged_is_listed_not_only_the_first() -> None:
+    report = _report(**{"not judged": 4})
+    report.not_judged = "x could not start on /a/gemma (stressed): OSError: no such file"
+    report.not_judged_reasons = [report.not_judged, "x could not start on /a/qwen (stressed): OSError: no such file"]
+    text = report.to_markdown()
+    assert "not judged, every reason:\n- x could not start on /a/gemma (stressed): OSError: no such file\n- x could not start on /a/qwen" in text
+
+
 @pytest.mark.parametrize(("pytest_status", "ours"), [(0, 0), (1, 1), (2, 130), (3, 70), (4, EXIT_USAGE), (5, EXIT_NOT_JUDGED),
                                                      (EXIT_NOT_JUDGED, EXIT_NOT_JUDGED)])  # fmt: skip
 def test_pytest_statuses_map_to_the_commands_documented_ones(pytest_status: int, ours: int) -> None:

@@ -51,6 +51,9 @@ class Ledger:
     # (checkpoint, request) -> why its answer cannot be read back as token ids, None where it can
     unreadable: dict[tuple[str, object], str | None] = field(default_factory=dict)
     engine_name: str | None = None  # the first started engine's name for itself (its version)
+    # what the engine declares: its factory's, or a server's once reached (None: a server never reached)
+    capabilities: frozenset[str] | None = None
+    not_continued: list[str] = field(default_factory=list)  # conversations not continued as text, and why
 
     @property
     def left_out(self) -> list[str]:

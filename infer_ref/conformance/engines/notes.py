@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 from infer_ref.conformance.engines.ledger import Ledger, PrefixHit
+from infer_ref.conformance.engines.protocol import CAPABILITIES
 from infer_ref.conformance.engines.settings import TierSettings
 from infer_ref.conformance.engines.verdicts.prefix_hits import summary as prefix_hit_summary
 
@@ -59,6 +60,9 @@ def tier_state(settings: TierSettings, ledger: Ledger, factory_kwargs: dict[str,
         "prefix_hits": [[h.shared, h.cached] for h in ledger.prefix_hits],
         "left_out": ledger.left_out,
         "requests_read": len(ledger.unreadable),
+        "not_continued": ledger.not_continued,
+        # None: a server never reached
+        "capabilities": None if ledger.capabilities is None else sorted(ledger.capabilities),
         "distributions": ledger.distributions,
     }
 
@@ -67,6 +71,9 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
     """The merged states into ``report.notes`` (and ``beyond_tolerance``), in a fixed order."""
     if not states:
         return
+    declared = next((s["capabilities"] for s in states if s.get("capabilities") is not None), None)
+    if declared is not None:
+        report.capabilities = {c: None if c in declared else "not declared" for c in CAPABILITIES}
     engine = next((s["engine"] for s in states if s["engine"]), None)
     if engine:
         report.notes.append(f"engine: {engine}")  # read back by the engine matrix
@@ -95,6 +102,9 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
         report.notes.append(
             left_out_note(states[0]["name"], left_out, sum(s["requests_read"] for s in states))
         )
+    not_continued = [why for s in states for why in s.get("not_continued", ())]
+    if not_continued:
+        report.notes.append(not_continued_note(not_continued))
 
 
 def spread_note(
@@ -113,6 +123,14 @@ def left_out_note(name: str, reasons: Sequence[str], requests: int) -> str:
     listed = "; ".join(f"{count}× {why[:160]}" for why, count in kinds.most_common(4))
     why = f"requests left out because {name}'s answer cannot be read back as token ids"
     return f"{why}: {len(reasons)} of {requests} ({listed})"
+
+
+def not_continued_note(reasons: Sequence[str]) -> str:
+    """One note: the conversations not continued (so not judged) because their history cannot be
+    sent as text."""
+    listed = "; ".join(reasons[:4]) + ("; …" if len(reasons) > 4 else "")
+    why = "conversations not continued, so not judged, because their history cannot be sent as text"
+    return f"{why}: {len(reasons)} ({listed})"
 
 
 class TierNotes:

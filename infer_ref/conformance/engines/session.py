@@ -4,6 +4,11 @@ each start are the workload's (:mod:`~infer_ref.conformance.engines.workloads.ge
 run observed goes into the ledger (:mod:`~infer_ref.conformance.engines.ledger`), and the verdicts
 are the tests' (:mod:`~infer_ref.conformance.engines.verdicts.judge`).
 
+For an engine of text prompts the plain engine also answers each request once before any test
+sends it (:meth:`EngineSession.judgeable`: can its answer be read back?), so the engine a test judges
+sees each request first when the test sends it; an engine that refuses the plain start gets a third,
+``probe``, start of the stressed options for that look.
+
 An HTTP endpoint is one engine started by someone else: plain and stressed are then the same handle.
 """
 
@@ -65,10 +70,14 @@ class EngineSession:
     settings: TierSettings
     ledger: Ledger = field(default_factory=Ledger)
     factory: Callable[..., EngineHandle] | None = field(default=None, init=False)
-    factory_kwargs: dict[str, object] = field(default_factory=dict, init=False)  # --engine-option, parsed and checked
+    factory_kwargs: dict[str, object] = field(
+        default_factory=dict, init=False
+    )  # --engine-option, parsed and checked
     started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict, init=False)
     failed: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
-    refused: dict[tuple[str, str], str] = field(default_factory=dict, init=False)  # starts declined (Unsupported)
+    refused: dict[tuple[str, str], str] = field(
+        default_factory=dict, init=False
+    )  # starts declined (Unsupported)
     alone_answers: dict[tuple[str, EngineRequest], EngineOutput] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
@@ -76,12 +85,15 @@ class EngineSession:
         if settings.endpoint is None:
             engine = settings.engine or DEFAULT_ENGINE
             self.factory = load_factory(engine)
+            self.ledger.capabilities = declared_capabilities(self.factory)
             try:
                 self.factory_kwargs = parse_engine_options(settings.engine_options, self.factory, engine)
             except EngineOptionError as e:
                 raise EngineStartError(str(e)) from None
         elif settings.engine_options:
-            raise EngineStartError("--engine-option sets an engine the tier starts; a running endpoint was started by you")
+            raise EngineStartError(
+                "--engine-option sets an engine the tier starts; a running endpoint was started by you"
+            )
         try:
             settings.consistency  # noqa: B018 -- a given tolerance out of range is refused before any start
         except ValueError as e:
@@ -91,12 +103,20 @@ class EngineSession:
     def name(self) -> str:
         return self.settings.name
 
+    def kind_of(self, handle: EngineHandle) -> str:
+        """Which start ``handle`` is (``stressed`` where it is none of this tier's: the tests' default)."""
+        return next((kind for (_, kind), started in self.started.items() if started is handle), "stressed")
+
     def start_of(self, kind: str) -> EngineStart:
         """How the ``kind`` engine is started, for a repro script of an engine with no snippet of its own."""
         if self.settings.endpoint is not None:
             return EngineStart(endpoint=self.settings.endpoint)
-        options = options_for(kind, self.settings.dtype, self.capabilities, long_context=self.settings.long_context)
-        return EngineStart(factory=self.settings.factory_spec, options=asdict(options), kwargs=dict(self.factory_kwargs))
+        options = options_for(
+            kind, self.settings.dtype, self.capabilities, long_context=self.settings.long_context
+        )
+        return EngineStart(
+            factory=self.settings.factory_spec, options=asdict(options), kwargs=dict(self.factory_kwargs)
+        )
 
     def case(self, test: str, model_dir: Path, handle: EngineHandle, kind: str = "stressed") -> Case:
         """Where a verdict is given, with what its repro needs: ``test`` on ``model_dir``, answered by
@@ -151,7 +171,11 @@ class EngineSession:
             try:
                 self.started[key] = self._start(model_dir, kind)
                 self.ledger.engine_name = self.ledger.engine_name or self.started[key].name
-            except Unsupported as e:  # the engine cannot run this kind of start: its tests are "not supported"
+                if self.ledger.capabilities is None and self.settings.endpoint is not None:
+                    self.ledger.capabilities = frozenset(self.started[key].capabilities)
+            except (
+                Unsupported
+            ) as e:  # the engine cannot run this kind of start: its tests are "not supported"
                 self.refused[key] = f"{self.name} ({kind} start): {_one_line(e)}"
                 raise Unsupported(self.refused[key]) from None
             except Exception as e:
@@ -165,14 +189,16 @@ class EngineSession:
 
             return connect(self.settings.endpoint, model_dir)
         assert self.factory is not None
-        options = options_for(kind, self.settings.dtype, self.capabilities, long_context=self.settings.long_context)
+        options = options_for(
+            kind, self.settings.dtype, self.capabilities, long_context=self.settings.long_context
+        )
         return self.factory(model_dir, options, **self.factory_kwargs)
 
     def alone(self, model_dir: Path, request: EngineRequest) -> EngineOutput:
         """``request`` run alone on the plain engine (memoised): the self-consistency reference."""
         key = (str(model_dir), request)
         if key not in self.alone_answers:
-            [self.alone_answers[key]] = self.handle(model_dir, "plain").generate([request])
+            [self.alone_answers[key]] = run(self.handle(model_dir, "plain"), [request])
         return self.alone_answers[key]
 
     def alone_answers_to(self, model_dir: Path, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
@@ -185,35 +211,65 @@ class EngineSession:
 
         A text API answers token texts, not ids, and llama_cpp.server does not return the end token
         that stopped a request: an answer holding a token several tokens render to, or ended by
-        an end token, cannot be mapped back to ids. Each request is first run alone on the
-        stressed engine (the one the properties use; the answer is memoised); one whose answer
+        an end token, cannot be mapped back to ids. Each request is first run alone on the plain
+        engine (:meth:`_probe`), never on the engine the tests judge: the first send of a request
+        to that engine is the judged one, on the cache state the test built. One whose answer
         raises ``Unsupported`` is left out, with its reason kept for the report's notes. None
         left: the test is "not supported" with the first reason.
         """
         if not self.takes_text_prompts(model_dir):
             return list(requests)
-        handle = self.handle(model_dir, "stressed")  # a refused start is the test's "not supported", not a request's
-        kept, reasons, ran = [], [], False
-        for request in requests:
-            key = (str(model_dir), request)
-            if key not in self.ledger.unreadable:
-                ran = True
-                try:
-                    run(handle, [request])
-                    self.ledger.unreadable[key] = None
-                except Unsupported as e:
-                    self.ledger.unreadable[key] = _one_line(e)
-            why = self.ledger.unreadable[key]
-            if why is None:
-                kept.append(request)
-            else:
-                reasons.append(why)
-        if ran and "reset_prefix_cache" in handle.capabilities:
-            handle.reset_prefix_cache()  # the test's first pass meets the cache cold, as it would have
+        looked = any((str(model_dir), r) not in self.ledger.unreadable for r in requests)
+        kept = [r for r in requests if self.readable(model_dir, r)]
+        if looked and self.settings.endpoint is not None:
+            self._empty_server_cache(
+                model_dir
+            )  # one server plays every role: the test's first pass meets its cache cold
         if not kept:
+            reasons = [self.ledger.unreadable[(str(model_dir), r)] for r in requests]
             first = reasons[0] if reasons else "no requests were given"
-            raise Unsupported(f"none of the {len(requests)} requests has an answer {self.name} shows exactly ({first})")
+            raise Unsupported(
+                f"none of the {len(requests)} requests has an answer {self.name} shows exactly ({first})"
+            )
         return kept
+
+    def readable(self, model_dir: Path, request: EngineRequest) -> bool:
+        """Whether the engine's answer to ``request`` can be read back exactly (memoised; always for
+        an engine of token prompts): :meth:`judgeable` for one request. On a server (``--endpoint``,
+        one engine) the look is a send of its own, its cache left as the look left it."""
+        if not self.takes_text_prompts(model_dir):
+            return True
+        key = (str(model_dir), request)
+        if key not in self.ledger.unreadable:
+            probe = self._probe(model_dir)  # a refused start is the test's "not supported", not a request's
+            try:
+                [answer] = run(probe, [request])
+                self.ledger.unreadable[key] = None
+                if probe is self.started.get((str(model_dir), "plain")) and self.settings.endpoint is None:
+                    self.alone_answers.setdefault(key, answer)  # the very run alone() makes
+            except Unsupported as e:
+                self.ledger.unreadable[key] = _one_line(e)
+        return self.ledger.unreadable[key] is None
+
+    def _empty_server_cache(self, model_dir: Path) -> None:
+        server = self.handle(model_dir, "plain")
+        if "reset_prefix_cache" in server.capabilities:
+            server.reset_prefix_cache()
+
+    def _probe(self, model_dir: Path) -> EngineHandle:
+        """Where :meth:`judgeable` runs requests: the plain start, an engine of its own with no prefix
+        cache, so the engine a test judges sees each request first when the test sends it; for an
+        engine that refuses (or fails) a plain start, a separate start of the stressed options
+        (``probe``). A server (``--endpoint``) is one engine: its cache is emptied after the look instead."""
+        try:
+            return self.handle(model_dir, "plain")
+        except (Unsupported, EngineStartError):
+            return self.handle(model_dir, "probe")
+
+    def not_continued(self, model_dir: Path, reasons: Sequence[str]) -> None:
+        """Conversations of ``model_dir`` that could not be continued as text, each with its reason
+        (for the report's notes: those requests were not judged)."""
+        self.ledger.not_continued += [f"{model_dir.name}: {why}" for why in reasons]
 
     def stop_all(self) -> None:
         for handle in self.started.values():
@@ -227,9 +283,26 @@ def _one_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {text[0]}" if text else type(e).__name__
 
 
+class EngineCrash(Exception):
+    """The engine raised while answering (anything but ``Unsupported`` or a lost connection): a
+    failure of the test that sent ``requests``, which the tier's conftest gives a repro script."""
+
+    def __init__(self, handle: EngineHandle, requests: Sequence[EngineRequest], error: Exception) -> None:
+        super().__init__(
+            f"{handle.name} raised while answering {len(requests)} request(s): {_one_line(error)}"
+        )
+        self.handle, self.requests, self.error = handle, list(requests), error
+
+
 def run(handle: EngineHandle, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
-    """``handle.generate`` with the count checked (an engine dropping a request is a failure, not an index error)."""
-    outputs = handle.generate(list(requests))
+    """``handle.generate`` with the count checked (an engine dropping a request is a failure, not an
+    index error) and a crash kept with the requests that caused it (:class:`EngineCrash`)."""
+    try:
+        outputs = handle.generate(list(requests))
+    except (Unsupported, EngineStartError, AssertionError):
+        raise
+    except Exception as e:
+        raise EngineCrash(handle, requests, e) from e
     if len(outputs) != len(requests):
         raise AssertionError(f"{len(requests)} requests sent, {len(outputs)} answers returned")
     return outputs

@@ -74,8 +74,8 @@ class InferRefEngine:
         budget = (
             f", {options.max_num_batched_tokens} tokens per step" if options.max_num_batched_tokens else ""
         )
-        blocks = self.engine.pool.num_blocks
-        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, block {block_size}, {blocks} blocks{budget})"
+        pool = f"block {block_size}, {self.engine.pool.num_blocks} blocks{budget}"
+        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, {pool})"
         self.options = options
         self.device = device
 

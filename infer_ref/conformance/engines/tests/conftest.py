@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.session import EngineSession, EngineStartError
+from infer_ref.conformance.engines.protocol import EngineHandle
+from infer_ref.conformance.engines.session import EngineCrash, EngineSession, EngineStartError
 from infer_ref.conformance.engines.settings import TierSettings
+from infer_ref.conformance.engines.tests.scenarios import Started
 from infer_ref.conformance.engines.workloads.folders import default_model_dirs
 from infer_ref.conformance.profiles import one_torch_thread
 from infer_ref.conformance.report import NOT_JUDGED
@@ -21,14 +23,20 @@ def _session(config: pytest.Config) -> EngineSession:
     if "session" not in _SESSION:
         settings = TierSettings.of(config)
         if settings.endpoint and len(settings.model_dirs) != 1:
-            raise pytest.UsageError("--ir-endpoint needs exactly one --ir-model-dir: the folder the server serves")
+            raise pytest.UsageError(
+                "--ir-endpoint needs exactly one --ir-model-dir: the folder the server serves"
+            )
         _SESSION["session"] = EngineSession(settings)
     return _SESSION["session"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "ir_engine_requires(*capabilities): skip unless the engine declares them")
-    config.addinivalue_line("markers", "ir_long_context: the long-context workload (run with --ir-long-context, and only then)")
+    config.addinivalue_line(
+        "markers", "ir_engine_requires(*capabilities): skip unless the engine declares them"
+    )
+    config.addinivalue_line(
+        "markers", "ir_long_context: the long-context workload (run with --ir-long-context, and only then)"
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -43,7 +51,10 @@ def _default_dirs(long_context: bool) -> list[Path]:
     if key not in _DIRS:  # written once per process (cached on disk across runs)
         _DIRS[key] = default_model_dirs(long_context=long_context)
         if not _DIRS[key]:
-            raise pytest.UsageError("no checkpoints to judge: pass --ir-model-dir DIR (the kit's own need a checkout of infer_ref)")
+            raise pytest.UsageError(
+                "no checkpoints to judge: pass --ir-model-dir DIR (the kit's own need a checkout of "
+                "infer_ref)"
+            )
     return _DIRS[key]
 
 
@@ -63,7 +74,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         _record(item, needed)
         missing = [c for c in needed if c not in engines.capabilities]
         if missing:
-            item.add_marker(pytest.mark.skip(reason=f"not supported by {engines.name} ({', '.join(missing)})"))
+            item.add_marker(
+                pytest.mark.skip(reason=f"not supported by {engines.name} ({', '.join(missing)})")
+            )
 
 
 def _select_workload(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -87,7 +100,12 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
     from infer_ref.conformance.report import bug_classes_of
 
     item.user_properties.append(("ir_capabilities", sorted(set(needed)) or ["(any engine)"]))
-    item.user_properties.append(("ir_bug_classes", bug_classes_of(item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES + LONG_CONTEXT_BUG_CLASSES)))
+    item.user_properties.append(
+        (
+            "ir_bug_classes",
+            bug_classes_of(item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES + LONG_CONTEXT_BUG_CLASSES),
+        )
+    )
     oracle = item.get_closest_marker("ir_oracle")
     if oracle is not None:
         item.user_properties.append(("ir_oracle", str(oracle.args[0])))
@@ -130,7 +148,7 @@ def _one_thread() -> Iterator[None]:
 
 
 @pytest.fixture
-def started(engines: EngineSession, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def started(engines: EngineSession, request: pytest.FixtureRequest) -> Started:
     """``started(model_dir, kind)``: the engine (one that cannot start makes the test "not judged").
 
     Capabilities may be declared per started engine: a handle whose own ``capabilities`` lack one
@@ -139,7 +157,7 @@ def started(engines: EngineSession, request: pytest.FixtureRequest):  # type: ig
     narrow what a start honours)."""
     needed = [c for m in request.node.iter_markers("ir_engine_requires") for c in m.args]
 
-    def get(model_dir: Path, kind: str = "stressed"):  # type: ignore[no-untyped-def]
+    def get(model_dir: Path, kind: str = "stressed") -> EngineHandle:
         handle = engines.handle(model_dir, kind)
         missing = [c for c in needed if c not in getattr(handle, "capabilities", frozenset(needed))]
         if missing:
@@ -151,19 +169,33 @@ def started(engines: EngineSession, request: pytest.FixtureRequest):  # type: ig
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
-    return (yield from _judged_only())
+    return (yield from _judged_only(item))
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
-    return (yield from _judged_only())
+    return (yield from _judged_only(item))
 
 
-def _judged_only() -> Iterator[None]:
+def _judged_only(item: pytest.Item) -> Iterator[None]:
     """An engine that could not be started or reached, wherever a test meets it, makes the test
     "not judged" with the reason, never failed: nothing about the engine was learnt (a closed port
-    is not a wrong answer). The report's verdict is then "nothing judged" and the exit status 7."""
+    is not a wrong answer). The report's verdict is then "nothing judged" and the exit status 7.
+    An engine that raised while answering fails the test, with a repro script like any failure."""
     try:
         return (yield)
     except EngineStartError as e:
         pytest.skip(f"{NOT_JUDGED} {e}")
+    except EngineCrash as crash:
+        raise AssertionError(_crash_message(item, crash)) from crash.error
+
+
+def _crash_message(item: pytest.Item, crash: EngineCrash) -> str:
+    """The crash, and the repro of the call that raised (the script sends its requests in one call)."""
+    from infer_ref.conformance.engines.verdicts.repro import Replay, write_repro
+
+    assert isinstance(item, pytest.Function)  # an engine test, parametrized by its checkpoint folder
+    engines, model_dir = _session(item.config), Path(str(item.callspec.params["model_dir"]))
+    case = engines.case(item.originalname, model_dir, crash.handle, engines.kind_of(crash.handle))
+    replay = Replay(crash.requests, [[list(range(len(crash.requests)))]], engines.settings.oracle_tolerance())
+    return f"{crash}\n{write_repro(case, replay, str(crash))}"

@@ -34,7 +34,7 @@ from infer_ref.conformance.engines.verdicts.positions import (
     judged_positions,
     of_kind,
 )
-from infer_ref.conformance.engines.verdicts.prefix_hits import shortfalls
+from infer_ref.conformance.engines.verdicts.prefix_hits import CountedPair, shortfalls
 from infer_ref.conformance.engines.verdicts.repro import Case, Replay, write_repro
 from infer_ref.conformance.engines.verdicts.thresholds import thresholds_for
 from infer_ref.conformance.engines.verdicts.tolerances import LOW_PRECISION, agreement_tolerance
@@ -126,12 +126,16 @@ def judge_agreement(
     engine ran first whose cached state ``requests`` meet (a conversation's first turns): a repro
     sends them first too."""
     model_dir = case.model_dir
-    per_request = [judged_positions(model_dir, i, r, o) for i, (r, o) in enumerate(zip(requests, outputs, strict=True))]
+    per_request = [
+        judged_positions(model_dir, i, r, o) for i, (r, o) in enumerate(zip(requests, outputs, strict=True))
+    ]
     low_precision = dtype in LOW_PRECISION
     if low_precision:  # each test's own kind of position (thresholds are calibrated per kind)
         per_request = [of_kind(positions, kind) for positions in per_request]
     for positions in per_request:
-        ledger.distances.record(case.where, max((distance_from_oracle(p.entry, p.row) for p in positions), default=0.0))
+        ledger.distances.record(
+            case.where, max((distance_from_oracle(p.entry, p.row) for p in positions), default=0.0)
+        )
     if low_precision:
         test = f"{case.test} ({run_label})" if run_label else case.test
         failure = distribution_failure(ledger, model_dir, dtype, test, kind, per_request)
@@ -145,7 +149,10 @@ def judge_agreement(
 
 
 def position_failure(
-    per_request: list[list[JudgedPosition]], dtype: str, requests: Sequence[EngineRequest], outputs: Sequence[EngineOutput]
+    per_request: list[list[JudgedPosition]],
+    dtype: str,
+    requests: Sequence[EngineRequest],
+    outputs: Sequence[EngineOutput],
 ) -> Failure | None:
     """Each request judged at the tolerance of its length (float32's grows past 333 positions)."""
     report, tolerances = [], []
@@ -153,14 +160,17 @@ def position_failure(
         tol = agreement_tolerance(dtype, len(request.prompt) + len(output.token_ids))
         found = disagreements(positions, tol)
         if found and positions:
-            where = f"request {positions[0].request} ({positions[0].prompt_len} prompt tokens, tolerance {tol:.3g})"
+            first = positions[0]
+            where = f"request {first.request} ({first.prompt_len} prompt tokens, tolerance {tol:.3g})"
             report.append(f"{where}: " + "; ".join(found[:3]))
             tolerances.append(tol)
     if not report:
         return None
     flat = agreement_tolerance(dtype)
     grows = "" if max(tolerances) == flat else f", growing with the request's length to {max(tolerances):.3g}"
-    headline = f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {flat:g}{grows})"
+    headline = (
+        f"{len(report)} of {len(requests)} requests disagree with the oracle (tolerance {flat:g}{grows})"
+    )
     return Failure(headline, report, max(tolerances))
 
 
@@ -194,11 +204,33 @@ def distribution_failure(
     return Failure(headline, [str(e) for e in exceeded], agreement_tolerance(dtype))
 
 
-def judge_prefix_hits(*, ledger: Ledger, hits: list[PrefixHit], requests: str, computed: str) -> None:
-    """``hits``: one per request (``requests`` names them, e.g. "continued conversations") sent
-    after ``computed`` ("the prompt", "the conversation") was computed on an emptied cache: recorded
-    for the report's notes, "not judged" when nothing ever hit, failed when a request was served
-    less than its shared prefix warrants."""
+def judge_prefix_hits(
+    *, ledger: Ledger, engine: str, pairs: list[CountedPair], requests: str, computed: str
+) -> None:
+    """``pairs``: one per request (``requests`` names them, e.g. "continued conversations") sent
+    after ``computed`` ("the prompt", "the conversation") was computed on an emptied cache, with the
+    counts ``engine`` reported: recorded for the report's notes, "not judged" when nothing ever hit
+    or when the counts cannot be believed, failed when a request was served less than its shared
+    prefix warrants.
+
+    ``cached_tokens`` is ``None`` where the engine does not report a count for a request and ``0``
+    where it reports that nothing was served (docs/adapters.md). A count on the first request after
+    the cache was emptied (nothing there to serve it) is a count the tier cannot believe: an engine
+    that reports, say, 1 for every request would otherwise be failed for shortfalls it never had."""
+    if not pairs:
+        pytest.skip(f"{NOT_JUDGED} no {requests} could be sent and read back (the report's notes say why)")
+    if unbelievable := [p.first for p in pairs if p.first]:
+        pytest.skip(
+            f"{NOT_JUDGED} cached-token counts that cannot be believed: {engine} reported {unbelievable[0]} "
+            f"cached tokens for a request sent first on an emptied prefix cache ({len(unbelievable)} of "
+            f"{len(pairs)} such requests), where nothing could be served"
+        )
+    hits = [PrefixHit(p.shared, p.second) for p in pairs if p.second is not None]
+    if not hits:
+        pytest.skip(
+            f"{NOT_JUDGED} no cached-token count reported: {engine} answered cached_tokens None "
+            f"(not reported) for every one of {len(pairs)} {requests}"
+        )
     ledger.prefix_hits += hits
     found = shortfalls(hits)
     if found is None:

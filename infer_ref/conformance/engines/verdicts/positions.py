@@ -2,7 +2,8 @@
 low-precision calibration (``python -m infer_ref.conformance.engines.calibrate``), so both judge
 exactly the same positions.
 
-:func:`judged_positions` pairs every logprob an engine returned with the oracle's row at its position, teacher-forced on the engine's own tokens.
+:func:`judged_positions` pairs every logprob an engine returned with the oracle's row at its position,
+teacher-forced on the engine's own tokens.
 float32 and float64 are judged position by position (:func:`disagreements`, the tolerance of
 :func:`~infer_ref.conformance.engines.verdicts.tolerances.agreement_tolerance`); bfloat16 and float16 by the
 distribution of the positions (:mod:`~infer_ref.conformance.engines.verdicts.distribution`).
@@ -49,8 +50,11 @@ def judged_positions(
         JudgedPosition(index, f"step {s}", n, e, oracle[n - 1 + s], request.greedy, prompt=False)
         for s, e in enumerate(output.logprobs)
     ]
-    out += [JudgedPosition(index, f"prompt position {p}", n, e, oracle[p - 1], False, prompt=True)
-            for p, e in enumerate(output.prompt_logprobs or ()) if e is not None]  # fmt: skip
+    out += [
+        JudgedPosition(index, f"prompt position {p}", n, e, oracle[p - 1], False, prompt=True)
+        for p, e in enumerate(output.prompt_logprobs or ())
+        if e is not None
+    ]
     return out
 
 

@@ -17,9 +17,20 @@ is not wrong); a shortfall is only ever claimed against the granularity the engi
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from math import gcd
 
 from infer_ref.conformance.engines.ledger import PrefixHit
+
+
+@dataclass(frozen=True)
+class CountedPair:
+    """A request sent on an emptied cache, then one sharing ``shared`` tokens with it: the
+    cached-token counts the engine reported for each (None: not reported)."""
+
+    shared: int
+    first: int | None  # nothing could be served: anything but 0 or None is a count not to believe
+    second: int | None
 
 
 def granularity(hits: Sequence[PrefixHit]) -> int | None:
@@ -39,9 +50,12 @@ def shortfalls(hits: Sequence[PrefixHit]) -> list[str] | None:
     block = granularity(hits)
     if block is None:
         return None
-    return [f"request {i}: {h.cached} of {h.shared} shared prompt tokens served from cache, at least "
-            f"{expected_hit(h.shared, block)} expected (hits come in multiples of {block})"
-            for i, h in enumerate(hits) if h.cached < expected_hit(h.shared, block)]  # fmt: skip
+    return [
+        f"request {i}: {h.cached} of {h.shared} shared prompt tokens served from cache, at least "
+        f"{expected_hit(h.shared, block)} expected (hits come in multiples of {block})"
+        for i, h in enumerate(hits)
+        if h.cached < expected_hit(h.shared, block)
+    ]
 
 
 def summary(hits: Sequence[PrefixHit]) -> str:
@@ -51,5 +65,7 @@ def summary(hits: Sequence[PrefixHit]) -> str:
     hit = sum(h.cached > 0 for h in hits)
     block = granularity(hits)
     granule = f", in multiples of {block} tokens" if block else ""
-    return (f"prefix cache hits observed: {hit} of {len(hits)} extending requests hit, "
-            f"{served} of {shared} shared prompt tokens served from cache{granule}")
+    return (
+        f"prefix cache hits observed: {hit} of {len(hits)} extending requests hit, "
+        f"{served} of {shared} shared prompt tokens served from cache{granule}"
+    )

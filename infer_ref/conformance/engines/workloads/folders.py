@@ -13,7 +13,9 @@ from infer_ref.paths import FIXTURE_CHECKPOINTS
 CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
 
 
-def default_model_dirs(progress: Callable[[str], None] | None = None, *, long_context: bool = False) -> list[Path]:
+def default_model_dirs(
+    progress: Callable[[str], None] | None = None, *, long_context: bool = False
+) -> list[Path]:
     """The kit's checkpoints: the three trained fixtures (from a checkout, or the wheel's data folder)
     and the engine checkpoints written from them on first use (in both config.json styles, under
     ``$INFER_REF_ENGINE_CHECKPOINTS``, default ``~/.cache/infer_ref/engine-checkpoints``; ``progress``
@@ -30,7 +32,9 @@ def default_model_dirs(progress: Callable[[str], None] | None = None, *, long_co
 def engine_checkpoints_root() -> Path:
     """Where the kit's engine checkpoints are written: ``$INFER_REF_ENGINE_CHECKPOINTS``, default
     ``~/.cache/infer_ref/engine-checkpoints``."""
-    return Path(os.environ.get(CHECKPOINTS_ENV) or Path.home() / ".cache" / "infer_ref" / "engine-checkpoints")
+    return Path(
+        os.environ.get(CHECKPOINTS_ENV) or Path.home() / ".cache" / "infer_ref" / "engine-checkpoints"
+    )
 
 
 __all__ = ["CHECKPOINTS_ENV", "default_model_dirs", "engine_checkpoints_root"]

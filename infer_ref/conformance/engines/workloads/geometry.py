@@ -45,7 +45,9 @@ class Geometry:
 
 DEFAULT_GEOMETRY = Geometry(MAX_MODEL_LEN, PLAIN_KV_TOKENS, CHUNK_BUDGET, KV_BUDGET_BLOCKS * BLOCK_SIZE)
 # Its pool is exactly the pool-edge pair's blocks: exhausted at a block boundary, at every block size.
-LONG_GEOMETRY = Geometry(LONG_MAX_MODEL_LEN, PLAIN_LONG_KV_TOKENS, LONG_CHUNK_BUDGET, POOL_BLOCKS * BLOCK_SIZE)
+LONG_GEOMETRY = Geometry(
+    LONG_MAX_MODEL_LEN, PLAIN_LONG_KV_TOKENS, LONG_CHUNK_BUDGET, POOL_BLOCKS * BLOCK_SIZE
+)
 
 
 def geometry_of(long_context: bool) -> Geometry:
@@ -53,9 +55,12 @@ def geometry_of(long_context: bool) -> Geometry:
     return LONG_GEOMETRY if long_context else DEFAULT_GEOMETRY
 
 
-def options_for(kind: str, dtype: str, capabilities: frozenset[str], *, long_context: bool = False) -> EngineOptions:
-    """The options of a ``plain``, ``stressed`` or ``block-N`` (the stressed start with KV blocks of
-    N positions) start at the workload's geometry, limited to what the engine can honour."""
+def options_for(
+    kind: str, dtype: str, capabilities: frozenset[str], *, long_context: bool = False
+) -> EngineOptions:
+    """The options of a ``plain``, ``stressed`` (``probe``: a separate start of the same options) or
+    ``block-N`` (the stressed start with KV blocks of N positions) start at the workload's geometry,
+    limited to what the engine can honour."""
     geometry = geometry_of(long_context)
     plain = EngineOptions(
         dtype=dtype,
@@ -71,7 +76,9 @@ def options_for(kind: str, dtype: str, capabilities: frozenset[str], *, long_con
         prefix_caching="prefix_caching" in capabilities,
         block_size=int(kind.removeprefix("block-")) if kind.startswith("block-") else BLOCK_SIZE,
         max_num_batched_tokens=geometry.chunk_budget if "chunked_prefill" in capabilities else None,
-        kv_cache_tokens=geometry.stressed_kv_tokens if "kv_budget" in capabilities else geometry.plain_kv_tokens,
+        kv_cache_tokens=geometry.stressed_kv_tokens
+        if "kv_budget" in capabilities
+        else geometry.plain_kv_tokens,
     )
 
 

@@ -24,6 +24,7 @@ from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
 from infer_ref.conformance.engines.workloads.prompts import (
     BLOCK_SIZE,
     ModelFacts,
+    continuation_prompts,
     greedy_requests,
     random_prompt,
 )
@@ -72,12 +73,33 @@ def long_lengths(model_dir: Path) -> list[int]:
 
 def long_prompts(facts: ModelFacts, model_dir: Path, seed: int = 0) -> list[tuple[int, ...]]:
     """One prompt of each of :func:`long_lengths`."""
-    rng = random.Random(f"{facts.name}/long/{seed}")
-    return [random_prompt(facts, n, rng) for n in long_lengths(model_dir)]
+    return _drawn(facts, f"long/{seed}", long_lengths(model_dir))
 
 
-def long_requests(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool, seed: int = 0) -> list[EngineRequest]:
-    return greedy_requests(long_prompts(facts, model_dir, seed), ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
+def _drawn(facts: ModelFacts, stream: str, lengths: list[int]) -> list[tuple[int, ...]]:
+    """Prompts of ``lengths`` from the seeded ``stream``, drawn once per process: every test of the
+    workload sends the same ones, and text-stable ones of 8193 tokens take about a second to draw."""
+    key = (
+        facts,
+        facts.text.digest if facts.text else None,
+        stream,
+        tuple(lengths),
+    )  # folders of one name may differ
+    if key not in _DRAWN:
+        rng = random.Random(f"{facts.name}/{stream}")
+        _DRAWN[key] = [random_prompt(facts, n, rng) for n in lengths]
+    return list(_DRAWN[key])
+
+
+_DRAWN: dict[tuple[ModelFacts, str | None, str, tuple[int, ...]], list[tuple[int, ...]]] = {}
+
+
+def long_requests(
+    facts: ModelFacts, model_dir: Path, *, ignore_eos: bool, seed: int = 0
+) -> list[EngineRequest]:
+    return greedy_requests(
+        long_prompts(facts, model_dir, seed), ignore_eos=ignore_eos, max_tokens=LONG_GENERATED
+    )
 
 
 def first_long_turns(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool) -> list[EngineRequest]:
@@ -86,26 +108,32 @@ def first_long_turns(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool) ->
     lengths = long_lengths(model_dir)
     past_window = [n for n in lengths if any(n == w + 1 for w in window_sizes(model_dir))]
     chosen = sorted({(past_window or lengths[:1])[0], lengths[-1]})
-    rng = random.Random(f"{facts.name}/long-turns")
-    return greedy_requests([random_prompt(facts, n, rng) for n in chosen], ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
+    return greedy_requests(
+        _drawn(facts, "long-turns", chosen), ignore_eos=ignore_eos, max_tokens=LONG_GENERATED
+    )
 
 
-def continued_long_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *,
-                         ignore_eos: bool) -> list[EngineRequest]:  # fmt: skip
-    """Each first turn continued: its prompt, the engine's own answer, and a new turn."""
-    rng = random.Random(f"{facts.name}/long-continued")
-    prompts = []
-    for request, answer in zip(first, answers, strict=True):
-        before = request.prompt + tuple(answer.token_ids)
-        prompts.append(before + random_prompt(facts, LONG_NEW_TURN, rng, after=before))
+def continued_long_turns(
+    facts: ModelFacts,
+    first: list[EngineRequest],
+    answers: list[EngineOutput],
+    *,
+    ignore_eos: bool,
+    left_out: list[str] | None = None,
+) -> list[EngineRequest]:
+    """Each first turn continued: its prompt, the engine's own answer, and a new turn (a turn that
+    cannot be sent as text left out, with its reason appended to ``left_out``)."""
+    turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
+    prompts = continuation_prompts(
+        facts, turns, new_turn=LONG_NEW_TURN, stream="long-continued", left_out=left_out
+    )
     return greedy_requests(prompts, ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
 
 
 def pool_edge_prompts(facts: ModelFacts) -> list[tuple[int, ...]]:
     """Two prompts of exactly :data:`POOL_EDGE_BLOCKS` blocks: together they fill the stressed pool,
     and the first generated token of either needs one block more."""
-    rng = random.Random(f"{facts.name}/pool-edge")
-    return [random_prompt(facts, blocks * BLOCK_SIZE, rng) for blocks in POOL_EDGE_BLOCKS]
+    return _drawn(facts, "pool-edge", [blocks * BLOCK_SIZE for blocks in POOL_EDGE_BLOCKS])
 
 
 __all__ = [
