@@ -48,7 +48,8 @@ def test_a_token_level_cache_is_held_to_all_but_one_shared_token() -> None:
     assert granularity([PrefixHit(40, 40), PrefixHit(97, 97)]) == 1
     assert shortfalls([PrefixHit(40, 39), PrefixHit(97, 97)]) == []
     assert shortfalls([PrefixHit(40, 39), PrefixHit(97, 95)]) == [
-        "request 1: 95 of 97 shared prompt tokens served from cache, at least 96 expected (hits come in multiples of 1)"]
+        "request 1: 95 of 97 shared prompt tokens served from cache, at least 96 expected (hits come in multiples of 1)"
+    ]
 
 
 def test_large_blocks_are_not_a_shortfall_and_no_hit_at_all_is_not_judged() -> None:
@@ -61,7 +62,8 @@ def test_large_blocks_are_not_a_shortfall_and_no_hit_at_all_is_not_judged() -> N
 def test_the_note_counts_hits_and_tokens() -> None:
     assert summary([PrefixHit(97, 96), PrefixHit(5, 0)]) == (
         "prefix cache hits observed: 1 of 2 extending requests hit, 96 of 102 shared prompt tokens served "
-        "from cache, in multiples of 96 tokens")
+        "from cache, in multiples of 96 tokens"
+    )
 
 
 def _tier(engine: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
@@ -96,17 +98,38 @@ def test_a_count_on_the_first_request_of_an_emptied_cache_makes_the_counts_not_j
     ledger = Ledger()
     with pytest.raises(pytest.skip.Exception, match=r"^not judged: cached-token counts that cannot be believed: an engine "
                        r"reported 1 cached tokens for a request sent first on an emptied prefix cache \(2 of 2"):  # fmt: skip
-        judge_prefix_hits(ledger=ledger, engine="an engine", pairs=pairs, requests="prompts", computed="the prompt")
+        judge_prefix_hits(
+            ledger=ledger, engine="an engine", pairs=pairs, requests="prompts", computed="the prompt"
+        )
     assert ledger.prefix_hits == []
 
 
 def test_a_count_not_reported_is_left_out_and_none_reported_is_not_judged() -> None:
     ledger = Ledger()
-    with pytest.raises(pytest.skip.Exception, match=r"no cached-token count reported: an engine answered cached_tokens None"):
-        judge_prefix_hits(ledger=ledger, engine="an engine", pairs=[CountedPair(33, None, None), CountedPair(97, 0, None)], requests="prompts", computed="the prompt")
+    with pytest.raises(
+        pytest.skip.Exception, match=r"no cached-token count reported: an engine answered cached_tokens None"
+    ):
+        judge_prefix_hits(
+            ledger=ledger,
+            engine="an engine",
+            pairs=[CountedPair(33, None, None), CountedPair(97, 0, None)],
+            requests="prompts",
+            computed="the prompt",
+        )
     # None is "not reported", never "no hit": the reported pair alone is judged, and its shortfall fails
-    with pytest.raises(AssertionError, match=r"1 of 1 prompts\):\n  request 0: 32 of 97 shared prompt tokens served from cache, at least 96"):
-        judge_prefix_hits(ledger=ledger, engine="an engine", pairs=[CountedPair(33, 0, None), CountedPair(97, None, 32)], requests="prompts", computed="the prompt")
+    with pytest.raises(
+        AssertionError,
+        match=r"1 of 1 prompts\):\nrequest 0: 32 of 97 shared prompt tokens served from cache, at least 96",
+    ):
+        judge_prefix_hits(
+            ledger=ledger,
+            engine="an engine",
+            pairs=[CountedPair(33, 0, None), CountedPair(97, None, 32)],
+            requests="prompts",
+            computed="the prompt",
+        )
     assert ledger.prefix_hits == [PrefixHit(97, 32)]
     with pytest.raises(pytest.skip.Exception, match=r"no prompts could be sent and read back"):
-        judge_prefix_hits(ledger=ledger, engine="an engine", pairs=[], requests="prompts", computed="the prompt")
+        judge_prefix_hits(
+            ledger=ledger, engine="an engine", pairs=[], requests="prompts", computed="the prompt"
+        )

@@ -239,10 +239,11 @@ def judge_prefix_hits(
             f"{NOT_JUDGED} no prefix hit observed: {len(hits)} {requests} (up to "
             f"{most} shared tokens) were served nothing from cache"
         )
-    assert not found, (
-        f"the prefix cache served less than {computed} computed just before ({len(found)} of {len(hits)} "
-        f"{requests}):\n" + "\n".join(found)
-    )
+    if found:
+        raise AssertionError(
+            f"the prefix cache served less than {computed} computed just before ({len(found)} of {len(hits)} "
+            f"{requests}):\n" + "\n".join(found)
+        )
 
 
 __all__ = [
