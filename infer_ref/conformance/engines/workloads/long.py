@@ -24,7 +24,7 @@ from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
 from infer_ref.conformance.engines.workloads.prompts import (
     BLOCK_SIZE,
     ModelFacts,
-    continuation_prompts,
+    continued_turns,
     greedy_requests,
     random_prompt,
 )
@@ -121,13 +121,18 @@ def continued_long_turns(
     ignore_eos: bool,
     left_out: list[str] | None = None,
 ) -> list[EngineRequest]:
-    """Each first turn continued: its prompt, the engine's own answer, and a new turn (a turn that
-    cannot be sent as text left out, with its reason appended to ``left_out``)."""
-    turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
-    prompts = continuation_prompts(
-        facts, turns, new_turn=LONG_NEW_TURN, stream="long-continued", left_out=left_out
+    """:func:`~infer_ref.conformance.engines.workloads.prompts.continued_turns` at this workload's
+    lengths: new turns of :data:`LONG_NEW_TURN` tokens, :data:`LONG_GENERATED` generated."""
+    return continued_turns(
+        facts,
+        first,
+        answers,
+        ignore_eos=ignore_eos,
+        left_out=left_out,
+        max_tokens=LONG_GENERATED,
+        new_turn=LONG_NEW_TURN,
+        stream="long-continued",
     )
-    return greedy_requests(prompts, ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
 
 
 def pool_edge_prompts(facts: ModelFacts) -> list[tuple[int, ...]]:

@@ -14,6 +14,7 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
 from infer_ref.conformance.engines.workloads.text_stable import TextStable
@@ -210,13 +211,16 @@ def continued_turns(
     *,
     ignore_eos: bool,
     left_out: list[str] | None = None,
+    max_tokens: int = GENERATED,
+    **new_turns: Any,
 ) -> list[EngineRequest]:
     """Each first turn continued: its prompt, the engine's own answer, and a new turn (a turn that
-    cannot be sent as text left out, with its reason appended to ``left_out``)."""
+    cannot be sent as text left out, with its reason appended to ``left_out``), each generating
+    ``max_tokens``. ``new_turns``: how :func:`continuation_prompts` draws the new turns (the default
+    workload's: seed 5)."""
     turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
-    return greedy_requests(
-        continuation_prompts(facts, turns, seed=5, left_out=left_out), ignore_eos=ignore_eos
-    )
+    prompts = continuation_prompts(facts, turns, left_out=left_out, **(new_turns or {"seed": 5}))
+    return greedy_requests(prompts, ignore_eos=ignore_eos, max_tokens=max_tokens)
 
 
 # What a detokenizer shows for the bytes of a character that a token boundary cut in two: text no
