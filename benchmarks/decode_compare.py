@@ -162,13 +162,15 @@ def ir_loop(model: Any, prompt: torch.Tensor, steps: int, device: torch.device) 
 def hf_loop(hf: Any, prompt: torch.Tensor, steps: int, device: torch.device) -> float:
     from transformers import DynamicCache
 
-    cache = DynamicCache(config=hf.config)
-    out = hf(input_ids=prompt, past_key_values=cache, use_cache=True)
+    from infer_ref.conformance.oracles.transformers_cache import cache_keyword
+
+    keyword = cache_keyword(hf)  # read once, outside the timed loop
+    out = hf(input_ids=prompt, use_cache=True, **{keyword: DynamicCache(config=hf.config)})
     tok = out.logits[:, -1].argmax(-1, keepdim=True)
     sync(device)
     t0 = time.perf_counter()
     for _ in range(steps):
-        out = hf(input_ids=tok, past_key_values=out.past_key_values, use_cache=True)
+        out = hf(input_ids=tok, use_cache=True, **{keyword: out[keyword]})
         tok = out.logits[:, -1].argmax(-1, keepdim=True)
     sync(device)
     return time.perf_counter() - t0

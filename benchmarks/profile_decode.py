@@ -154,15 +154,18 @@ def profile_model(args: argparse.Namespace, device: torch.device, dtype: torch.d
     if args.hf:
         from transformers import DynamicCache
 
+        from infer_ref.conformance.oracles.transformers_cache import cache_keyword
+
         hf = build_hf(hf_config, model, device, dtype)
-        out = hf(input_ids=prompt, past_key_values=DynamicCache(config=hf.config), use_cache=True)
+        keyword = cache_keyword(hf)  # read once, outside the profiled step
+        out = hf(input_ids=prompt, use_cache=True, **{keyword: DynamicCache(config=hf.config)})
         hf_token = out.logits[:, -1:].argmax(-1)
-        past = out.past_key_values
+        past = out[keyword]
 
         def hf_step() -> None:
             nonlocal hf_token, past
-            o = hf(input_ids=hf_token, past_key_values=past, use_cache=True)
-            hf_token, past = o.logits[:, -1:].argmax(-1), o.past_key_values
+            o = hf(input_ids=hf_token, use_cache=True, **{keyword: past})
+            hf_token, past = o.logits[:, -1:].argmax(-1), o[keyword]
 
         record("hf", hf_step)
     return report

@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from benchmarks.accuracy import Agreement, agreement
 from infer_ref.cache.contiguous import KVCache
 from infer_ref.config import ModelConfig
+from infer_ref.conformance.oracles.transformers_cache import cache_keyword
 from infer_ref.engine import FastDecoder
 
 
@@ -99,19 +100,20 @@ class TransformersPath:
         self.hf = hf
         self.device = next(hf.parameters()).device
         self.cache: Any = None
+        self.keyword = cache_keyword(hf)  # past_key_values or cache, as the installed transformers names it
 
     @torch.inference_mode()
     def prefill(self, prompt: Tensor) -> Tensor:
         from transformers import DynamicCache
 
         self.cache = DynamicCache(config=self.hf.config)  # type: ignore[arg-type]
-        out = self.hf(input_ids=prompt, past_key_values=self.cache, use_cache=True, logits_to_keep=1)
+        out = self.hf(input_ids=prompt, use_cache=True, logits_to_keep=1, **{self.keyword: self.cache})
         return out.logits[0, -1]
 
     @torch.inference_mode()
     def step(self, token: int) -> Tensor:
         ids = torch.tensor([[token]], device=self.device)
-        return self.hf(input_ids=ids, past_key_values=self.cache, use_cache=True).logits[0, -1]
+        return self.hf(input_ids=ids, use_cache=True, **{self.keyword: self.cache}).logits[0, -1]
 
 
 def decode_rows(path: TeacherForcedPath, prompt: Tensor, fed: list[int]) -> Tensor:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from infer_ref.device_names import no_cuda_message
 from infer_ref.errors import UsageError
 
 # The device kinds a command line or a model load accepts; caches also take "meta" (sizes only).
@@ -38,7 +39,7 @@ def resolve_device(name: str | torch.device | None, *, kinds: tuple[str, ...] = 
     except (RuntimeError, TypeError):  # torch's message lists every device type it was built with
         raise UsageError(f"unknown device {name!r}: expected cpu, cuda or cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"device {name!r} requested but CUDA is not available on this machine; use --device cpu")
+        raise UsageError(no_cuda_message(str(name)))
     if device.type not in kinds:
         raise UsageError(f"unsupported device {name!r}: expected cpu, cuda or cuda:N")
     if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():

@@ -29,7 +29,7 @@ from infer_ref.devices import resolve as resolve_device
 from infer_ref.errors import DataError, NonFiniteError
 from infer_ref.models import DecoderLM, model_class
 from infer_ref.models.common import PackedLinear
-from infer_ref.paths import resolve_model_path
+from infer_ref.paths import require_weights, resolve_model_path
 
 # Prefixes under which HF stores the decoder, most specific first.
 _DECODER_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
@@ -212,17 +212,6 @@ def read_safetensors(folder: Path) -> dict[str, Tensor]:
     for shard, names in sorted(by_shard.items()):
         state.update(_read_shard(folder / shard, names, index))
     return state
-
-
-def require_weights(folder: Path) -> None:
-    """Raise ``FileNotFoundError`` naming ``folder`` unless it holds ``model.safetensors`` or a shard index.
-
-    Called before any work by whatever will read the weights (the loader, golden generation).
-    """
-    if not (folder / "model.safetensors").is_file() and not (folder / "model.safetensors.index.json").is_file():
-        raise FileNotFoundError(
-            f"{folder} has no model.safetensors or model.safetensors.index.json: expected a Hugging Face snapshot"
-        )
 
 
 def _weight_map(index: Path) -> dict[str, str]:

@@ -16,7 +16,9 @@ import pathlib
 
 from infer_ref.errors import UsageError
 
-__all__ = ["FIXTURE_CHECKPOINTS", "MODELS_ENV_VAR", "check_not_ambiguous", "resolve_model_path"]
+__all__ = [
+    "FIXTURE_CHECKPOINTS", "MODELS_ENV_VAR", "check_not_ambiguous", "require_config", "require_snapshot", "require_weights", "resolve_model_path",
+]
 
 MODELS_ENV_VAR = "INFER_REF_MODELS"
 
@@ -101,3 +103,33 @@ def check_not_ambiguous(name: str, builtin: pathlib.Path, found: pathlib.Path) -
         f"{found.resolve()}; pass a path to pick one (./{name} for a folder in the working directory, "
         f"or the full path of either)"
     )
+
+
+def require_snapshot(folder: pathlib.Path, option: str = "") -> None:
+    """Raise ``FileNotFoundError`` unless ``folder`` holds ``config.json`` (:func:`require_config`)
+    and the weights (:func:`require_weights`): the files every load reads first, checked before
+    torch is imported."""
+    require_config(folder, option)
+    require_weights(folder)
+
+
+def require_config(folder: pathlib.Path, option: str = "") -> None:
+    """Raise ``FileNotFoundError`` unless ``folder`` is a folder holding ``config.json``; ``option``
+    (``--model``, ``--model-dir``) names where the folder was given."""
+    if (folder / "config.json").is_file():
+        return
+    named = f"{option} {folder}" if option else str(folder)
+    what = "is a file" if folder.is_file() else "is a folder without config.json" if folder.is_dir() else "does not exist"
+    raise FileNotFoundError(f"{named} {what}: expected a Hugging Face snapshot folder (config.json, "
+                            "model.safetensors or its index, tokenizer.json)")
+
+
+def require_weights(folder: pathlib.Path) -> None:
+    """Raise ``FileNotFoundError`` naming ``folder`` unless it holds ``model.safetensors`` or a shard index.
+
+    Called before any work by whatever will read the weights (the loader, golden generation).
+    """
+    if not (folder / "model.safetensors").is_file() and not (folder / "model.safetensors.index.json").is_file():
+        raise FileNotFoundError(
+            f"{folder} has no model.safetensors or model.safetensors.index.json: expected a Hugging Face snapshot"
+        )

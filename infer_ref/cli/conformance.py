@@ -25,7 +25,15 @@ from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
 
-from infer_ref.cli.options import DTYPES, FIXTURES, UsageError, check_output_paths
+from infer_ref.cli.options import (
+    DTYPES,
+    FIXTURES,
+    UsageError,
+    check_device,
+    check_output_paths,
+    check_user_adapter,
+    user_object,
+)
 from infer_ref.conformance.engines.registry import ENGINES, known_engine
 from infer_ref.errors import (
     EXIT_FAILED_CHECK,
@@ -35,9 +43,12 @@ from infer_ref.errors import (
     EXIT_OK,
     EXIT_USAGE,
 )
+from infer_ref.paths import require_config
 
 PLUGIN = "infer_ref.conformance.plugin"
 DEFAULT_IMPL = "infer_ref.conformance.adapters.reference:INFER_REF"
+ADAPTER_CLASS = "infer_ref.conformance.interface.adapter.Adapter"
+ENGINE_FACTORY = "a callable start(model_dir, options) -> handle (docs/adapters.md)"
 
 
 def add_conformance_command(commands: argparse._SubParsersAction) -> None:
@@ -75,7 +86,7 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
                    help="float64: fail logits that reach only 'float64 with float32 intermediates' (default: a precision note)")
     p.add_argument("--profile", default=None, help="Hypothesis profile: dev, ci, nightly (default: ci when CI=true, else dev)")
     p.add_argument("-k", dest="keyword", default=None, help="only tests matching this pytest -k expression")
-    p.set_defaults(run=run_conformance, prog="infer-ref", pass_through=True)
+    p.set_defaults(run=run_conformance, pass_through=True)
 
 
 def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
@@ -93,6 +104,7 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
                f"--ir-dtype={args.dtype or 'float64'}"]
     out += ["-p", "no:cacheprovider", "-rfEsxX",
             "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
+    out += ["-p", "no:benchmark"]  # the kit times nothing: pytest-benchmark's "defaults" header line is noise here
     # A plain checkout on PYTHONPATH has no entry point; an install made before the kit moved names
     # the plugin by its old path, which loads the same module: adding it again would register it twice.
     if not any(ep.name == "infer_ref" for ep in entry_points(group="pytest11")):
@@ -127,33 +139,32 @@ def check_engine_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--engine {args.engine} without --model-dir judges the kit's own checkpoints, which need a "
                          f"checkout of infer_ref or its wheel ({FIXTURES} is not there): pass --model-dir DIR, a Hugging Face "
                          "checkpoint folder")
-    for folder in args.model_dir or []:
-        if not (Path(folder) / "config.json").is_file():
-            raise UsageError(f"--model-dir {folder}: no config.json there (expected a Hugging Face checkpoint folder)")
     if (args.engine or args.endpoint) and args.impl != DEFAULT_IMPL:
         raise UsageError("--impl judges an in-process adapter; the engine tier takes --engine or --endpoint instead")
 
 
 def check_names_and_files(args: argparse.Namespace) -> None:
-    """Refuse what pytest would only refuse after starting: an unknown engine, an adapter whose module
-    is not there, a missing xfails file, a report path that cannot be written."""
+    """Refuse what pytest would only refuse after starting: an unknown engine, a missing xfails file,
+    a checkpoint folder that is not there, a report path that cannot be written."""
     if args.engine and not known_engine(args.engine):
         raise UsageError(f"--engine {args.engine!r}: expected one of {', '.join(ENGINES)} or module:FACTORY")
-    if args.impl != DEFAULT_IMPL and not _module_found(args.impl.partition(":")[0]):
-        raise UsageError(f"--impl {args.impl!r}: no module {args.impl.partition(':')[0]!r} on the path "
-                         f"(expected module:OBJECT or module, naming an Adapter; e.g. {DEFAULT_IMPL})")
+    for folder in args.model_dir or []:
+        require_config(Path(folder), "--model-dir")  # the weights may be any format the engine reads
     for path in args.xfails or []:
         if not Path(path).is_file():
             raise FileNotFoundError(f"--xfails {path}: no such file (expected one test-id prefix per line)")
     check_output_paths(args.report)
 
 
-def _module_found(name: str) -> bool:
-    """Whether ``name`` can be imported, without importing it (its parent packages are)."""
-    try:
-        return bool(name) and importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):  # a parent package missing, or a relative name
-        return False
+def check_user_modules(args: argparse.Namespace) -> None:
+    """The user's ``--impl`` / ``--engine module:FACTORY`` imported before pytest starts (from the
+    working directory too): a missing module or object is this command's one line, not pytest's."""
+    if args.impl != DEFAULT_IMPL:
+        check_user_adapter(args.impl, "--impl", f"an {ADAPTER_CLASS} or a callable returning one, e.g. {DEFAULT_IMPL}")
+    if args.engine and args.engine not in ENGINES:
+        factory = user_object(args.engine, "--engine", ENGINE_FACTORY, kind="FACTORY")
+        if not callable(factory):
+            raise UsageError(f"--engine {args.engine!r} is a {type(factory).__name__}, expected {ENGINE_FACTORY}")
 
 
 def check_pytest_options(extra: Sequence[str]) -> None:
@@ -190,13 +201,16 @@ def _pytest_option_names() -> set[str] | None:
 
 
 def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
+    check_engine_args(args)  # arguments alone, then the files they name, then what needs an import
     check_names_and_files(args)
-    check_engine_args(args)
     check_pytest_options(extra)
-    import pytest
-
+    if not (args.engine or args.endpoint):
+        check_device(args.device)
     if args.numprocesses and importlib.util.find_spec("xdist") is None:
         raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")
+    check_user_modules(args)
+    import pytest
+
     if (args.engine or args.endpoint) and not args.model_dir:
         _write_engine_checkpoints(args.long_context)
     return conformance_exit_status(int(pytest.main(pytest_args(args, extra))))

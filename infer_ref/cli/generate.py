@@ -25,11 +25,15 @@ from infer_ref.cli.options import (
     DEFAULT_MODEL,
     DTYPES,
     UsageError,
+    check_device,
     default_dtype,
     resolve_device,
     resolve_model,
     run_labels,
 )
+from infer_ref.device_names import check_device_name
+from infer_ref.paths import require_snapshot
+from infer_ref.sampling_params import SamplingParams
 
 if TYPE_CHECKING:  # the library and torch load when the command runs, not to parse its arguments
     from infer_ref.engine.generate import GenerationResult
@@ -77,23 +81,23 @@ def add_generate_command(commands: argparse._SubParsersAction) -> None:
                      help="refuse a checkpoint holding NaN/inf weights (default: on below 2 GiB of safetensors)")
     gen.add_argument("--threads", type=int, default=None,
                      help="torch CPU threads (default: 1 for models under 50M parameters, else torch's default)")
-    gen.set_defaults(run=_generate, prog="infer-ref")
+    gen.set_defaults(run=_generate)
 
 
 def _generate(args: argparse.Namespace) -> int:
-    # Several prompts or a shared system prompt, and the model's name: checked before anything is imported.
+    # Every argument, the prompts file and the model's folder are checked before torch is imported.
+    _check_options(args)
     engine_texts = collect_prompts(args) if wants_engine(args) else None
+    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+                            seed=args.seed, max_new_tokens=args.max_new_tokens)  # a UsageError names the field
     folder = resolve_model(args.model)
-    from infer_ref.engine import SamplingParams
+    require_snapshot(folder, "--model")
+    check_device(args.device)
     from infer_ref.loader import checkpoint_bytes, load_model
     from infer_ref.tokenizer import Tokenizer
 
     device = resolve_device(args.device)
     dtype = default_dtype(args.dtype, device)
-    if args.threads is not None and args.threads < 1:
-        raise UsageError(f"--threads must be a positive integer, got {args.threads}")
-    params = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-                            seed=args.seed, max_new_tokens=args.max_new_tokens)  # a UsageError names the field
     check_weights = args.check_weights
     if check_weights is None:
         check_weights = checkpoint_bytes(folder) < CHECK_WEIGHTS_BELOW_BYTES
@@ -148,20 +152,28 @@ def _set_threads(threads: int | None, model: Any) -> None:
         torch.set_num_threads(threads)
 
 
-def _decode_mode(args: argparse.Namespace, model: Any, needed: int) -> Any:
-    """``generate``'s ``decode`` argument for --fast / --compile, checked before any work is done."""
+def _check_options(args: argparse.Namespace) -> None:
+    """The options alone and how they combine: refused before anything is read or imported."""
+    if args.threads is not None and args.threads < 1:
+        raise UsageError(f"--threads must be a positive integer, got {args.threads}")
     if args.fast and args.cache != "contiguous":
         raise UsageError(f"--fast decodes through its own static cache: it cannot be combined with --cache {args.cache}")
     if not args.kv_cache and args.cache != "contiguous":
         raise UsageError(f"--no-kv-cache runs without a cache: it cannot be combined with --cache {args.cache}")
-    if isinstance(args.block_size, bool) or args.block_size < 1:
+    if args.block_size < 1:
         raise UsageError(f"--block-size must be a positive integer, got {args.block_size}")
     if args.fast and not args.kv_cache:
         raise UsageError("--fast decodes through a static KV cache: it cannot be combined with --no-kv-cache")
+    if args.compile and not args.fast:
+        raise UsageError("--compile compiles the fast decode step: add --fast")
+    if args.compile and args.device is not None and check_device_name(args.device) == "cpu":
+        raise UsageError(f"--compile needs a CUDA device (the compiled step is captured in a CUDA graph), got {args.device}")
+
+
+def _decode_mode(args: argparse.Namespace, model: Any, needed: int) -> Any:
+    """``generate``'s ``decode`` argument for --fast / --compile (the options checked by :func:`_check_options`)."""
     if not args.compile:
         return "fast" if args.fast else "eager"
-    if not args.fast:
-        raise UsageError("--compile compiles the fast decode step: add --fast")
     from infer_ref.devices import model_placement
 
     device, _ = model_placement(model)

@@ -53,11 +53,15 @@ def collect_prompts(args: argparse.Namespace) -> list[str]:
         raise EngineUsageError(
             "--fast, --compile, --no-kv-cache and --cache apply to one prompt; the engine always uses its paged cache"
         )
+    for name in ("block_size", "max_batch", "num_blocks"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise EngineUsageError(f"--{name.replace('_', '-')} must be a positive integer, got {value}")
     texts = [args.prompt] if args.prompt is not None else []
     texts += args.prompts or []
     if args.prompts_file is not None:
         if not args.prompts_file.is_file():
-            raise EngineUsageError(f"--prompts-file {args.prompts_file}: no such file")
+            raise FileNotFoundError(f"--prompts-file {args.prompts_file}: no such file (expected one prompt per line)")
         texts += [line.strip() for line in args.prompts_file.read_text().splitlines() if line.strip()]
     if not texts:
         raise EngineUsageError("--system needs at least one prompt (positional, --prompt or --prompts-file)")
@@ -87,12 +91,9 @@ def default_num_blocks(prompt_ids: list[list[int]], max_new_tokens: int, block_s
 def run_engine(args: argparse.Namespace, model: Any, tokenizer: Any, config: Any, params: Any,
                prompt_ids: list[list[int]], device: torch.device, dtype: torch.dtype, folder: Path) -> dict[str, Any]:
     """Run the requests; the summary the command prints (or dumps with --json)."""
-    for name in ("block_size", "max_batch"):
-        if getattr(args, name) < 1:
-            raise EngineUsageError(f"--{name.replace('_', '-')} must be a positive integer, got {getattr(args, name)}")
     from infer_ref.engine.engine import Engine
 
-    num_blocks = args.num_blocks or default_num_blocks(prompt_ids, params.max_new_tokens, args.block_size)
+    num_blocks = args.num_blocks if args.num_blocks is not None else default_num_blocks(prompt_ids, params.max_new_tokens, args.block_size)
     try:
         engine = Engine(model, tokenizer, num_blocks=num_blocks, block_size=args.block_size,
                         enable_prefix_caching=args.prefix_caching, max_batch=args.max_batch)

@@ -7,8 +7,9 @@ device or sampling parameter, a prompt too long for the model), 3 a bad checkpoi
 (unreadable files, NaN weights or logits), 4 a refused overwrite, 5 a missing file. A bug still
 shows its traceback; a closed output pipe ends the command quietly.
 
-Each command module adds its parser and sets ``run`` (the function to call), ``prog`` (the name
-its errors are reported under) and, for a command that hands unknown options on, ``pass_through``.
+Each command module adds its parser and sets ``run`` (the function to call) and, for a command
+that hands unknown options on, ``pass_through``. Every error line starts ``infer-ref: error:``,
+argparse's refusals too (:class:`~infer_ref.cli.options.OneLineParser`).
 
 Only the command named on the line gets its whole parser (its module imported); the others are
 listed by name and help, so ``infer-ref --help`` and a usage error answer before torch or any
@@ -22,7 +23,9 @@ import importlib
 import sys
 from collections.abc import Sequence
 
-from infer_ref.cli.options import EXIT_USAGE, run_command
+from infer_ref.cli.options import EXIT_USAGE, OneLineParser, run_command
+
+PROG = "infer-ref"  # the name every error line of every command starts with
 
 # name -> (help, "module:function that adds the command's parser")
 COMMANDS = {
@@ -39,6 +42,10 @@ DESCRIPTION = ("infer_ref's command line: generate with a reference model (the e
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    return run_command(lambda: _parse_and_run(argv), PROG)  # a usage error, argparse's too, is one line
+
+
+def _parse_and_run(argv: list[str]) -> int:
     parser = build_parser(_command_named(argv))
     args, extra = parser.parse_known_args(argv)
     pass_through = getattr(args, "pass_through", False)  # conformance: unknown options go to pytest
@@ -48,13 +55,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     if pass_through:
-        return run_command(lambda: int(args.run(args, extra)), args.prog)
-    return run_command(lambda: int(args.run(args)), args.prog)
+        return int(args.run(args, extra))
+    return int(args.run(args))
 
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``infer-ref`` parser; ``command`` (or every command, when None) gets its whole parser."""
-    parser = argparse.ArgumentParser(prog="infer-ref", description=DESCRIPTION)
+    parser = OneLineParser(prog=PROG, description=DESCRIPTION)
     commands = parser.add_subparsers(title="commands")
     for name, (help_text, target) in COMMANDS.items():
         if command is None or name == command:

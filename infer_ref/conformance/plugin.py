@@ -145,6 +145,10 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers", "ir_requires(*capabilities): skip unless the implementation under test supports them"
     )
     config.addinivalue_line("markers", "ir_oracle(name): what the test compares against (reported separately)")
+    # The shipped tests' tier markers, registered here too: run from outside a checkout (no pyproject
+    # registering them), pytest would warn "Unknown pytest.mark.gpu" at every run.
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (run with -m gpu)")
+    config.addinivalue_line("markers", "slow: long-running; run with -m slow")
     _check_engine_checkpoints(config)
     spec = impl_spec(config)
     try:
@@ -262,6 +266,9 @@ def engine_tier_header(config: pytest.Config) -> list[str]:
         f"infer_ref engine tier: {f'endpoint {endpoint}' if endpoint else f'engine {engine}'}, dtype {dtype}"
         + (", the long-context workload" if long_context else ""),
         "  checkpoints: " + (", ".join(str(d) for d in settings.model_dirs) if settings.model_dirs else kit),
+        # pytest counts the other workload's tests as "deselected" in its own lines: said here, where they are read
+        "  workload: " + ("long contexts; the default workload's tests are deselected (run without --long-context)"
+                          if long_context else "default; the long-context tests are deselected (--long-context runs them)"),
         f"  tolerances: {flat:g} nats from the float64 oracle (transformers){grows if long_context else ''}; "
         f"{spread} between two schedules of the engine",
         f"  versions (the oracle's side): {_versions(with_hypothesis=False)}",

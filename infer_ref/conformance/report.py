@@ -140,13 +140,21 @@ def _counts(t: Tally) -> str:
 
 def _distribution_table(rows: list[dict]) -> list[str]:
     """The low-precision verdict's summaries, llama.cpp-style (docs/low-precision.md)."""
-    out = ["distribution against the oracle (KL in nats over the returned tokens + the rest; thresholds in docs/low-precision.md):", "",
-           "| test | checkpoint | positions | KL mean | KL median | KL p99 | KL max | logprob error max | same top | past its threshold |",
-           "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    out = ["distribution against the oracle (KL in nats over the returned tokens + the rest; thresholds in docs/low-precision.md; "
+           "temperature slope and chosen token's signed error ± standard error, reported, not judged):", "",
+           "| test | checkpoint | positions | KL mean | KL median | KL p99 | KL max | logprob error max | same top | slope | signed error | past its threshold |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         out.append(f"| {r['test']} | {r['checkpoint']} | {r['positions']} | {r['kl_mean']:.2e} | {r['kl_median']:.2e} | {r['kl_p99']:.2e} | "
-                   f"{r['kl_max']:.2e} | {r['logprob_error_max']:.3f} | {r['same_top'] * 100:.1f}% | {', '.join(r['exceeded']) or 'none'} |")  # fmt: skip
+                   f"{r['kl_max']:.2e} | {r['logprob_error_max']:.3f} | {r['same_top'] * 100:.1f}% | {_with_se(r, 'slope')} | "
+                   f"{_with_se(r, 'chosen_error')} | {', '.join(r['exceeded']) or 'none'} |")  # fmt: skip
     return out
+
+
+def _with_se(row: dict, name: str) -> str:
+    """``value ± SE`` of a signed statistic of a distribution row ("" where it was not computed)."""
+    value, se = row.get(name), row.get(f"{name}_se")
+    return "" if value is None or se is None else f"{value:+.2e} ± {se:.1e}"
 
 
 def _table(title: str, rows: dict[str, Tally], why_not: dict[str, str | None] | None) -> list[str]:

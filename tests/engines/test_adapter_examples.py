@@ -17,9 +17,13 @@ ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "adapters.md"
 
 
+INSTALL_COMMAND = "infer-ref conformance --engine examples.engine_adapter_ids:start"  # the page's, with no checkout
+
+
 def _page_commands() -> list[list[str]]:
+    """The page's commands run from a checkout (on a fixture checkpoint)."""
     return [shlex.split(line) for line in PAGE.read_text().splitlines()
-            if line.startswith("infer-ref conformance --engine examples.")]  # fmt: skip
+            if line.startswith("infer-ref conformance --engine examples.") and line != INSTALL_COMMAND]  # fmt: skip
 
 
 def test_the_page_shows_both_example_adapters() -> None:
@@ -31,7 +35,8 @@ def test_the_page_shows_both_example_adapters() -> None:
 
 def _conformance(words: list[str], cwd: Path, env: dict[str, str]) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
     report = cwd / "report.json"
-    cmd = [sys.executable, "-m", "infer_ref.cli", *words[1:], "--report", str(report)]
+    # -P: the working directory is not put on the path by Python (as under the console script)
+    cmd = [sys.executable, "-P", "-m", "infer_ref.cli", *words[1:], "--report", str(report)]
     done = subprocess.run(cmd, cwd=cwd, env={**os.environ, **env}, capture_output=True, text=True, timeout=900)
     return done, json.loads(report.read_text()) if report.is_file() else {}
 
@@ -58,19 +63,16 @@ def test_a_wheel_installed_kit_judges_an_example_adapter_outside_a_checkout(tmp_
     site = tmp_path / "site"
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(site), str(wheel)],
                    check=True, capture_output=True, timeout=300)  # fmt: skip
-    user = tmp_path / "user" / "examples"
-    user.mkdir(parents=True)
+    run = tmp_path / "team"  # the page: the examples copied into examples/ of the folder the command runs in
+    (run / "examples").mkdir(parents=True)
     for name in ("toy_engine.py", "engine_adapter_ids.py"):
-        shutil.copy(ROOT / "examples" / name, user / name)
-    run = tmp_path / "run"
-    run.mkdir()
-    env = {"PYTHONPATH": os.pathsep.join([str(site), str(tmp_path / "user")]),
-           "INFER_REF_ENGINE_CHECKPOINTS": str(tmp_path / "engine-checkpoints")}  # fmt: skip
+        shutil.copy(ROOT / "examples" / name, run / "examples" / name)
+    env = {"PYTHONPATH": str(site), "INFER_REF_ENGINE_CHECKPOINTS": str(tmp_path / "engine-checkpoints")}
     where = subprocess.run([sys.executable, "-c", "import infer_ref.paths as p; print(p.__file__); print(p.FIXTURE_CHECKPOINTS)"],
                            cwd=run, env={**os.environ, **env}, capture_output=True, text=True, check=True).stdout.split()  # fmt: skip
     assert where == [str(site / "infer_ref" / "paths.py"), str(site / "share" / "infer_ref" / "checkpoints")]
-    done, report = _conformance(["infer-ref", "conformance", "--engine", "examples.engine_adapter_ids:start",
-                                 "-k", "test_max_tokens_exact"], run, env)  # fmt: skip
+    assert INSTALL_COMMAND in PAGE.read_text().splitlines()
+    done, report = _conformance([*shlex.split(INSTALL_COMMAND), "-k", "test_max_tokens_exact"], run, env)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
     assert "infer_ref: writing engine checkpoint 1 of" in done.stderr, done.stderr[-2000:]
     assert {"llama-tiny", "qwen3-tiny", "gemma3-tiny"} <= set(report["by_family"]), report["by_family"]

@@ -5,7 +5,6 @@ clear margins, and folders written deterministically and cached."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from infer_ref.conformance.engines.workloads.checkpoints import (
     Style,
 )
 from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
+from infer_ref.conformance.oracles.transformers_cache import cache_keyword
 from infer_ref.conformance.oracles.transformers_fp64 import transformers_model
 from infer_ref.loader import load_model, read_safetensors
 
@@ -287,8 +287,7 @@ def _greedy_gaps(folder: Path, prompt_len: int, steps: int, seed: int) -> tuple[
     """Top-2 logprob gap at each greedy step (transformers float64, its own KV cache) and the tokens."""
     model = transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=F64).eval()
     ids = _prompt(model.config.vocab_size, prompt_len, seed)
-    # transformers 5 renamed past_key_values to cache (in the forward's arguments and its output).
-    cache = "cache" if "cache" in inspect.signature(type(model).forward).parameters else "past_key_values"
+    cache = cache_keyword(model)  # past_key_values or cache, as the installed transformers names it
     out = model(ids, use_cache=True)
     gaps, tokens = [], []
     for _ in range(steps):

@@ -156,3 +156,15 @@ def test_power_table_counts_what_float32_catches() -> None:
     text = power.markdown(runs)
     assert f"- bfloat16: catches 1 of the 2 bugs float32 catches (50%), and 1 float32 cannot see ({c})." in text
     assert "**false alarm**: test_x[llama-tiny]" in text
+
+
+def test_a_missed_bugs_nearest_statistic_skips_rows_judged_by_recipe_spreads() -> None:
+    """The recipe verdict's rows carry no distribution thresholds (they are judged in spreads): the
+    power table's nearest miss is read from the threshold rows alone, 0.5 x here."""
+    from infer_ref.conformance.engines import power
+
+    stats = {"kl_mean": 1e-4, "kl_p99": 1e-3, "logprob_error_max": 0.1, "same_top": 1.0}
+    judged = {**stats, "checkpoint": "llama-tiny", "thresholds": {**stats, "kl_mean": 2e-4, "kl_p99": 1e-2, "logprob_error_max": 1.0}}
+    recipe = {**stats, "checkpoint": "llama3-numerics-rms-anchor-t5", "thresholds": {}}
+    run = {"engine": "x", "dtype": "bfloat16", "failed": [], "distributions": [recipe, judged]}
+    assert power.closest_miss(run) == "kl_mean 0.0001 = 0.50 x its threshold on llama-tiny"

@@ -97,3 +97,44 @@ def test_bfloat16_verdict_catches_a_window_off_by_one() -> None:
     done = _bf16_agreement("infer_ref.conformance.engines.kit_bugs:engine_window_off_by_one")
     assert done.returncode == 1, done.stdout[-3000:]
     assert "distribution departs from the oracle's in bfloat16" in done.stdout and "worst positions: request" in done.stdout, done.stdout[-3000:]
+
+
+def _recipe_verdict(engine: str, dtype: str, *, long_context: bool = False) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", "0", "--pyargs",
+           "infer_ref.conformance.engines.tests.test_recipe_errors", f"--ir-engine={engine}", f"--ir-engine-dtype={dtype}",
+           *(["--ir-long-context"] if long_context else [])]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=600)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize(
+    ("planted", "fails_on"),
+    [
+        ("infer_ref", ()),
+        ("engine_embed_scale_unrounded", ()),  # Gemma's normaliser in float32: llama.cpp's recipe, not a bug
+        ("engine_gemma_one_plus_w_low_precision", ("gemma3-numerics-one-plus-w",)),
+        ("engine_rms_norm_low_precision", ("gemma3-numerics-one-plus-w",)),
+    ],
+)
+def test_recipe_verdict_fails_recipe_errors_and_passes_correct_recipes(planted: str, fails_on: tuple[str, ...], dtype: str) -> None:
+    """On the numerics checkpoints the signed statistics fail a recipe error planted in the Engine (on
+    the coherent-norm checkpoint, whose norms all round one way), and pass the unbroken Engine and
+    Gemma's normaliser kept in float32 (docs/low-precision.md, "Recipe errors")."""
+    engine = planted if planted == "infer_ref" else f"infer_ref.conformance.engines.kit_bugs:{planted}"
+    done = _recipe_verdict(engine, dtype)
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
+    assert done.returncode == (1 if fails_on else 0), done.stdout[-3000:]
+    assert all(any(f in line for line in failed) for f in fails_on), done.stdout[-3000:]
+    assert not fails_on or "spreads" in done.stdout, done.stdout[-3000:]
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("planted", ["infer_ref", "engine_rope_inv_freq_low_precision"])
+def test_long_recipe_verdict_fails_rope_frequencies_in_the_low_dtype(planted: str, dtype: str) -> None:
+    """At ~1000 positions on the RoPE numerics checkpoint, inverse frequencies rounded to the dtype
+    fail the long-context recipe test; the unbroken Engine passes it."""
+    engine = planted if planted == "infer_ref" else f"infer_ref.conformance.engines.kit_bugs:{planted}"
+    done = _recipe_verdict(engine, dtype, long_context=True)
+    assert done.returncode == (0 if planted == "infer_ref" else 1), done.stdout[-3000:]
+    assert planted == "infer_ref" or "llama3-numerics-rope-long" in done.stdout, done.stdout[-3000:]

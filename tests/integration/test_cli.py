@@ -42,7 +42,7 @@ def test_json_output_is_one_object() -> None:
     [
         (("--model", "no-such-model"), "was not found"),
         (("--device", "mps"), "unsupported device 'mps'"),
-        (("--device", "warp9"), "unknown device 'warp9'"),
+        (("--device", "warp9"), "unsupported device 'warp9'"),
         (("--max-new-tokens", "100000"), "exceeds the model's context"),
         (("--temperature", "-1"), "temperature must be >= 0"),
         (("--dtype", "int8"), "invalid choice: 'int8'"),

@@ -61,8 +61,8 @@ def test_several_prompts_without_system_give_each_single_prompt_answer() -> None
     [
         (("--system", "Be brief."), "--system needs at least one prompt"),
         (("--prompt", "a", "--fast"), "apply to one prompt"),
-        (("--prompts-file", "/nonexistent/prompts.txt"), "no such file"),
         (("--prompt", "a", "--block-size", "0"), "--block-size must be a positive integer"),
+        (("--prompt", "a", "--num-blocks", "0"), "--num-blocks must be a positive integer, got 0"),  # not the default
         (("--prompt", "a", "--num-blocks", "1"), "could never run"),
     ],
 )
@@ -70,3 +70,9 @@ def test_bad_multi_prompt_options_are_usage_errors(args: tuple[str, ...], messag
     proc = _run("generate", *args, "--device", "cpu")
     assert proc.returncode == 2, proc.stdout
     assert message in proc.stderr
+
+
+def test_a_missing_prompts_file_is_a_missing_file() -> None:
+    proc = _run("generate", "--prompts-file", "/nonexistent/prompts.txt", "--device", "cpu")
+    assert proc.returncode == 5, proc.stdout  # docs/errors.md: a file named on the command line does not exist
+    assert "--prompts-file /nonexistent/prompts.txt: no such file" in proc.stderr

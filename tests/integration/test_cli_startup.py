@@ -1,5 +1,6 @@
 """What the ``infer-ref`` command imports before it answers: ``--help`` and every usage error come
-back before torch, pytest or a model is touched, and ``generate`` never imports the test stack.
+back before torch, pytest or a model is touched (the table of docs/errors.md, run row by row: the
+command, its exit code, its one line), and ``generate`` never imports the test stack.
 
 Each case runs the command's ``main`` in a fresh interpreter and prints the heavy modules it
 imported: a module list, not a timing, so the check is the same on a loaded machine.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -39,33 +41,51 @@ def _imports(*args: str, cwd: Path) -> dict[str, object]:
     return json.loads(proc.stdout.splitlines()[-1])
 
 
+ERRORS_DOC = ROOT / "docs" / "errors.md"
+TABLE_HEADER = "| command | exit | the line begins | answered before importing |"
+
+
+def documented_usage_errors() -> list[tuple[list[str], int, str, list[str]]]:
+    """docs/errors.md's table of usage errors: (argv after ``infer-ref``, exit code, the line's
+    beginning, the modules the refusal comes before)."""
+    lines = ERRORS_DOC.read_text(encoding="utf-8").splitlines()
+    rows = lines[lines.index(TABLE_HEADER) + 2:]
+    out = []
+    for row in rows[: next((i for i, line in enumerate(rows) if not line.startswith("|")), len(rows))]:
+        command, code, line, before = (cell.strip().strip("`") for cell in row.strip("|").split(" | "))
+        assert command.startswith("infer-ref "), row
+        out.append((shlex.split(command)[1:], int(code), line, [m.strip() for m in before.split(",")]))
+    return out
+
+
+def test_the_table_of_usage_errors_is_there_and_covers_every_command() -> None:
+    commands = {argv[0] for argv, _, _, _ in documented_usage_errors()}
+    assert {"generate", "golden", "conformance"} <= commands, commands
+
+
 @pytest.mark.parametrize(
-    ("args", "code", "message"),
-    [
-        (["--help"], 0, ""),
-        (["generate", "--help"], 0, ""),
-        (["conformance", "--help"], 0, ""),
-        (["generate", "--dtype", "float8"], 2, "invalid choice: 'float8'"),
-        (["generate", "--model", "no-such-model"], 2, "no-such-model"),
-        (["generate", "--cache", "ring"], 2, "invalid choice: 'ring'"),
-        (["conformance", "--engine", "vlm"], 2, "--engine 'vlm': expected one of infer_ref, transformers"),
-        (["conformance", "--impl", "no_such_module:ADAPTER"], 2, "--impl 'no_such_module:ADAPTER': no module 'no_such_module'"),
-        (["conformance", "--impl", "no_such_package.adapters"], 2, "no module 'no_such_package.adapters' on the path"),
-        (["conformance", "--xfails", "no-such-file.txt"], 5, "--xfails no-such-file.txt: no such file"),
-        (["conformance", "--engine", "infer_ref", "--report", "no-such-folder/report.md"], 5, "no-such-folder does not exist"),
-        (["conformance", "--engine", "infer_ref", "--endpoint", "http://127.0.0.1:1/v1"], 2, "give one of them"),
-        (["conformance", "--model-dir", str(ROOT / "fixtures" / "checkpoints" / "llama-tiny")], 2, "add --engine ENGINE"),
-        (["golden", "--help"], 0, ""),
-        (["golden", "verify", "no-such-file.json"], 5, "no-such-file.json: no such file"),
-        (["golden", "generate", "--dtype", "int8"], 2, "invalid choice: 'int8'"),
-    ],
-    ids=lambda v: " ".join(v).replace(str(ROOT), "ROOT") if isinstance(v, list) else None,
+    ("args", "code", "line", "before"), documented_usage_errors(), ids=[" ".join(row[0]) for row in documented_usage_errors()]
 )
-def test_help_and_usage_errors_import_nothing_heavy(args: list[str], code: int, message: str, tmp_path: Path) -> None:
-    seen = _imports(*args, cwd=tmp_path)  # relative paths name nothing there
+def test_every_documented_usage_error_is_one_line_before_torch_or_pytest(
+    args: list[str], code: int, line: str, before: list[str], tmp_path: Path
+) -> None:
+    if "cuda" in args and __import__("torch").cuda.is_available():
+        pytest.skip("the row refuses CUDA on a machine without it")
+    (tmp_path / "empty-folder").mkdir()
+    (tmp_path / "existing.json").write_text("{}", encoding="utf-8")
+    seen = _imports(*args, cwd=tmp_path)
+    output = str(seen["output"]).splitlines()
     assert seen["code"] == code, seen
-    assert message in str(seen["output"]), seen
-    assert seen["heavy"] == [], f"{' '.join(args)} imported {seen['heavy']} before answering"
+    assert len(output) == 1 and output[0].startswith(line), f"expected one line beginning {line!r}, got {output}"
+    imported = [m for m in before if m in seen["heavy"]]
+    assert imported == [], f"{' '.join(args)} imported {imported} before answering"
+    assert (tmp_path / "existing.json").read_text(encoding="utf-8") == "{}"  # a refusal leaves files as they were
+
+
+@pytest.mark.parametrize("args", [["--help"], ["generate", "--help"], ["conformance", "--help"], ["golden", "--help"]], ids=" ".join)
+def test_help_imports_nothing_heavy(args: list[str], tmp_path: Path) -> None:
+    seen = _imports(*args, cwd=tmp_path)
+    assert seen["code"] == 0 and seen["heavy"] == [], seen
 
 
 @pytest.mark.parametrize("option", ["--bogus-opt", "-z", "--maxfail=1 --no-such-flag=3"])

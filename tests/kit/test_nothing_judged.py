@@ -111,6 +111,14 @@ def test_the_engine_tier_header_names_the_engine_and_its_tolerances_not_the_adap
     assert not any("cache contract" in line or "hypothesis profile" in line or "dtype: float64" in line for line in lines)
 
 
+@pytest.mark.parametrize(("long_context", "deselected"), [(False, "the long-context tests are deselected (--long-context runs them)"),
+                                                        (True, "the default workload's tests are deselected")])
+def test_the_engine_tier_header_says_whose_tests_pytest_counts_as_deselected(long_context: bool, deselected: str) -> None:
+    config = _option({"--ir-engine": "infer_ref", "--ir-engine-dtype": "float32", "--ir-long-context": long_context})
+    [workload] = [line for line in engine_tier_header(config) if line.startswith("  workload: ")]  # type: ignore[arg-type]
+    assert deselected in workload, workload
+
+
 def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -50,9 +50,9 @@ REPORT = ["golden", "report", "--quiet"]
 # (id, argv, exit status, words in the one-line message)
 CASES: list[tuple[str, Argv, int, tuple[str, ...]]] = [
     ("verify-unknown-device", lambda t: [*VERIFY, str(GOLDEN), "--device", "warp9", "--json", str(t.root / "v.json")],
-     EXIT_USAGE, ("unknown device 'warp9'", "expected cpu, cuda or cuda:N")),
+     EXIT_USAGE, ("unsupported device 'warp9'", "expected cpu, cuda or cuda:N")),
     ("report-unknown-device", lambda t: [*REPORT, str(GOLDEN), "--device", "warp9", "--out", str(t.root / "r.md")],
-     EXIT_USAGE, ("unknown device 'warp9'", "expected cpu, cuda or cuda:N")),
+     EXIT_USAGE, ("unsupported device 'warp9'", "expected cpu, cuda or cuda:N")),
     ("generate-checkpoint-without-weights", lambda t: ["golden", "generate", "--checkpoint", str(t.no_weights), "--out",
                                                        str(t.root / "g.json"), "--quiet"],
      EXIT_MISSING, ("no-weights has no model.safetensors or model.safetensors.index.json",)),

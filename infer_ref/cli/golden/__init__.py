@@ -12,13 +12,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 from infer_ref.cli.golden.generate import cmd_generate
 from infer_ref.cli.golden.report import cmd_report
 from infer_ref.cli.golden.shared import EXIT_EXISTS, EXIT_FORMAT, EXIT_MISMATCH
 from infer_ref.cli.golden.verify import cmd_verify
-from infer_ref.cli.options import DTYPES, run_command
+from infer_ref.cli.options import DTYPES, OneLineParser, run_command
+from infer_ref.conformance.checkpoints.golden_names import (
+    IMPLEMENTATIONS,
+    PLANTED_BUGS,
+    SYNTHETIC_MODEL_NAMES,
+)
 from infer_ref.errors import EXIT_METADATA, EXIT_MISSING, EXIT_OK, EXIT_USAGE
 
 __all__ = [
@@ -26,16 +31,16 @@ __all__ = [
     "add_golden_commands", "main", "run",
 ]
 
-PROG = "infer-ref golden"
+PROG = "python -m infer_ref.cli.golden"  # standalone; under `infer-ref`, its errors are infer-ref's
 
 
 def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     """Add ``golden generate|verify|report`` to a CLI's subparsers.
 
-    Each leaf parser sets ``run`` and ``prog``: exit with ``run(args.run, args)`` (or ``args.run(args)``,
+    Each leaf parser sets ``run``: exit with ``run(args.run, args)`` (or ``args.run(args)``,
     which lets a missing file raise FileNotFoundError). Nothing here imports the golden package
-    (torch): its names are read when a value is checked (:class:`GoldenNames`), and the defaults
-    that live there are applied by the commands.
+    (torch): the names its options take come from ``golden_names``, and the defaults that live in
+    the package are applied by the commands.
     """
     parser = subparsers.add_parser(
         "golden",
@@ -48,7 +53,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     gen = sub.add_parser("generate", help="write a golden file with transformers (greedy)")
     what = gen.add_mutually_exclusive_group(required=True)
     what.add_argument("--checkpoint", nargs="+", help="local HF snapshot folder(s) with PROVENANCE.json (canonical prompts)")
-    what.add_argument("--synthetic", nargs="+", choices=GoldenNames("SYNTHETIC_MODELS"), metavar="NAME",
+    what.add_argument("--synthetic", nargs="+", choices=sorted(SYNTHETIC_MODEL_NAMES), metavar="NAME",
                       help="seeded synthetic model(s): %(choices)s")
     gen.add_argument("--name", help="model name in the file and file name (default: folder or synthetic name)")
     gen.add_argument("--dtype", default="float32", choices=sorted(DTYPES))
@@ -59,7 +64,7 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
     gen.add_argument("--max-new-tokens", type=int, default=None, help="override the per-prompt default")
     gen.add_argument("--force", action="store_true", help="overwrite an existing golden file")
     gen.add_argument("--quiet", action="store_true", help="no progress bar")
-    gen.set_defaults(run=cmd_generate, prog=PROG)
+    gen.set_defaults(run=cmd_generate)
 
     ver = sub.add_parser("verify", help="verify implementation(s) against golden file(s), teacher-forced")
     ver.add_argument("files", nargs="+")
@@ -68,71 +73,49 @@ def add_golden_commands(subparsers: argparse._SubParsersAction) -> None:
                           "conformance adapter module:OBJECT; repeatable")
     ver.add_argument("--device", default=None, help="default: the file's device type")
     ver.add_argument("--checkpoint", default=None, help="override the checkpoint folder recorded in the file")
-    ver.add_argument("--plant-bug", choices=GoldenNames("PLANTED_BUGS"), default=None, metavar="BUG",
+    ver.add_argument("--plant-bug", choices=sorted(PLANTED_BUGS), default=None, metavar="BUG",
                      help="plant a known bug into infer_ref first: %(choices)s")
     ver.add_argument("--json", default=None, help="also write the results as JSON here")
     ver.add_argument("--quiet", action="store_true")
-    ver.set_defaults(run=cmd_verify, prog=PROG)
+    ver.set_defaults(run=cmd_verify)
 
     rep = sub.add_parser("report", help="verify files with several implementations and write a markdown report")
     rep.add_argument("files", nargs="+")
-    rep.add_argument("--impl", nargs="+", default=None, choices=GoldenNames("IMPLEMENTATIONS"), metavar="IMPL",
+    rep.add_argument("--impl", nargs="+", default=None, choices=IMPLEMENTATIONS, metavar="IMPL",
                      help="implementations to verify with: %(choices)s (default: all)")
     rep.add_argument("--device", default=None)
     rep.add_argument("--out", default="docs/golden_report.md")
     rep.add_argument("--json", default=None)
-    rep.add_argument("--plant-bug", choices=GoldenNames("PLANTED_BUGS"), default=None, metavar="BUG", help="%(choices)s")
+    rep.add_argument("--plant-bug", choices=sorted(PLANTED_BUGS), default=None, metavar="BUG", help="%(choices)s")
     rep.add_argument("--plant-bug-file", default=None, help="golden file for the planted-bug check (default: the last)")
     rep.add_argument("--pytest-log", default=None, help="include the tail of this pytest log")
     rep.add_argument("--reuse", default=None, help="JSON lines of results already computed (by the GPU tests) to reuse")
     rep.add_argument("--quiet", action="store_true")
-    rep.set_defaults(run=cmd_report, prog=PROG)
+    rep.set_defaults(run=cmd_report)
 
 
 def _impl(value: str) -> str:
     """A built-in implementation name or ``module:OBJECT`` (a conformance adapter)."""
-    if value in golden_implementations() or ":" in value:
+    if ":" in value or value in IMPLEMENTATIONS:  # module:OBJECT is imported and checked by the command
         return value
-    raise argparse.ArgumentTypeError(f"{value!r}: expected one of {', '.join(golden_implementations())} or module:OBJECT")
-
-
-def golden_implementations() -> tuple[str, ...]:
-    return tuple(GoldenNames("IMPLEMENTATIONS"))
-
-
-class GoldenNames:
-    """The sorted names of a golden-package table (``SYNTHETIC_MODELS``, ``PLANTED_BUGS``, ...) as
-    argparse ``choices``: the package is imported when argparse checks a given value or prints help,
-    so a command refused for another reason (a missing file) never imports torch. The options that
-    take one name a ``metavar``: without it argparse lists the choices as soon as the option is added."""
-
-    def __init__(self, table: str) -> None:
-        self.table = table
-
-    def names(self) -> list[str]:
-        from infer_ref.conformance.oracles import golden
-
-        return sorted(getattr(golden, self.table))
-
-    def __contains__(self, value: object) -> bool:
-        return value in self.names()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self.names())
+    raise argparse.ArgumentTypeError(f"{value!r}: expected one of {', '.join(IMPLEMENTATIONS)} or module:OBJECT")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m infer_ref.cli.golden", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
-    add_golden_commands(sub)
     # Standalone: accept both `... generate ...` and `... golden generate ...`.
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("golden", "-h", "--help"):
         argv = ["golden", *argv]
+    return run_command(lambda: _parse_and_run(argv), PROG)
+
+
+def _parse_and_run(argv: list[str]) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_golden_commands(sub)
     args = parser.parse_args(argv)
     command: Callable[[argparse.Namespace], int] = args.run
-    return run(command, args)
+    return command(args)
 
 
 def run(func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:

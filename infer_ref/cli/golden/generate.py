@@ -7,15 +7,16 @@ import sys
 from pathlib import Path
 
 from infer_ref.cli.golden.shared import Progress, free_cuda, golden_margins
-from infer_ref.cli.options import UsageError, resolve_device
+from infer_ref.cli.options import UsageError, check_device
 from infer_ref.errors import EXIT_OK, OverwriteRefused
 from infer_ref.fileio import check_file_name
+from infer_ref.paths import require_snapshot, resolve_model_path
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    _check_generate_args(args)
     from infer_ref.conformance.oracles import golden
 
-    _check_generate_args(args)
     sources = [golden.ModelSource.checkpoint(p) for p in args.checkpoint or []]
     sources += [golden.ModelSource.synthetic(n) for n in args.synthetic or []]
     if args.name:
@@ -26,13 +27,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         Path(args.out) if args.out else golden.default_golden_path(src.name, args.dtype, args.device, out_dir)
         for src in sources
     ]
-    # Every output is checked before anything is generated (minutes of work for a real model).
-    folders = [str(o) for o in outs if o.is_dir()]
-    if folders:
-        raise UsageError(f"output path(s) {', '.join(folders)} are folders: expected golden file paths")
-    existing = [str(o) for o in outs if o.exists()]
-    if existing and not args.force:
-        raise OverwriteRefused(f"{', '.join(existing)} exist(s); pass --force to overwrite golden files")
+    _check_outputs(outs, args.force)  # every output, before anything is generated (minutes for a real model)
     for source, out in zip(sources, outs, strict=True):
         prompts = source.prompts()
         total = sum(args.max_new_tokens or p.get("max_new_tokens") or 64 for p in prompts)
@@ -60,6 +55,16 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _check_outputs(outs: list[Path], force: bool) -> None:
+    """Output paths that are folders, or files that exist without ``--force``, are refused."""
+    folders = [str(o) for o in outs if o.is_dir()]
+    if folders:
+        raise UsageError(f"output path(s) {', '.join(folders)} are folders: expected golden file paths")
+    existing = [str(o) for o in outs if o.exists()]
+    if existing and not force:
+        raise OverwriteRefused(f"{', '.join(existing)} exist(s); pass --force to overwrite golden files")
+
+
 def _check_generate_args(args: argparse.Namespace) -> None:
     """Usage errors of ``golden generate``, before any model is loaded."""
     count = len(args.checkpoint or []) + len(args.synthetic or [])
@@ -71,4 +76,8 @@ def _check_generate_args(args: argparse.Namespace) -> None:
         raise UsageError(f"--top-k must be a positive integer, got {args.top_k}")
     if args.max_new_tokens is not None and args.max_new_tokens < 1:
         raise UsageError(f"--max-new-tokens must be a positive integer, got {args.max_new_tokens}")
-    resolve_device(args.device)
+    if args.out:  # the default paths need the golden package: checked once it is imported
+        _check_outputs([Path(args.out)], args.force)
+    check_device(args.device)
+    for folder in args.checkpoint or []:
+        require_snapshot(resolve_model_path(folder), "--checkpoint")

@@ -11,7 +11,7 @@ from typing import Any
 from infer_ref.cli.golden import shared
 from infer_ref.cli.golden.report_markdown import markdown
 from infer_ref.cli.golden.verify import result_json, run_verify
-from infer_ref.cli.options import check_output_paths
+from infer_ref.cli.options import check_device, check_output_paths
 from infer_ref.errors import EXIT_OK, EXIT_USAGE, DataError
 from infer_ref.fileio import atomic_write_text
 
@@ -19,7 +19,8 @@ from infer_ref.fileio import atomic_write_text
 def cmd_report(args: argparse.Namespace) -> int:
     """Verify each file with each implementation and write a markdown report."""
     check_output_paths(args.out, args.json)
-    shared.check_device_option(args.device)
+    shared.check_golden_files(args.files)
+    check_device(args.device)
     reuse, reused_planted = _read_reuse(args.reuse)
     rows: list[dict[str, Any]] = []
     files_meta: list[dict[str, Any]] = []

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from infer_ref.cli.options import resolve_device
+from infer_ref.cli.options import check_device
 from infer_ref.errors import (
     EXIT_BAD_DATA,
     EXIT_FAILED_CHECK,
@@ -20,7 +21,7 @@ EXIT_FORMAT = EXIT_BAD_DATA
 EXIT_EXISTS = EXIT_REFUSED_OVERWRITE
 
 __all__ = [
-    "EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "check_device_option", "device_problem",
+    "EXIT_EXISTS", "EXIT_FORMAT", "EXIT_METADATA", "EXIT_MISMATCH", "Progress", "check_golden_files", "device_problem",
     "free_cuda", "golden_margins",
 ]
 
@@ -76,10 +77,11 @@ def golden_margins(doc: dict[str, Any]) -> list[float]:
     ]
 
 
-def check_device_option(device: str | None) -> None:
-    """``--device`` names a device this machine has (checked once, before any file is read)."""
-    if device is not None:
-        resolve_device(device)
+def check_golden_files(paths: list[str]) -> None:
+    """Every golden file named is there, checked before any is verified (and before torch is imported)."""
+    for path in paths:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"{path}: no such file (expected a golden file written by `infer-ref golden generate`)")
 
 
 def device_problem(doc: dict[str, Any], path: str, device: str | None) -> str | None:
@@ -88,7 +90,7 @@ def device_problem(doc: dict[str, Any], path: str, device: str | None) -> str | 
         return None
     recorded = doc["run"]["device"]
     try:
-        resolve_device(recorded)
+        check_device(recorded)
     except UsageError:
         return (
             f"{path} records a run on {recorded} ({doc['run']['dtype']}): verifying it needs a {recorded.upper()} "

@@ -13,20 +13,20 @@ from infer_ref.cli.golden.shared import (
     EXIT_METADATA,
     EXIT_MISMATCH,
     Progress,
-    check_device_option,
+    check_golden_files,
     device_problem,
 )
-from infer_ref.cli.options import check_output_paths
+from infer_ref.cli.options import check_device, check_output_paths, check_user_adapter
 from infer_ref.errors import EXIT_MISSING, EXIT_OK, EXIT_USAGE, InferRefError, exit_code_for
 from infer_ref.fileio import atomic_write_text
+
+ADAPTER = "infer_ref.conformance.interface.adapter.Adapter"
 
 
 def run_verify(
     path: str, impl: str, device: str | None, checkpoint: str | None, plant: str | None, quiet: bool
 ) -> tuple[int, str, Any]:
     """Verify one file with one implementation: (exit code, message, report or None)."""
-    if not Path(path).exists():  # answered before the golden package (torch) is imported
-        return EXIT_MISSING, f"error: {path}: no such file (expected a golden file written by `infer-ref golden generate`)", None
     from infer_ref.conformance.oracles import golden
 
     try:
@@ -64,7 +64,11 @@ def run_verify(
 
 def cmd_verify(args: argparse.Namespace) -> int:
     check_output_paths(args.json)
-    check_device_option(args.device)
+    check_golden_files(args.files)
+    check_device(args.device)
+    for impl in args.impl or []:
+        if ":" in impl:  # a conformance adapter: imported here, named by the option typed
+            check_user_adapter(impl, "--impl", f"an {ADAPTER} with load_model, make_model_cache and forward")
     worst = EXIT_OK
     results = []
     for path in args.files:

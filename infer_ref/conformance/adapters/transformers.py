@@ -24,6 +24,7 @@ from torch import Tensor
 
 from infer_ref.conformance.interface.adapter import Adapter, CacheSpec
 from infer_ref.conformance.interface.contract import CacheContract
+from infer_ref.conformance.oracles.transformers_cache import forward_with_cache
 
 
 class HFCache:
@@ -121,7 +122,8 @@ def make_static_model_cache(model: Any, max_seq_len: int, batch_size: int) -> HF
 def forward(model: Any, input_ids: Tensor, cache: HFCache | None) -> Tensor:
     if cache is None:
         return model(input_ids=input_ids, use_cache=False).logits
-    return model(input_ids=input_ids, past_key_values=cache.hf, use_cache=True).logits
+    out, _ = forward_with_cache(model, cache.hf, input_ids=input_ids, use_cache=True)  # the cache is updated in place
+    return out.logits
 
 
 def _generate(model: Any, prompt_ids: list[int], max_new_tokens: int, use_kv_cache: bool, *, static: bool) -> list[int]:

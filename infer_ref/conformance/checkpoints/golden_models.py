@@ -153,6 +153,7 @@ class SyntheticSpec:
 
 
 def _synthetic_specs() -> dict[str, SyntheticSpec]:
+    from infer_ref.conformance.checkpoints.golden_names import REAL_SHAPE_MODELS, STANDIN_MODELS
     from infer_ref.conformance.checkpoints.snapshots import REAL_SHAPE_CONFIGS, tiny_config
 
     # Logit std ~ embed_std * sqrt(hidden) (tied head over a unit-RMS final norm): 0.15 gives
@@ -165,21 +166,18 @@ def _synthetic_specs() -> dict[str, SyntheticSpec]:
     # Llama and Qwen3 have no window: one long prompt is enough for them.
     prefill_case = PromptCase("prefill-crosses-window", prompt_len=600, new_tokens=128, seed=1)
     decode_case = PromptCase("decode-crosses-window", prompt_len=448, new_tokens=128, seed=2)
-    specs = {
-        name: SyntheticSpec(name, REAL_SHAPE_CONFIGS[name], seed=0, init=init, cases=cases)
-        for name, init, cases in (
-            ("llama-3.2-1b", real_init, (prefill_case,)),
-            ("qwen3-1.7b", real_init, (prefill_case,)),
-            ("gemma-3-1b-it", gemma_init, (prefill_case, decode_case)),
-        )
-    }
+    specs = {}
+    for name in REAL_SHAPE_MODELS:
+        gemma = REAL_SHAPE_CONFIGS[name]["model_type"].startswith("gemma")
+        specs[name] = SyntheticSpec(name, REAL_SHAPE_CONFIGS[name], seed=0, init=gemma_init if gemma else real_init,
+                                    cases=(prefill_case, decode_case) if gemma else (prefill_case,))
     # Small stand-ins of the same structure (window 16), for dry runs of the GPU flow on CPU.
     standin_cases = (
         PromptCase("prefill-crosses-window", prompt_len=24, new_tokens=24, seed=1),
         PromptCase("decode-crosses-window", prompt_len=10, new_tokens=20, seed=2),
     )
     standin_init = SyntheticInit(gain=1.0, embed_std=0.6, norm_jitter=0.1)
-    for family, name in (("llama", "llama-standin"), ("qwen3", "qwen3-standin"), ("gemma3_text", "gemma3-standin")):
+    for name, family in STANDIN_MODELS.items():
         overrides: dict[str, Any] = {"vocab_size": 512}
         if family == "gemma3_text":
             overrides["sliding_window"] = 16

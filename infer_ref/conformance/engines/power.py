@@ -101,6 +101,8 @@ def closest_miss(run: dict) -> str:
     best: tuple[float, str] | None = None
     for row in run["distributions"]:
         for name in JUDGED:
+            if name not in row["thresholds"]:
+                continue  # a row judged otherwise (the recipe statistics: their spreads are in their failure)
             value, threshold = row[name], row["thresholds"][name]
             ratio = (
                 (1 - value) / max(1e-12, 1 - threshold)

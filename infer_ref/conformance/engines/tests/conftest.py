@@ -37,13 +37,36 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "ir_long_context: the long-context workload (run with --ir-long-context, and only then)"
     )
+    config.addinivalue_line(
+        "markers",
+        "ir_numerics: runs on the numerics checkpoints of the dtype (bfloat16, float16), not the default "
+        "ones",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_dir" in metafunc.fixturenames:
         settings = TierSettings.of(metafunc.config)
-        dirs = list(settings.model_dirs) or _default_dirs(settings.long_context)
+        if metafunc.definition.get_closest_marker("ir_numerics") is not None:
+            dirs = _numerics_dirs(settings)
+            if not dirs:  # one skipped test saying why, rather than an empty parameter set
+                why = "no numerics checkpoint in this dtype, or --ir-model-dir names the folders to judge"
+                none = pytest.param(Path("no-numerics-checkpoint"), marks=pytest.mark.skip(reason=why))
+                metafunc.parametrize("model_dir", [none], ids=["no-numerics-checkpoint"], scope="session")
+                return
+        else:
+            dirs = list(settings.model_dirs) or _default_dirs(settings.long_context)
         metafunc.parametrize("model_dir", dirs, ids=[d.name for d in dirs], scope="session")
+
+
+def _numerics_dirs(settings: TierSettings) -> list[Path]:
+    """The numerics checkpoints of the run's dtype and workload (none in float32/float64, or for a
+    team's own folders)."""
+    if settings.model_dirs:
+        return []
+    from infer_ref.conformance.engines.numerics_workload import numerics_model_dirs
+
+    return numerics_model_dirs(settings.dtype, long_context=settings.long_context)
 
 
 def _default_dirs(long_context: bool) -> list[Path]:

@@ -36,6 +36,7 @@ from infer_ref.conformance.engines.verdicts.positions import (
 )
 from infer_ref.conformance.engines.verdicts.prefix_hits import CountedPair, shortfalls
 from infer_ref.conformance.engines.verdicts.repro import Case, Replay, write_repro
+from infer_ref.conformance.engines.verdicts.signed_statistics import engine_signed_statistics
 from infer_ref.conformance.engines.verdicts.thresholds import thresholds_for
 from infer_ref.conformance.engines.verdicts.tolerances import LOW_PRECISION, agreement_tolerance
 from infer_ref.conformance.report import NOT_JUDGED
@@ -183,6 +184,9 @@ def distribution_failure(
         return None
     thresholds = thresholds_for(dtype, kind, model_dir.name)
     summary, exceeded = judge(stats, thresholds.values)
+    # Reported, not judged yet: the signed statistics with their standard errors (docs/low-precision.md,
+    # "Recipe errors").
+    signed = engine_signed_statistics([(p.request, p.entry, p.row) for ps in per_request for p in ps])
     ledger.distributions.append(
         {
             "test": test,
@@ -190,6 +194,7 @@ def distribution_failure(
             "kind": kind,
             "dtype": dtype,
             **summary.as_dict(),
+            **signed,
             "exceeded": [e.statistic for e in exceeded],
             "thresholds": thresholds.values,
             "source": thresholds.source,

@@ -34,6 +34,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from torch import Tensor
+
 from infer_ref.conformance.checkpoints.golden_models import (
     GENERATOR_NAME,
     SyntheticInit,
@@ -57,6 +59,17 @@ FORMAT_VERSION = 1
 
 
 @dataclass(frozen=True)
+class WeightEdit:
+    """A deterministic edit of a checkpoint's generated weights (HF names, float32), applied before
+    they are written: ``apply(state, config)`` returns the edited state. ``name`` and ``version``
+    enter the recipe digest, so changing what an edit does (bump ``version``) rewrites cached folders."""
+
+    name: str
+    version: int
+    apply: Callable[[dict[str, Tensor], Mapping[str, Any]], dict[str, Tensor]]
+
+
+@dataclass(frozen=True)
 class EngineCheckpoint:
     """A synthetic checkpoint: what it stresses, its architecture, and how its weights are drawn.
 
@@ -70,6 +83,8 @@ class EngineCheckpoint:
     architecture: Mapping[str, Any]
     seed: int
     init: SyntheticInit
+    # Numerics checkpoints (numerics_checkpoints.py) edit the generated weights; None: as generated.
+    weight_edit: WeightEdit | None = None
 
     def folder_name(self, style: Style) -> str:
         return f"{self.name}-{style}"
@@ -266,6 +281,8 @@ def write_checkpoint(spec: EngineCheckpoint, dest_dir: str | os.PathLike[str], s
     dest = Path(dest_dir)
     config = config_json(spec, style)
     state = synthetic_state_dict(config, spec.seed, spec.init)
+    if spec.weight_edit is not None:
+        state = spec.weight_edit.apply(state, config)
     write_snapshot(dest, config, state)
     for name in TOKENIZER_FILES:
         shutil.copyfile(_fixture(spec) / name, dest / name)
@@ -278,6 +295,7 @@ def write_checkpoint(spec: EngineCheckpoint, dest_dir: str | os.PathLike[str], s
         "generator": GENERATOR_NAME,
         "seed": spec.seed,
         "init": asdict(spec.init),
+        "weight_edit": spec.weight_edit.name if spec.weight_edit is not None else None,
         "tokenizer_from": f"fixtures/checkpoints/{spec.fixture}",
         "files": {
             name: _sha256(dest / name) for name in ("config.json", "model.safetensors", *TOKENIZER_FILES)
@@ -348,6 +366,8 @@ def recipe_digest(spec: EngineCheckpoint, style: Style) -> str:
         "init": asdict(spec.init),
         "tokenizer_files": {name: _sha256(_fixture(spec) / name) for name in TOKENIZER_FILES},
     }
+    if spec.weight_edit is not None:  # absent otherwise: the other checkpoints' digests stay as they were
+        recipe["weight_edit"] = [spec.weight_edit.name, spec.weight_edit.version]
     return hashlib.sha256(json.dumps(recipe, sort_keys=True).encode()).hexdigest()
 
 

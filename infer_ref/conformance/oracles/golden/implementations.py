@@ -8,6 +8,7 @@ from typing import Any
 
 import torch
 
+from infer_ref.conformance.checkpoints.golden_names import IMPLEMENTATIONS
 from infer_ref.conformance.oracles.golden import sessions
 from infer_ref.conformance.oracles.golden.format import DTYPES
 from infer_ref.conformance.oracles.golden.planted import planted_impl
@@ -16,9 +17,6 @@ from infer_ref.conformance.oracles.golden.sources import (
     load_infer_ref_model,
     load_transformers_model,
 )
-
-IMPLEMENTATIONS = ("infer_ref", "transformers", "transformers-uncached")
-"""Built-in implementations; any conformance adapter is also accepted as ``module:OBJECT``."""
 
 
 def adapter_model(adapter: Any, source: ModelSource, dtype: torch.dtype, device: str) -> Any:

@@ -12,10 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 
-PLANTED_BUGS: dict[str, str] = {
-    "sliding-window-decode-mask": "infer_ref.conformance.mutants:decode_window_missing",
-}
-"""Known bugs that can be planted into infer_ref: name -> the mutant adapter (``module:OBJECT``) carrying it."""
+from infer_ref.conformance.checkpoints.golden_names import PLANTED_BUGS
 
 _planted: ContextVar[str | None] = ContextVar("planted_bug", default=None)
 

@@ -8,6 +8,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from infer_ref.conformance.oracles.transformers_cache import forward_with_cache
+
 StepFn = Callable[[Sequence[int]], Tensor]
 """Append token ids to the sequence held in a cache; return the logits ``[V]`` of the last one."""
 SessionFactory = Callable[[int], StepFn]
@@ -43,8 +45,7 @@ def transformers_sessions(model: Any) -> SessionFactory:
         @torch.inference_mode()
         def step(ids: Sequence[int]) -> Tensor:
             x = torch.tensor([list(ids)], dtype=torch.long, device=device)
-            out = model(input_ids=x, past_key_values=state["cache"], use_cache=True, logits_to_keep=1)
-            state["cache"] = out.past_key_values
+            out, state["cache"] = forward_with_cache(model, state["cache"], input_ids=x, use_cache=True, logits_to_keep=1)
             return out.logits[0, -1]
 
         return step

@@ -23,7 +23,7 @@ from infer_ref.conformance.checkpoints.golden_models import (
     weights_digest,
 )
 from infer_ref.conformance.oracles.golden.format import REPO_ROOT
-from infer_ref.loader import CheckpointError, require_weights
+from infer_ref.loader import CheckpointError
 
 
 @dataclass
@@ -43,13 +43,11 @@ class ModelSource:
 
     @staticmethod
     def checkpoint(path: str | os.PathLike[str], name: str | None = None) -> ModelSource:
-        from infer_ref.paths import resolve_model_path
+        from infer_ref.paths import require_snapshot, resolve_model_path
 
         folder = resolve_model_path(path)
-        if not (folder / "config.json").is_file():
-            raise ConfigError(f"no config.json in {folder}: expected a Hugging Face snapshot folder")
+        require_snapshot(folder)  # before any work: transformers' OSError would come after minutes of setup
         hf_config = read_json_object(folder / "config.json", ConfigError)
-        require_weights(folder)  # before any work: transformers' OSError would come after minutes of setup
         return ModelSource(name or folder.name, "checkpoint", hf_config, path=folder)
 
     @staticmethod
