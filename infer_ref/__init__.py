@@ -8,7 +8,6 @@ does not import torch, so the command line answers ``--help`` and usage errors a
 from typing import TYPE_CHECKING
 
 from infer_ref._lazy import lazy_exports
-from infer_ref._moved_modules import install as _install_moved_modules
 
 if TYPE_CHECKING:
     from infer_ref.cache import KVCache, KVCacheOverflowError
@@ -21,8 +20,6 @@ if TYPE_CHECKING:
     from infer_ref.tokenizer import Tokenizer
 
 __version__ = "0.1.0"
-
-_install_moved_modules()  # old import paths (the kit, the kernels, the fast decoder, ...), for one release
 
 _HOMES = {
     "KVCache": "infer_ref.cache", "KVCacheOverflowError": "infer_ref.cache",

@@ -30,7 +30,7 @@ tier() {  # tier NAME ENGINE DTYPE [OPTION...]: one tier run on the GPU
         --junitxml="$RESULTS/$name.xml" --ir-report="$RESULTS/$name.json" >"$RESULTS/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - start)) s; $(tail -1 "$RESULTS/$name.log")"
 }
-python -c "from infer_ref.conformance.engines.session import default_model_dirs; default_model_dirs()"  # written once, before the parallel runs
+python -c "from infer_ref.conformance.engines.workloads.folders import default_model_dirs; default_model_dirs()"  # written once, before the parallel runs
 
 gpu_part() {
     python scripts/fast_path_in_engine.py --device cuda --dtype bfloat16 | tee "$RESULTS/fast-path.json"

@@ -31,9 +31,9 @@ def main() -> None:
     torch.set_num_threads(1)
     from transformers import AutoModelForCausalLM
 
-    from infer_ref.conformance.engines.checkpoints import write_checkpoint
-    from infer_ref.conformance.engines.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
-    from infer_ref.conformance.engines.workload import model_facts, random_prompt
+    from infer_ref.conformance.engines.workloads.checkpoints import write_checkpoint
+    from infer_ref.conformance.engines.workloads.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
+    from infer_ref.conformance.engines.workloads.prompts import model_facts, random_prompt
 
     for spec in LONG_CHECKPOINTS:
         if args.only and spec.name != args.only:

@@ -24,15 +24,15 @@ def _filler(rng: random.Random, n: int) -> tuple[int, ...]:
 
 def main() -> None:
     torch.set_num_threads(1)
-    from infer_ref.conformance.engines.long_workload import (
+    from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs, oracle_model
+    from infer_ref.conformance.engines.workloads.folders import default_model_dirs
+    from infer_ref.conformance.engines.workloads.long import (
         LONG_GENERATED,
         LONG_NEW_TURN,
         first_long_turns,
         long_requests,
     )
-    from infer_ref.conformance.engines.oracle import oracle_logprobs, oracle_model
-    from infer_ref.conformance.engines.session import default_model_dirs
-    from infer_ref.conformance.engines.workload import model_facts
+    from infer_ref.conformance.engines.workloads.prompts import model_facts
 
     total = 0.0
     for folder in default_model_dirs(long_context=True):

@@ -21,8 +21,8 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from transformers import AutoModelForCausalLM
 
-from infer_ref.conformance.engines.oracle import oracle_logprobs
-from infer_ref.conformance.engines.workload import BLOCK_SIZE, boundary_prompts, model_facts
+from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs
+from infer_ref.conformance.engines.workloads.prompts import BLOCK_SIZE, boundary_prompts, model_facts
 
 MODEL = Path(__file__).resolve().parents[1] / "fixtures" / "checkpoints" / "gemma3-tiny"
 BACKENDS = {"math": SDPBackend.MATH, "efficient": SDPBackend.EFFICIENT_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION}

@@ -34,7 +34,7 @@ from infer_ref.cli.options import (
     check_user_adapter,
     user_object,
 )
-from infer_ref.conformance.engines.names import ENGINES, known_engine
+from infer_ref.conformance.engines.registry import ENGINES, known_engine
 from infer_ref.errors import (
     EXIT_FAILED_CHECK,
     EXIT_INTERNAL,
@@ -221,7 +221,7 @@ def _write_engine_checkpoints(long_context: bool) -> None:
     lines reach the terminal, not pytest's capture); a later run finds them cached."""
     import sys
 
-    from infer_ref.conformance.engines.session import default_model_dirs
+    from infer_ref.conformance.engines.workloads.folders import default_model_dirs
 
     default_model_dirs(progress=lambda line: print(line, file=sys.stderr, flush=True), long_context=long_context)
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import os
 import platform
-import shlex
 import warnings
 from collections.abc import Generator
 from pathlib import Path
@@ -128,8 +127,8 @@ def impl_spec(config: pytest.Config) -> str:
 
 
 def _load_adapter_showing_deprecations(config: pytest.Config, spec: str) -> Adapter:
-    """``load_adapter(spec)``; a DeprecationWarning its import raises (an adapter named by a moved
-    module path) reaches pytest's warnings summary, which warnings raised while configuring miss."""
+    """``load_adapter(spec)``; a DeprecationWarning its import raises (an adapter module that
+    warns) reaches pytest's warnings summary, which warnings raised while configuring miss."""
     with warnings.catch_warnings(record=True) as raised:
         warnings.simplefilter("always", DeprecationWarning)
         adapter = load_adapter(spec)
@@ -185,7 +184,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if engine_tier(config):
             _name_the_engine(collector.report, config)
             if config.pluginmanager.hasplugin("xdist"):  # the workers' notes come to the controller
-                from infer_ref.conformance.engines.tier_notes import TierNotes
+                from infer_ref.conformance.engines.notes import TierNotes
 
                 config.pluginmanager.register(TierNotes(collector.report), "infer_ref_engine_tier_notes")
         config.pluginmanager.register(collector, "infer_ref_report")
@@ -195,16 +194,13 @@ def _name_the_engine(report: ir_report.Report, config: pytest.Config) -> None:
     """The engine tier's report names the engine, how it was selected and its dtype, not the
     in-process adapter (here, where the report is made: under xdist the controller collects no test
     and never loads the tier's conftest)."""
-    from infer_ref.conformance.engines.session import selection_options
+    from infer_ref.conformance.engines.settings import TierSettings
 
-    engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
-    dtype = str(config.getoption("--ir-engine-dtype"))
-    parts = selection_options(engine, endpoint, dtype, config.getoption("--ir-engine-option") or (),
-                              long_context=bool(config.getoption("--ir-long-context")))
-    parts += [f"--ir-model-dir={shlex.quote(str(d))}" for d in config.getoption("--ir-model-dir") or []]
-    report.impl = " ".join(parts)  # what a failure's repro command needs to run the same engine the same way
-    report.adapter, report.version = "engine tier:", engine or endpoint or "infer_ref"
-    report.device, report.dtype = "the engine's", dtype
+    settings = TierSettings.of(config)
+    described = settings.describe()
+    report.impl = described["impl"]  # what a failure's repro command needs to run the same engine the same way
+    report.adapter, report.version = "engine tier:", described["version"]
+    report.device, report.dtype = "the engine's", settings.dtype
     report.capabilities = {}
 
 
@@ -253,30 +249,23 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
 def engine_tier_header(config: pytest.Config) -> list[str]:
     """The engine tier's header: which engine, how started, on what, judged at which tolerances (not
     the in-process adapter's float64 banner, whose cache contract and Hypothesis profile it never uses)."""
-    from infer_ref.conformance.engines.consistency import consistency_tolerance
-    from infer_ref.conformance.engines.names import ENGINES
-    from infer_ref.conformance.engines.oracle import agreement_tolerance
-    from infer_ref.conformance.engines.session import LONG_GEOMETRY
+    from infer_ref.conformance.engines.settings import TierSettings
+    from infer_ref.conformance.engines.workloads.geometry import LONG_GEOMETRY
 
-    engine, endpoint = config.getoption("--ir-engine"), config.getoption("--ir-endpoint")
-    dtype = str(config.getoption("--ir-engine-dtype"))
-    dirs = config.getoption("--ir-model-dir") or []
-    registered = None if endpoint or engine not in ENGINES else engine
+    settings = TierSettings.of(config)
+    engine, endpoint, dtype, long_context = settings.engine, settings.endpoint, settings.dtype, settings.long_context
     try:
-        consistency = consistency_tolerance(registered, dtype, config.getoption("--ir-consistency-tolerance"),
-                                            long_context=bool(config.getoption("--ir-long-context")))
-        spread = f"{consistency.value:g} nats ({consistency.source})"
+        spread = f"{settings.consistency.value:g} nats ({settings.consistency.source})"
     except ValueError as e:
         spread = f"refused ({e})"
-    long_context = bool(config.getoption("--ir-long-context"))
     kit = "the kit's long-context checkpoints" if long_context else "the kit's (fixtures and engine checkpoints)"
     longest = LONG_GEOMETRY.max_model_len
-    flat, at_longest = agreement_tolerance(dtype), agreement_tolerance(dtype, longest)
+    flat, at_longest = settings.oracle_tolerance(), settings.oracle_tolerance(longest)
     grows = f", growing with a request's length past {flat:g} (to {at_longest:g} at {longest} positions)" if at_longest > flat else ""
     lines = [
         f"infer_ref engine tier: {f'endpoint {endpoint}' if endpoint else f'engine {engine}'}, dtype {dtype}"
         + (", the long-context workload" if long_context else ""),
-        "  checkpoints: " + (", ".join(str(d) for d in dirs) if dirs else kit),
+        "  checkpoints: " + (", ".join(str(d) for d in settings.model_dirs) if settings.model_dirs else kit),
         # pytest counts the other workload's tests as "deselected" in its own lines: said here, where they are read
         "  workload: " + ("long contexts; the default workload's tests are deselected (run without --long-context)"
                           if long_context else "default; the long-context tests are deselected (--long-context runs them)"),
@@ -284,8 +273,8 @@ def engine_tier_header(config: pytest.Config) -> list[str]:
         f"{spread} between two schedules of the engine",
         f"  versions (the oracle's side): {_versions(with_hypothesis=False)}",
     ]
-    if config.getoption("--ir-engine-option"):
-        lines.append(f"  engine options: {', '.join(config.getoption('--ir-engine-option'))}")
+    if settings.engine_options:
+        lines.append(f"  engine options: {', '.join(settings.engine_options)}")
     if "xfails" in _STATE:
         lines.append(f"  xfails: {', '.join(config.getoption('--ir-xfails'))} ({len(_STATE['xfails'])} entries)")  # type: ignore[arg-type]
     return lines

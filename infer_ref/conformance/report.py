@@ -84,7 +84,7 @@ class Report:
     not_judged: str = ""  # the first reason a test was not judged (its engine did not start or answer)
     not_judged_reasons: list[str] = field(default_factory=list)  # every distinct reason (each folder whose engine did not start)
     # bfloat16/float16 engine tier: per agreement test and checkpoint, the distribution summary
-    # (infer_ref.conformance.engines.distribution.Summary fields), its thresholds and what exceeded them
+    # (infer_ref.conformance.engines.verdicts.distribution.Summary fields), its thresholds and what exceeded them
     distributions: list[dict] = field(default_factory=list)
 
     def to_json(self) -> str:

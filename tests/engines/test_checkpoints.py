@@ -15,8 +15,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from infer_ref.conformance.engines import checkpoints as ck
-from infer_ref.conformance.engines.checkpoints import ENGINE_CHECKPOINTS, STYLES, EngineCheckpoint, Style
+from infer_ref.conformance.engines.workloads import checkpoints as ck
+from infer_ref.conformance.engines.workloads.checkpoints import (
+    ENGINE_CHECKPOINTS,
+    STYLES,
+    EngineCheckpoint,
+    Style,
+)
 from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 from infer_ref.conformance.oracles.transformers_cache import cache_keyword
 from infer_ref.conformance.oracles.transformers_fp64 import transformers_model

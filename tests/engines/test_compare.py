@@ -1,4 +1,4 @@
-"""The self-consistency checker (``engines.compare``): what it lets through and what it reports.
+"""The self-consistency checker (``engines.verdicts.compare``): what it lets through and what it reports.
 
 Every expected verdict follows from the numbers written in the test and the rule in the module's
 docstring: logprobs of a token both runs report agree within ``tol``; a greedy flip is accepted
@@ -6,8 +6,12 @@ only at a near-tie, after which nothing more is compared."""
 
 from __future__ import annotations
 
-from infer_ref.conformance.engines.compare import compare_outputs, compare_prompt_logprobs, largest_difference
 from infer_ref.conformance.engines.protocol import EngineOutput, TokenLogprobs
+from infer_ref.conformance.engines.verdicts.compare import (
+    compare_outputs,
+    compare_prompt_logprobs,
+    largest_difference,
+)
 
 TOL = 1e-4
 

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from infer_ref.conformance.engines import consistency
-from infer_ref.conformance.engines.consistency import FLOOR, MARGIN, SpreadLog, consistency_tolerance
-from infer_ref.conformance.engines.oracle import agreement_tolerance
+from infer_ref.conformance.engines.ledger import SpreadLog
+from infer_ref.conformance.engines.notes import spread_note
+from infer_ref.conformance.engines.verdicts import tolerances as consistency
+from infer_ref.conformance.engines.verdicts.tolerances import (
+    FLOOR,
+    MARGIN,
+    agreement_tolerance,
+    consistency_tolerance,
+)
 
 
 def test_a_measured_engine_gets_its_spread_times_the_margin(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -37,7 +43,8 @@ def test_spread_log_keeps_the_largest_and_where() -> None:
     for test, value in (("a", 1e-6), ("b", 4e-6), ("a", 2e-6)):
         log.record(test, value)
     assert (log.largest, log.where, log.comparisons) == (4e-6, "b", 3)
-    assert log.summary(1e-5, "given").startswith("largest difference between two schedules: 4e-06 nats (b, 3 answers)")
+    note = spread_note(log.what, log.largest, log.where, log.comparisons, 1e-5, "given")
+    assert note.startswith("largest difference between two schedules: 4e-06 nats (b, 3 answers)")
 
 
 def test_spread_log_names_the_first_place_of_a_tied_largest() -> None:

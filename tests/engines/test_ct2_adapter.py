@@ -17,7 +17,8 @@ from infer_ref.conformance.engines.adapters.ct2_convert import CONVERTER, conver
 from infer_ref.conformance.engines.adapters.engine_venv import worker_env
 from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR, EngineNotInstalled
 from infer_ref.conformance.engines.protocol import CAPABILITIES, EngineOptions
-from infer_ref.conformance.engines.session import ENGINES, load_factory
+from infer_ref.conformance.engines.registry import ENGINES
+from infer_ref.conformance.engines.session import load_factory
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import DataError
 

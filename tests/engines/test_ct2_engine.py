@@ -11,8 +11,8 @@ import pytest
 
 from infer_ref.conformance.engines.adapters.ct2 import start_ct2
 from infer_ref.conformance.engines.adapters.subprocess_bridge import BridgedEngine
-from infer_ref.conformance.engines.oracle import oracle_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
+from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs
 from infer_ref.conformance.interface.contract import Unsupported
 
 pytestmark = pytest.mark.ctranslate2

@@ -18,7 +18,8 @@ from infer_ref.conformance.engines.factory_options import (
     parse_engine_options,
 )
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions
-from infer_ref.conformance.engines.session import EngineStartError, EngineTier
+from infer_ref.conformance.engines.session import EngineSession, EngineStartError
+from infer_ref.conformance.engines.settings import TierSettings
 
 STARTED: list[dict[str, object]] = []
 
@@ -72,8 +73,8 @@ def test_llamacpp_refuses_a_kv_cache_type_that_names_no_dtype_before_converting(
 
 def test_the_tier_passes_the_options_to_every_start(tmp_path: Path) -> None:
     STARTED.clear()
-    tier = EngineTier(engine=f"{__name__}:recording_factory", endpoint=None, dtype="float32",
-                      engine_options=("threads=3", "kv_cache_type=bfloat16"))  # fmt: skip
+    tier = EngineSession(TierSettings(engine=f"{__name__}:recording_factory", endpoint=None, dtype="float32",
+                      engine_options=("threads=3", "kv_cache_type=bfloat16")))  # fmt: skip
     with pytest.raises(EngineStartError, match="RuntimeError: recorded"):
         tier.handle(tmp_path, "plain")
     assert STARTED == [{"threads": 3, "scale": 1.0, "flash": False, "kv_cache_type": "bfloat16", "source": None}]
@@ -81,9 +82,9 @@ def test_the_tier_passes_the_options_to_every_start(tmp_path: Path) -> None:
 
 def test_the_tier_refuses_a_bad_option_and_options_for_an_endpoint() -> None:
     with pytest.raises(EngineStartError, match="takes no such keyword"):
-        EngineTier(engine=f"{__name__}:recording_factory", endpoint=None, dtype="float32", engine_options=("nope=1",))
+        EngineSession(TierSettings(engine=f"{__name__}:recording_factory", endpoint=None, dtype="float32", engine_options=("nope=1",)))
     with pytest.raises(EngineStartError, match="a running endpoint was started by you"):
-        EngineTier(engine=None, endpoint="http://127.0.0.1:9/v1", dtype="float32", engine_options=("threads=1",))
+        EngineSession(TierSettings(engine=None, endpoint="http://127.0.0.1:9/v1", dtype="float32", engine_options=("threads=1",)))
 
 
 def test_the_cli_passes_each_option_to_pytest_and_needs_an_engine() -> None:

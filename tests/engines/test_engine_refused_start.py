@@ -14,7 +14,8 @@ import pytest
 
 from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions
-from infer_ref.conformance.engines.session import EngineStartError, EngineTier
+from infer_ref.conformance.engines.session import EngineSession, EngineStartError
+from infer_ref.conformance.engines.settings import TierSettings
 from infer_ref.conformance.interface.contract import Unsupported
 
 STARTS: list[bool] = []
@@ -29,7 +30,7 @@ def refuse_plain(model_dir: Path, options: EngineOptions) -> EngineHandle:
 
 def test_a_declined_start_is_unsupported_once_and_a_crash_still_fails(tmp_path: Path) -> None:
     STARTS.clear()
-    tier = EngineTier(engine=f"{__name__}:refuse_plain", endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=f"{__name__}:refuse_plain", endpoint=None, dtype="float32"))
     for _ in range(2):
         with pytest.raises(Unsupported, match=r"\(plain start\): Unsupported: this server always reuses"):
             tier.handle(tmp_path, "plain")

@@ -13,8 +13,8 @@ import pytest
 from infer_ref.conformance.engines.adapters.llamacpp import start_llamacpp
 from infer_ref.conformance.engines.adapters.llamacpp_server import start_llamacpp_server
 from infer_ref.conformance.engines.adapters.subprocess_bridge import BridgedEngine
-from infer_ref.conformance.engines.oracle import oracle_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest
+from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs
 from infer_ref.conformance.interface.contract import Unsupported
 
 pytestmark = pytest.mark.llamacpp

@@ -15,23 +15,19 @@ from infer_ref.cli.conformance import check_engine_args, pytest_args
 from infer_ref.cli.main import build_parser
 from infer_ref.cli.options import UsageError
 from infer_ref.config import ModelConfig
-from infer_ref.conformance.engines.checkpoints import write_all
-from infer_ref.conformance.engines.consistency import (
+from infer_ref.conformance.engines.matrix.tier_runs import long_context_xfails, tier_command
+from infer_ref.conformance.engines.mutants import LONG_CONTEXT_BUG_CLASSES, LONG_CONTEXT_MUTANTS
+from infer_ref.conformance.engines.verdicts.tolerances import (
     LONG_FLOOR,
     MARGIN,
     MEASURED_LONG_SPREAD,
     MEASURED_SPREAD,
+    agreement_tolerance,
     consistency_tolerance,
 )
-from infer_ref.conformance.engines.long_checkpoints import (
-    GEMMA3_W512,
-    GEMMA3_W1024,
-    LLAMA3_ROPE8192,
-    LONG_CHECKPOINTS,
-    LONG_STYLE,
-    QWEN3_LONG,
-)
-from infer_ref.conformance.engines.long_workload import (
+from infer_ref.conformance.engines.workloads.checkpoints import write_all
+from infer_ref.conformance.engines.workloads.geometry import options_for
+from infer_ref.conformance.engines.workloads.long import (
     BLOCK_SIZES,
     LONG_CHUNK_BUDGET,
     LONG_MAX_MODEL_LEN,
@@ -43,11 +39,15 @@ from infer_ref.conformance.engines.long_workload import (
     rope_threshold,
     window_sizes,
 )
-from infer_ref.conformance.engines.matrix.tier_runs import long_context_xfails, tier_command
-from infer_ref.conformance.engines.mutants import LONG_CONTEXT_BUG_CLASSES, LONG_CONTEXT_MUTANTS
-from infer_ref.conformance.engines.oracle import agreement_tolerance
-from infer_ref.conformance.engines.session import options_for
-from infer_ref.conformance.engines.workload import BLOCK_SIZE, model_facts
+from infer_ref.conformance.engines.workloads.long_checkpoints import (
+    GEMMA3_W512,
+    GEMMA3_W1024,
+    LLAMA3_ROPE8192,
+    LONG_CHECKPOINTS,
+    LONG_STYLE,
+    QWEN3_LONG,
+)
+from infer_ref.conformance.engines.workloads.prompts import BLOCK_SIZE, model_facts
 
 
 @pytest.fixture(scope="module")

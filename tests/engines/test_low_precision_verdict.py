@@ -1,4 +1,4 @@
-"""The low-precision verdict's arithmetic (infer_ref.conformance.engines.distribution), its threshold
+"""The low-precision verdict's arithmetic (infer_ref.conformance.engines.verdicts.distribution), its threshold
 table, and the seeded-token rule of bfloat16/float16, each against values stated here."""
 
 from __future__ import annotations
@@ -8,16 +8,16 @@ import math
 import pytest
 import torch
 
-from infer_ref.conformance.engines.compare import seeded_tokens_differ
-from infer_ref.conformance.engines.distribution import (
+from infer_ref.conformance.engines.protocol import EngineOutput, TokenLogprobs
+from infer_ref.conformance.engines.verdicts.compare import seeded_tokens_differ
+from infer_ref.conformance.engines.verdicts.distribution import (
     PositionStat,
     binned_kl,
     judge,
     position_stats,
     summarise,
 )
-from infer_ref.conformance.engines.protocol import EngineOutput, TokenLogprobs
-from infer_ref.conformance.engines.thresholds import JUDGED, load_table, thresholds_for
+from infer_ref.conformance.engines.verdicts.thresholds import JUDGED, load_table, thresholds_for
 
 
 def _row(logits: list[float]) -> torch.Tensor:

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from infer_ref.config import RopeConfig
-from infer_ref.conformance.engines.checkpoints import write_all
-from infer_ref.conformance.engines.numerics_checkpoints import (
+from infer_ref.conformance.engines.workloads.checkpoints import write_all
+from infer_ref.conformance.engines.workloads.numerics_checkpoints import (
     ANCHOR_BELOW,
     ANCHOR_MIDPOINT,
     DESIGNED_FOR,
@@ -162,7 +162,7 @@ def test_transformers_reads_each_as_infer_ref_does(folders: dict[str, Path], spe
     # The tier's oracle is transformers in float64: the edited weights and configs must mean the
     # same model to it (float64 agreement to 1e-9; a misread norm or scale moves logprobs by > 1e-3).
     pytest.importorskip("transformers")
-    from infer_ref.conformance.engines.oracle import oracle_logprobs
+    from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs
 
     folder = folders[spec.name]  # type: ignore[attr-defined]
     model, config = load_model(folder, dtype=torch.float64, device="cpu")

@@ -11,8 +11,8 @@ import pytest
 
 from infer_ref.conformance.engines.adapters.openvino import start_openvino
 from infer_ref.conformance.engines.adapters.subprocess_bridge import BridgedEngine, EngineWorkerError
-from infer_ref.conformance.engines.oracle import oracle_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest
+from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs
 
 pytestmark = pytest.mark.openvino
 

@@ -12,8 +12,8 @@ import pytest
 
 from infer_ref.conformance.engines.adapters.ortgenai import start_ortgenai
 from infer_ref.conformance.engines.adapters.subprocess_bridge import BridgedEngine
-from infer_ref.conformance.engines.oracle import oracle_logprobs
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
+from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import DataError
 

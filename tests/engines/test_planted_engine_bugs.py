@@ -19,7 +19,7 @@ from infer_ref.conformance.engines.mutants import (
     ENGINE_BUG_CLASSES,
     ENGINE_MUTANTS,
     LONG_CONTEXT_MUTANTS,
-    EngineMutant,
+    PlantedBug,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +38,7 @@ def _tier(engine: str, tests: tuple[str, ...], checkpoint: str = "llama-tiny", *
 
 
 def _long_folder(name: str) -> Path:
-    from infer_ref.conformance.engines.session import default_model_dirs
+    from infer_ref.conformance.engines.workloads.folders import default_model_dirs
 
     return next(d for d in default_model_dirs(long_context=True) if d.name.startswith(name))
 
@@ -55,7 +55,7 @@ def test_control_passes_the_guarding_tests(checkpoint: str) -> None:
 
 
 @pytest.mark.parametrize("mutant", ENGINE_MUTANTS, ids=[m.name for m in ENGINE_MUTANTS])
-def test_mutant_is_caught(mutant: EngineMutant) -> None:
+def test_mutant_is_caught(mutant: PlantedBug) -> None:
     done = _tier(f"infer_ref.conformance.engines.mutants:{mutant.name}", mutant.caught_by, mutant.checkpoint)
     assert done.returncode == 1, f"{mutant.name} ({mutant.bug_class}) was not caught:\n{done.stdout[-3000:]}"
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]
@@ -63,7 +63,7 @@ def test_mutant_is_caught(mutant: EngineMutant) -> None:
 
 
 @pytest.mark.parametrize("mutant", LONG_CONTEXT_MUTANTS, ids=[m.name for m in LONG_CONTEXT_MUTANTS])
-def test_long_context_mutant_is_caught_there_and_only_there(mutant: EngineMutant) -> None:
+def test_long_context_mutant_is_caught_there_and_only_there(mutant: PlantedBug) -> None:
     """A bug of released sizes: the long-context workload catches it, its guarding test passes on the
     unbroken engine, and the default workload (pools of 64 blocks, positions below 256) cannot see it."""
     engine = f"infer_ref.conformance.engines.mutants:{mutant.name}"

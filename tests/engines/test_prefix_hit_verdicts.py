@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.prefix_hit_verdict import CountedPair, judge_prefix_hits
-from infer_ref.conformance.engines.prefix_hits import (
+from infer_ref.conformance.engines.ledger import Ledger
+from infer_ref.conformance.engines.verdicts.judge import judge_prefix_hits
+from infer_ref.conformance.engines.verdicts.prefix_hits import (
+    CountedPair,
     PrefixHit,
     expected_hit,
     granularity,
@@ -46,7 +48,8 @@ def test_a_token_level_cache_is_held_to_all_but_one_shared_token() -> None:
     assert granularity([PrefixHit(40, 40), PrefixHit(97, 97)]) == 1
     assert shortfalls([PrefixHit(40, 39), PrefixHit(97, 97)]) == []
     assert shortfalls([PrefixHit(40, 39), PrefixHit(97, 95)]) == [
-        "request 1: 95 of 97 shared prompt tokens served from cache, at least 96 expected (hits come in multiples of 1)"]
+        "request 1: 95 of 97 shared prompt tokens served from cache, at least 96 expected (hits come in multiples of 1)"
+    ]
 
 
 def test_large_blocks_are_not_a_shortfall_and_no_hit_at_all_is_not_judged() -> None:
@@ -59,7 +62,8 @@ def test_large_blocks_are_not_a_shortfall_and_no_hit_at_all_is_not_judged() -> N
 def test_the_note_counts_hits_and_tokens() -> None:
     assert summary([PrefixHit(97, 96), PrefixHit(5, 0)]) == (
         "prefix cache hits observed: 1 of 2 extending requests hit, 96 of 102 shared prompt tokens served "
-        "from cache, in multiples of 96 tokens")
+        "from cache, in multiples of 96 tokens"
+    )
 
 
 def _tier(engine: str, tmp_path: Path) -> tuple[subprocess.CompletedProcess[str], dict]:  # type: ignore[type-arg]
@@ -87,33 +91,45 @@ def test_a_cache_that_never_hits_is_not_judged_rather_than_failed(tmp_path: Path
     assert report["not_judged"].startswith("no prefix hit observed"), report["not_judged"]
 
 
-class _Tier:
-    """What the verdict reads of the tier: its name, and where it records the hits it judged."""
-
-    name = "an engine"
-
-    def __init__(self) -> None:
-        self.prefix_hits: list[PrefixHit] = []
-
-
 def test_a_count_on_the_first_request_of_an_emptied_cache_makes_the_counts_not_judged_not_failed() -> None:
     # Served nothing, reported 1 for every request: gcd 1 would claim shortfalls of 32 and 96 tokens.
     pairs = [CountedPair(33, 1, 1), CountedPair(97, 1, 1)]
     assert shortfalls([PrefixHit(p.shared, p.second) for p in pairs])  # what the counts alone would say
-    tier = _Tier()
+    ledger = Ledger()
     with pytest.raises(pytest.skip.Exception, match=r"^not judged: cached-token counts that cannot be believed: an engine "
                        r"reported 1 cached tokens for a request sent first on an emptied prefix cache \(2 of 2"):  # fmt: skip
-        judge_prefix_hits(tier, pairs, "prompts", "the prompt")  # type: ignore[arg-type]
-    assert tier.prefix_hits == []
+        judge_prefix_hits(
+            ledger=ledger, engine="an engine", pairs=pairs, requests="prompts", computed="the prompt"
+        )
+    assert ledger.prefix_hits == []
 
 
 def test_a_count_not_reported_is_left_out_and_none_reported_is_not_judged() -> None:
-    tier = _Tier()
-    with pytest.raises(pytest.skip.Exception, match=r"no cached-token count reported: an engine answered cached_tokens None"):
-        judge_prefix_hits(tier, [CountedPair(33, None, None), CountedPair(97, 0, None)], "prompts", "the prompt")  # type: ignore[arg-type]
+    ledger = Ledger()
+    with pytest.raises(
+        pytest.skip.Exception, match=r"no cached-token count reported: an engine answered cached_tokens None"
+    ):
+        judge_prefix_hits(
+            ledger=ledger,
+            engine="an engine",
+            pairs=[CountedPair(33, None, None), CountedPair(97, 0, None)],
+            requests="prompts",
+            computed="the prompt",
+        )
     # None is "not reported", never "no hit": the reported pair alone is judged, and its shortfall fails
-    with pytest.raises(AssertionError, match=r"1 of 1 prompts\):\nrequest 0: 32 of 97 shared prompt tokens served from cache, at least 96"):
-        judge_prefix_hits(tier, [CountedPair(33, 0, None), CountedPair(97, None, 32)], "prompts", "the prompt")  # type: ignore[arg-type]
-    assert tier.prefix_hits == [PrefixHit(97, 32)]
+    with pytest.raises(
+        AssertionError,
+        match=r"1 of 1 prompts\):\nrequest 0: 32 of 97 shared prompt tokens served from cache, at least 96",
+    ):
+        judge_prefix_hits(
+            ledger=ledger,
+            engine="an engine",
+            pairs=[CountedPair(33, 0, None), CountedPair(97, None, 32)],
+            requests="prompts",
+            computed="the prompt",
+        )
+    assert ledger.prefix_hits == [PrefixHit(97, 32)]
     with pytest.raises(pytest.skip.Exception, match=r"no prompts could be sent and read back"):
-        judge_prefix_hits(tier, [], "prompts", "the prompt")  # type: ignore[arg-type]
+        judge_prefix_hits(
+            ledger=ledger, engine="an engine", pairs=[], requests="prompts", computed="the prompt"
+        )

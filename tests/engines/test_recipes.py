@@ -11,12 +11,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from infer_ref.conformance.engines.checkpoints import write_all
-from infer_ref.conformance.engines.numerics_checkpoints import (
-    GEMMA3_HIDDEN304,
-    LLAMA3_RMS_ANCHOR,
-    NUMERICS_STYLE,
-)
 from infer_ref.conformance.engines.recipes import (
     BUGS,
     LEGITIMATE,
@@ -25,6 +19,12 @@ from infer_ref.conformance.engines.recipes import (
     patched,
     softmax_accumulated_low,
     stochastic_round,
+)
+from infer_ref.conformance.engines.workloads.checkpoints import write_all
+from infer_ref.conformance.engines.workloads.numerics_checkpoints import (
+    GEMMA3_HIDDEN304,
+    LLAMA3_RMS_ANCHOR,
+    NUMERICS_STYLE,
 )
 from infer_ref.loader import load_model
 

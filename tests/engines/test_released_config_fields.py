@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from infer_ref.conformance.engines.checkpoints import ENGINE_CHECKPOINTS, write_all
-from infer_ref.conformance.engines.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
+from infer_ref.conformance.engines.workloads.checkpoints import ENGINE_CHECKPOINTS, write_all
+from infer_ref.conformance.engines.workloads.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
 

@@ -12,8 +12,9 @@ import pytest
 
 from infer_ref.conformance.engines.adapters.infer_ref_engine import InferRefEngine
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineRequest
-from infer_ref.conformance.engines.repro import REPRO_DIR_ENV, write_repro
-from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.session import EngineSession
+from infer_ref.conformance.engines.settings import TierSettings
+from infer_ref.conformance.engines.verdicts.repro import REPRO_DIR_ENV, Case, Replay, write_repro
 
 ROOT = Path(__file__).resolve().parents[2]
 LLAMA = ROOT / "fixtures" / "checkpoints" / "llama-tiny"
@@ -30,10 +31,10 @@ def test_a_factory_without_a_script_gets_the_pytest_command_that_selects_it(tmp_
     (tmp_path / "my_engine_pkg.py").write_text("def start(model_dir, options, *, threads=1):\n    raise NotImplementedError\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(REPRO_DIR_ENV, str(tmp_path / "repros"))
-    tier = EngineTier(engine="my_engine_pkg:start", endpoint=None, dtype="bfloat16", engine_options=("threads=2",))
+    tier = EngineSession(TierSettings(engine="my_engine_pkg:start", endpoint=None, dtype="bfloat16", engine_options=("threads=2",)))
     folder = tmp_path / "checkpoints" / "llama tiny"
-    line = write_repro(_UsersEngine(), "test_generated_logprobs_agree_with_oracle", folder,
-                       [EngineRequest((1, 2, 3), 4)], [[[0]]], "1 of 1 requests disagree", 0.3, tier.selects())  # fmt: skip
+    case = Case("test_generated_logprobs_agree_with_oracle", folder, _UsersEngine(), tier.settings.selects())
+    line = write_repro(case, Replay([EngineRequest((1, 2, 3), 4)], [[[0]]], 0.3), "1 of 1 requests disagree")
     assert line.startswith("repro: pytest --pyargs infer_ref.conformance.engines.tests ")
     words = shlex.split(line.removeprefix("repro: "))
     assert "--ir-engine=my_engine_pkg:start" in words and "--ir-engine-dtype=bfloat16" in words
@@ -43,8 +44,8 @@ def test_a_factory_without_a_script_gets_the_pytest_command_that_selects_it(tmp_
 
 
 def test_an_endpoint_is_selected_by_its_url() -> None:
-    tier = EngineTier(engine=None, endpoint="http://127.0.0.1:8000/v1", dtype="float32")
-    assert tier.selects() == "--ir-endpoint=http://127.0.0.1:8000/v1"
+    tier = EngineSession(TierSettings(engine=None, endpoint="http://127.0.0.1:8000/v1", dtype="float32"))
+    assert tier.settings.selects() == "--ir-endpoint=http://127.0.0.1:8000/v1"
 
 
 class UnbrokenWithoutSnippet(InferRefEngine):
@@ -66,11 +67,11 @@ def test_any_factory_gets_a_script_that_starts_it_the_same_way(engine: str, stat
                                                                  monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """Old: a user's factory got no repro script (the scripts needed an undocumented ``repro_snippet()``)."""
     monkeypatch.setenv(REPRO_DIR_ENV, str(tmp_path / "repros"))
-    tier = EngineTier(engine=engine, endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=engine, endpoint=None, dtype="float32"))
     handle = tier.handle(LLAMA, "plain")
     requests = [EngineRequest((5, 9, 14, 3, 22, 7), 4), EngineRequest((8, 1, 30), 3)]
-    lines = write_repro(handle, "test_generated_logprobs_agree_with_oracle", LLAMA, requests, [[[0, 1]]],
-                        "planted", 2e-4, tier.selects(), tier.start_of("plain")).splitlines()  # fmt: skip
+    case = tier.case("test_generated_logprobs_agree_with_oracle", LLAMA, handle, "plain")
+    lines = write_repro(case, Replay(requests, [[[0, 1]]], 2e-4), "planted").splitlines()
     tier.stop_all()
     assert lines[0].startswith("repro: pytest --pyargs") and lines[-1].startswith("repro: python ")
     script = lines[-1].removeprefix("repro: python ")

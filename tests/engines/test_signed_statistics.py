@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from infer_ref.conformance.engines.protocol import TokenLogprobs
-from infer_ref.conformance.engines.signed_statistics import (
+from infer_ref.conformance.engines.verdicts.signed_statistics import (
     Calibration,
     Estimate,
     SlopeRow,

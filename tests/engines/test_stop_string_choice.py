@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from infer_ref.conformance.engines.workload import REPLACEMENT_CHARACTER, stop_string_in
+from infer_ref.conformance.engines.workloads.prompts import REPLACEMENT_CHARACTER, stop_string_in
 
 
 def test_a_repeated_piece_after_the_first_character_is_drawn() -> None:

@@ -23,15 +23,18 @@ from pathlib import Path
 import pytest
 import torch
 
-from infer_ref.conformance.engines.agreement import continued_turns, first_turns
-from infer_ref.conformance.engines.checkpoints import write_all
-from infer_ref.conformance.engines.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
-from infer_ref.conformance.engines.long_workload import continued_long_turns, first_long_turns, window_sizes
-from infer_ref.conformance.engines.oracle import oracle_model
-from infer_ref.conformance.engines.prefix_hits import common_prefix
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
-from infer_ref.conformance.engines.text_stable import TextStable
-from infer_ref.conformance.engines.workload import ModelFacts, model_facts
+from infer_ref.conformance.engines.verdicts.oracle import oracle_model
+from infer_ref.conformance.engines.workloads.checkpoints import write_all
+from infer_ref.conformance.engines.workloads.long import continued_long_turns, first_long_turns, window_sizes
+from infer_ref.conformance.engines.workloads.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
+from infer_ref.conformance.engines.workloads.prompts import (
+    ModelFacts,
+    continued_turns,
+    first_turns,
+    model_facts,
+)
+from infer_ref.conformance.engines.workloads.text_stable import TextStable, common_prefix
 from infer_ref.conformance.profiles import one_thread
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"

@@ -11,17 +11,19 @@ import pytest
 from tokenizers import Tokenizer
 
 from infer_ref.conformance.engines.adapters.openai_text import token_pieces
+from infer_ref.conformance.engines.notes import left_out_note
 from infer_ref.conformance.engines.protocol import EngineHandle, EngineOptions, EngineOutput, EngineRequest
-from infer_ref.conformance.engines.session import EngineTier
+from infer_ref.conformance.engines.session import EngineSession
+from infer_ref.conformance.engines.settings import TierSettings
 from infer_ref.conformance.engines.text_prompts import AnswerTokens
-from infer_ref.conformance.engines.text_stable import TextStable
-from infer_ref.conformance.engines.workload import (
+from infer_ref.conformance.engines.workloads.prompts import (
     BLOCK_SIZE,
     SHARED_PREFIX,
     boundary_prompts,
     model_facts,
     shared_prefix_prompts,
 )
+from infer_ref.conformance.engines.workloads.text_stable import TextStable
 from infer_ref.conformance.interface.contract import Unsupported
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "checkpoints"
@@ -147,7 +149,7 @@ def ids_factory(model_dir: Path, options: EngineOptions) -> EngineHandle:
 def test_judgeable_leaves_out_only_the_unreadable_requests_and_notes_why(tmp_path: Path) -> None:
     CALLS.clear()
     RESETS.clear()
-    tier = EngineTier(engine=f"{__name__}:text_factory", endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=f"{__name__}:text_factory", endpoint=None, dtype="float32"))
     requests = [EngineRequest((1, 2), 3), EngineRequest((3, 4), 3), EngineRequest((5,), 3)]
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
     assert tier.judgeable(tmp_path, requests) == [requests[1], requests[2]]
@@ -155,18 +157,18 @@ def test_judgeable_leaves_out_only_the_unreadable_requests_and_notes_why(tmp_pat
     # on the plain engine: the stressed one (the tests') sees each request first when a test sends it
     assert list(tier.started) == [(str(tmp_path), "plain")] and RESETS == []
     assert tier.alone(tmp_path, requests[1]).token_ids == (7,) and CALLS == [(1, 2), (3, 4), (5,)]  # the look is alone()'s run
-    assert tier.left_out == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
-    assert tier.left_out_summary().endswith("ids: 1 of 3 (1× Unsupported: the answer to (1, 2) holds a token text several tokens render to)")
+    assert tier.ledger.left_out == ["Unsupported: the answer to (1, 2) holds a token text several tokens render to"]
+    assert left_out_note(tier.name, tier.ledger.left_out, len(tier.ledger.unreadable)).endswith("ids: 1 of 3 (1× Unsupported: the answer to (1, 2) holds a token text several tokens render to)")
     with pytest.raises(Unsupported, match=r"none of the 1 requests has an answer .* \(Unsupported: the answer to \(1, 2\)"):
         tier.judgeable(tmp_path, [requests[0]])
 
 
 def test_judgeable_runs_nothing_for_an_engine_of_token_prompts(tmp_path: Path) -> None:
     CALLS.clear()
-    tier = EngineTier(engine=f"{__name__}:ids_factory", endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=f"{__name__}:ids_factory", endpoint=None, dtype="float32"))
     requests = [EngineRequest((1, 2), 3), EngineRequest((3, 4), 3)]
     assert not tier.takes_text_prompts(tmp_path)
-    assert tier.judgeable(tmp_path, requests) == requests and CALLS == [] and not tier.left_out
+    assert tier.judgeable(tmp_path, requests) == requests and CALLS == [] and not tier.ledger.left_out
 
 
 def refused_text_factory(model_dir: Path, options: EngineOptions) -> EngineHandle:
@@ -177,10 +179,10 @@ refused_text_factory.takes_text_prompts = True  # type: ignore[attr-defined]
 
 
 def test_a_refused_start_is_the_tests_not_supported_not_a_requests(tmp_path: Path) -> None:
-    tier = EngineTier(engine=f"{__name__}:refused_text_factory", endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=f"{__name__}:refused_text_factory", endpoint=None, dtype="float32"))
     with pytest.raises(Unsupported, match=r"\(probe start\): Unsupported: this engine cannot run"):
         tier.judgeable(tmp_path, [EngineRequest((1, 2), 3)])
-    assert not tier.left_out and set(tier.refused) == {(str(tmp_path), "plain"), (str(tmp_path), "probe")}
+    assert not tier.ledger.left_out and set(tier.refused) == {(str(tmp_path), "plain"), (str(tmp_path), "probe")}
 
 
 def no_plain_text_factory(model_dir: Path, options: EngineOptions) -> EngineHandle:
@@ -195,7 +197,7 @@ no_plain_text_factory.takes_text_prompts = True  # type: ignore[attr-defined]
 
 def test_an_engine_without_a_plain_start_is_looked_at_on_a_separate_start_not_the_judged_one(tmp_path: Path) -> None:
     CALLS.clear()
-    tier = EngineTier(engine=f"{__name__}:no_plain_text_factory", endpoint=None, dtype="float32")
+    tier = EngineSession(TierSettings(engine=f"{__name__}:no_plain_text_factory", endpoint=None, dtype="float32"))
     request = EngineRequest((3, 4), 3)
     assert tier.judgeable(tmp_path, [request]) == [request] and CALLS == [(3, 4)]
     probe = tier.started[(str(tmp_path), "probe")]

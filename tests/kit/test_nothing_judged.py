@@ -98,7 +98,8 @@ def test_the_matrix_marks_a_case_not_judged_apart_from_not_supported() -> None:
 
 
 def _option(values: dict[str, object]) -> SimpleNamespace:
-    return SimpleNamespace(getoption=lambda name: values.get(name))
+    """A pytest config as the header reads it: its options, and the stash the tier's settings are kept in."""
+    return SimpleNamespace(getoption=lambda name: values.get(name), stash={})
 
 
 def test_the_engine_tier_header_names_the_engine_and_its_tolerances_not_the_adapter_banner() -> None:

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from infer_ref.conformance.engines.consistency import SpreadLog
+from infer_ref.conformance.engines.ledger import SpreadLog
+from infer_ref.conformance.engines.notes import spread_note
 from infer_ref.conformance.report import Report, Tally, expected_failures_of
 
 
@@ -36,9 +37,9 @@ def test_a_spread_summary_names_its_test_only_when_one_differed() -> None:
     for _ in range(20):
         log.record("test_batch_matches_alone[llama-tiny]", 0.0)
     # Old: "0 nats (, 20 answers)"
-    assert log.summary(1e-5, "measured") == "largest difference between two schedules: 0 nats (20 answers); tolerance 1e-05 (measured)"
+    assert spread_note(log.what, log.largest, log.where, log.comparisons, 1e-5, "measured") == "largest difference between two schedules: 0 nats (20 answers); tolerance 1e-05 (measured)"
     log.record("test_batch_matches_alone[qwen3-tiny]", 2.5e-6)
-    assert log.summary(1e-5, "measured") == (
+    assert spread_note(log.what, log.largest, log.where, log.comparisons, 1e-5, "measured") == (
         "largest difference between two schedules: 2.5e-06 nats (test_batch_matches_alone[qwen3-tiny], 21 answers); "
         "tolerance 1e-05 (measured)"
     )

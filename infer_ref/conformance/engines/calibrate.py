@@ -1,10 +1,12 @@
-"""Calibrate the low-precision verdict on correct implementations: ``python -m infer_ref.conformance.engines.calibrate``.
+"""Calibrate the low-precision verdict on correct implementations.
+
+``python -m infer_ref.conformance.engines.calibrate``.
 
 For every kit checkpoint, in bfloat16 and float16, the agreement workload
-(:func:`~infer_ref.conformance.engines.agreement.agreement_workload`) runs through each
+(:func:`~infer_ref.conformance.engines.workloads.prompts.agreement_workload`) runs through each
 implementation of :data:`CALIBRATION_ENGINES` — infer_ref's Engine in both of the tier's starts
-and transformers' ``generate`` with SDPA and with eager attention, each correct in float32 to 5e-5 nats — and every position is
-summarised (:mod:`~infer_ref.conformance.engines.distribution`).
+and transformers' ``generate`` with SDPA and with eager attention, each correct in float32 to 5e-5
+nats — and every position is summarised (:mod:`~infer_ref.conformance.engines.verdicts.distribution`).
 
 A statistic's threshold is :data:`MARGIN` times the worst, over those implementations, of its
 99.9th bootstrap percentile (requests resampled with replacement, :data:`RESAMPLES` times): the
@@ -14,7 +16,7 @@ percentile of KL differs by up to 2.3x on one checkpoint). For the share of same
 margin applies to the share that differs, which is never taken below ``-ln(0.001) / n`` (the
 99.9% upper bound on a rate of which none of ``n`` positions were seen). Written:
 
-- :data:`~infer_ref.conformance.engines.thresholds.TABLE` (the JSON the tier reads);
+- :data:`~infer_ref.conformance.engines.verdicts.thresholds.TABLE` (the JSON the tier reads);
 - the calibration block of docs/low-precision.md: every implementation's summary, the thresholds,
   each implementation judged by the thresholds of the *others* (leave one out), and the share of
   bootstrap resamples of each correct run that any threshold fails (the false-alarm estimate).
@@ -34,31 +36,27 @@ from pathlib import Path
 
 import torch
 
-from infer_ref.conformance.engines.agreement import (
-    LOW_PRECISION,
-    PROMPT_LOGPROBS,
-    agreement_workload,
-    continued_turns,
-    first_turns,
-    judged_positions,
-    of_kind,
-)
-from infer_ref.conformance.engines.distribution import (
+from infer_ref.conformance.engines.protocol import EngineHandle
+from infer_ref.conformance.engines.session import declared_capabilities, load_factory
+from infer_ref.conformance.engines.verdicts.distribution import (
     LOWER_IS_WORSE,
     PositionStat,
     Summary,
     quantile,
     summarise,
 )
-from infer_ref.conformance.engines.protocol import EngineHandle
-from infer_ref.conformance.engines.session import (
-    declared_capabilities,
-    default_model_dirs,
-    load_factory,
-    options_for,
+from infer_ref.conformance.engines.verdicts.positions import judged_positions, of_kind
+from infer_ref.conformance.engines.verdicts.thresholds import JUDGED, KINDS, TABLE
+from infer_ref.conformance.engines.verdicts.tolerances import LOW_PRECISION
+from infer_ref.conformance.engines.workloads.folders import default_model_dirs
+from infer_ref.conformance.engines.workloads.geometry import options_for
+from infer_ref.conformance.engines.workloads.prompts import (
+    PROMPT_LOGPROBS,
+    agreement_workload,
+    continued_turns,
+    first_turns,
+    model_facts,
 )
-from infer_ref.conformance.engines.thresholds import JUDGED, KINDS, TABLE
-from infer_ref.conformance.engines.workload import model_facts
 from infer_ref.fileio import replace_between_markers
 
 COMMAND = "python -m infer_ref.conformance.engines.calibrate"
@@ -93,7 +91,8 @@ class Run:
 
 
 def collect(model_dir: Path, dtype: str, engine: str) -> dict[str, Requests]:
-    """``engine``'s positions on ``model_dir`` in ``dtype``, split by kind (a kind it cannot report is absent)."""
+    """``engine``'s positions on ``model_dir`` in ``dtype``, split by kind (a kind it cannot report is
+    absent)."""
     name, kind, keywords = CALIBRATION_ENGINES[engine]
     factory = load_factory(name)
     capabilities = declared_capabilities(factory)
@@ -105,7 +104,9 @@ def collect(model_dir: Path, dtype: str, engine: str) -> dict[str, Requests]:
         outputs = handle.generate(requests)
         first = first_turns(facts, ignore_eos=ignore_eos)
         continued = continued_turns(facts, first, handle.generate(first), ignore_eos=ignore_eos)
-        continued_outputs = handle.generate(continued)  # on a prefix-caching start, the first turns are cached
+        continued_outputs = handle.generate(
+            continued
+        )  # on a prefix-caching start, the first turns are cached
     finally:
         handle.stop()
     by_kind: dict[str, Requests] = {k: [] for k in KINDS}
@@ -175,39 +176,70 @@ def calibrate(
                 for kind, requests in collect(model_dir, dtype, engine).items():
                     runs.append(Run(engine, model_dir.name, dtype, kind, requests))
                 log(f"{model_dir.name} {dtype} {engine}: done")
-    table: dict = {"command": COMMAND, "date": date.today().isoformat(), "torch": torch.__version__, "margin": MARGIN,
-                   "resamples": RESAMPLES, "percentile": PERCENTILE, "engines": list(engines), "thresholds": {}, "runs": []}  # fmt: skip
+    table: dict = {
+        "command": COMMAND,
+        "date": date.today().isoformat(),
+        "torch": torch.__version__,
+        "margin": MARGIN,
+        "resamples": RESAMPLES,
+        "percentile": PERCENTILE,
+        "engines": list(engines),
+        "thresholds": {},
+        "runs": [],
+    }
     for key in sorted({(r.dtype, r.kind, r.checkpoint) for r in runs}):
         group = [r for r in runs if (r.dtype, r.kind, r.checkpoint) == key]
-        # Resamples seeded per group: adding a checkpoint, kind or engine leaves the others' thresholds as they were.
-        percentiles = {r.engine: bootstrap_percentiles(r.requests, random.Random(f"{key}/{r.engine}")) for r in group}
+        # Resamples seeded per group: adding a checkpoint, kind or engine leaves the others' thresholds as
+        # they were.
+        percentiles = {
+            r.engine: bootstrap_percentiles(r.requests, random.Random(f"{key}/{r.engine}")) for r in group
+        }
         thresholds = thresholds_from(list(percentiles.values()))
         table["thresholds"].setdefault(key[0], {}).setdefault(key[1], {})[key[2]] = thresholds
         for r in group:
             others = [p for e, p in percentiles.items() if e != r.engine]
             left_out = thresholds_from(others) if others else None
-            table["runs"].append({
-                "engine": r.engine, "dtype": r.dtype, "kind": r.kind, "checkpoint": r.checkpoint, "summary": r.summary.as_dict(),
-                "false_alarm": false_alarm_rate(r.requests, thresholds, random.Random(f"{key}/{r.engine}/check")),
-                "passes_others_thresholds": None if left_out is None else not any(
-                    _fails(n, getattr(r.summary, n), t) for n, t in left_out.items()),
-            })  # fmt: skip
+            table["runs"].append(
+                {
+                    "engine": r.engine,
+                    "dtype": r.dtype,
+                    "kind": r.kind,
+                    "checkpoint": r.checkpoint,
+                    "summary": r.summary.as_dict(),
+                    "false_alarm": false_alarm_rate(
+                        r.requests, thresholds, random.Random(f"{key}/{r.engine}/check")
+                    ),
+                    "passes_others_thresholds": None
+                    if left_out is None
+                    else not any(_fails(n, getattr(r.summary, n), t) for n, t in left_out.items()),
+                }
+            )
     return table
 
 
 def markdown(table: dict) -> str:
     """The calibration block of docs/low-precision.md."""
-    lines = [f"Generated by `{table['command']}` on {table['date']} (torch {table['torch']}, CPU): thresholds = {table['margin']:g} x "
-             f"the worst {table['percentile'] * 100:g}th bootstrap percentile ({table['resamples']} resamples of the requests) of "
-             f"{', '.join(table['engines'])}.", "",
-             "| dtype | positions | checkpoint | engine | positions judged | KL mean | KL median | KL p99 | KL max | logprob error max | same top | false alarms | passes the others' thresholds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"Generated by `{table['command']}` on {table['date']} (torch {table['torch']}, CPU): thresholds = "
+        f"{table['margin']:g} x "
+        f"the worst {table['percentile'] * 100:g}th bootstrap percentile ({table['resamples']} resamples of "
+        "the requests) of "
+        f"{', '.join(table['engines'])}.",
+        "",
+        "| dtype | positions | checkpoint | engine | positions judged | KL mean | KL median | KL p99 | KL "
+        "max | logprob error max | same top | false alarms | passes the others' thresholds |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for run in table["runs"]:
         s = run["summary"]
         others = {None: "—", True: "yes", False: "**no**"}[run["passes_others_thresholds"]]
-        lines.append(f"| {run['dtype']} | {run['kind']} | {run['checkpoint']} | {run['engine']} | {s['positions']} | {s['kl_mean']:.2e} | "
-                     f"{s['kl_median']:.2e} | {s['kl_p99']:.2e} | {s['kl_max']:.2e} | {s['logprob_error_max']:.3f} | "
-                     f"{s['same_top'] * 100:.1f}% | {run['false_alarm'] * table['resamples']:.0f} / {table['resamples']} | {others} |")  # fmt: skip
+        lines.append(
+            f"| {run['dtype']} | {run['kind']} | {run['checkpoint']} | {run['engine']} | {s['positions']} | "
+            f"{s['kl_mean']:.2e} | "
+            f"{s['kl_median']:.2e} | {s['kl_p99']:.2e} | {s['kl_max']:.2e} | {s['logprob_error_max']:.3f} | "
+            f"{s['same_top'] * 100:.1f}% | {run['false_alarm'] * table['resamples']:.0f} / "
+            f"{table['resamples']} | {others} |"
+        )
     lines += [
         "",
         "| dtype | positions | checkpoint | " + " | ".join(JUDGED) + " |",
@@ -229,8 +261,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--doc", type=Path, default=DOC, help="the page whose calibration block is rewritten")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
-    table = calibrate(default_model_dirs(lambda line: print(line, file=sys.stderr)), args.dtype or LOW_PRECISION,
-                      args.engine or list(CALIBRATION_ENGINES), lambda line: print(line, file=sys.stderr, flush=True))  # fmt: skip
+    table = calibrate(
+        default_model_dirs(lambda line: print(line, file=sys.stderr)),
+        args.dtype or LOW_PRECISION,
+        args.engine or list(CALIBRATION_ENGINES),
+        lambda line: print(line, file=sys.stderr, flush=True),
+    )
     args.table.write_text(json.dumps(table, indent=1) + "\n")
     replace_between_markers(args.doc, "calibration", markdown(table))
     print(f"wrote {args.table} and the calibration block of {args.doc}")

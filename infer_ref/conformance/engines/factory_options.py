@@ -28,10 +28,16 @@ def factory_keywords(factory: Callable[..., object]) -> dict[str, str]:
     except (TypeError, ValueError):
         return {}
     kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-    return {p.name: _annotation_text(p.annotation) for p in parameters if p.kind in kinds and p.name not in TIER_PARAMETERS}
+    return {
+        p.name: _annotation_text(p.annotation)
+        for p in parameters
+        if p.kind in kinds and p.name not in TIER_PARAMETERS
+    }
 
 
-def parse_engine_options(pairs: Sequence[str], factory: Callable[..., object], engine: str) -> dict[str, object]:
+def parse_engine_options(
+    pairs: Sequence[str], factory: Callable[..., object], engine: str
+) -> dict[str, object]:
     """``["kv_cache_type=float16", "threads=2"]`` -> keywords for ``factory``, each checked."""
     takes = factory_keywords(factory)
     parsed: dict[str, object] = {}
@@ -42,7 +48,9 @@ def parse_engine_options(pairs: Sequence[str], factory: Callable[..., object], e
             raise EngineOptionError(f"--engine-option {pair!r}: expected KEY=VALUE")
         if key not in takes:
             offered = ", ".join(sorted(takes)) or "none"
-            raise EngineOptionError(f"--engine-option {key}: {engine}'s factory takes no such keyword (it takes: {offered})")
+            raise EngineOptionError(
+                f"--engine-option {key}: {engine}'s factory takes no such keyword (it takes: {offered})"
+            )
         if key in parsed:
             raise EngineOptionError(f"--engine-option {key} given twice")
         parsed[key] = _parse_value(key, text, takes[key])

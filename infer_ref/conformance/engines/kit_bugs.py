@@ -12,15 +12,14 @@ mutant here is infer_ref's Engine with one of them, planted where an engine has 
   :class:`~infer_ref.cache.paged.PagedKVCache` subclass set as the Engine's ``cache_class``.
 
 Bugs of the schedule and of the API layer (prefix reuse, preemption, sampler seeds, logprob
-bookkeeping) are :mod:`~infer_ref.conformance.engines.mutants`'s.
+bookkeeping) are :mod:`~infer_ref.conformance.engines.mutants`'s, planted the same way
+(:class:`~infer_ref.conformance.engines.mutants.PlantedBug`).
 """
 
 from __future__ import annotations
 
 import types
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -28,8 +27,8 @@ from torch import Tensor
 
 from infer_ref.attention import HeadTransform, cached_attention
 from infer_ref.cache.paged import PagedKVCache
-from infer_ref.conformance.engines.adapters.infer_ref_engine import CAPABILITIES, InferRefEngine
-from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.adapters.infer_ref_engine import InferRefEngine
+from infer_ref.conformance.engines.mutants import ModelPatch, PlantedBug, planted_factory
 from infer_ref.conformance.mutants import (
     BUG_CLASSES,
     EXTRA_BUG_CLASSES,
@@ -42,9 +41,6 @@ from infer_ref.conformance.mutants.broken import mask_top_left_aligned
 from infer_ref.conformance.mutants.caches import CACHE_BUG_CLASSES, DecodeSlotOffByOnePagedCache
 from infer_ref.conformance.mutants.engine import ChunkOverCacheView
 from infer_ref.models.common import apply_rope
-
-ModelPatch = Callable[[Any], None]
-
 
 # -- the model -----------------------------------------------------------------------------------
 
@@ -183,79 +179,116 @@ class GlobalFromSlidingView(PagedKVCache):
 
 # -- the mutants ---------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class KitBugMutant:
-    """A kit bug class planted inside infer_ref's Engine."""
-
-    name: str
-    bug_class: str
-    doc: str
-    model_patch: ModelPatch | None = None
-    cache_class: type[PagedKVCache] | None = None
-
-    def factory(self) -> Callable[[Path, EngineOptions], InferRefEngine]:
-        mutant = self
-
-        def start(model_dir: Path, options: EngineOptions, device: str = "cpu") -> InferRefEngine:
-            return PlantedEngine(Path(model_dir), options, device=device, mutant=mutant)
-
-        start.capabilities = CAPABILITIES  # type: ignore[attr-defined]
-        return start
-
-
-class PlantedEngine(InferRefEngine):
-    """infer_ref's Engine with a :class:`KitBugMutant` planted."""
-
-    reproducible = False
-
-    def __init__(
-        self, model_dir: Path, options: EngineOptions, *, device: str = "cpu", mutant: KitBugMutant
-    ) -> None:
-        super().__init__(model_dir, options, device=device)
-        if mutant.model_patch is not None:
-            mutant.model_patch(self.engine.model)
-        if mutant.cache_class is not None:
-            self.engine.cache_class = mutant.cache_class
-        self.name += f", planted: {mutant.name}"
-
-
 KIT_BUG_MUTANTS = (
-    KitBugMutant("engine_rope_no_offset", BUG_CLASSES[0], "RoPE positions restart at 0 on every forward.",
-                 model_patch=rope_restarts_each_forward),
-    KitBugMutant("engine_decode_window_missing", BUG_CLASSES[1], "A decode token sees past its sliding window.",
-                 cache_class=DecodeWindowMissingView),
-    KitBugMutant("engine_window_off_by_one", BUG_CLASSES[2], "Sliding layers see window + 1 keys.",
-                 cache_class=WindowOffByOneView),
-    KitBugMutant("engine_sliding_window_everywhere", BUG_CLASSES[3], "Global layers masked with the sliding window.",
-                 cache_class=GlobalFromSlidingView),
-    KitBugMutant("engine_mask_top_left", BUG_CLASSES[5], "A prefill over a prefix hit masked as if nothing were cached.",
-                 cache_class=TopLeftMaskView),
-    KitBugMutant("engine_padded_tail_attended", BUG_CLASSES[6], "Batched rows see the padded slots past their end.",
-                 cache_class=PaddedTailView),
-    KitBugMutant("engine_decode_slot_off_by_one", CACHE_BUG_CLASSES[2], "Each decode token's K/V written at its predecessor's slot.",
-                 cache_class=DecodeSlotOffByOnePagedCache),
-    KitBugMutant("engine_v_rotated", BUG_CLASSES[9], "RoPE applied to V as well.", model_patch=_attend_with(_v_rotated)),
-    KitBugMutant("engine_qk_norm_after_rope", BUG_CLASSES[10], "QK-norm applied after RoPE (Qwen 3, Gemma 3).",
-                 model_patch=_attend_with(_qk_norm_after_rope)),
-    KitBugMutant("engine_qk_norm_missing", BUG_CLASSES[10], "QK-norm weights never applied (Qwen 3, Gemma 3).",
-                 model_patch=_attend_with(_qk_norm_missing)),
-    KitBugMutant("engine_scale_from_head_dim", BUG_CLASSES[11], "Attention scale from head_dim, not query_pre_attn_scalar (Gemma 3).",
-                 model_patch=scale_from_head_dim),
-    KitBugMutant("engine_embed_scale_unrounded", BUG_CLASSES[12], "Gemma's embedding scale not rounded to the dtype.",
-                 model_patch=embed_scale_unrounded),
-    KitBugMutant("engine_llama3_scaling_ignored", BUG_CLASSES[13], "Llama 3 RoPE scaling dropped.", model_patch=llama3_scaling_ignored),
-    KitBugMutant("engine_rms_norm_low_precision", EXTRA_BUG_CLASSES[0], "RMSNorm accumulated and scaled in the model dtype.",
-                 model_patch=_precision(Knobs(norm_precision="low_accumulate"))),
-    KitBugMutant("engine_gemma_one_plus_w_low_precision", EXTRA_BUG_CLASSES[1], "Gemma's 1 + w formed in the weight dtype.",
-                 model_patch=_precision(Knobs(norm_precision="gemma_one_plus_w_low"))),
-    KitBugMutant("engine_rope_angles_low_precision", EXTRA_BUG_CLASSES[2], "RoPE angles formed in the model dtype.",
-                 model_patch=_precision(Knobs(rope_precision="angles_low"))),
-    KitBugMutant("engine_rope_inv_freq_low_precision", EXTRA_BUG_CLASSES[2], "RoPE inverse frequencies rounded to the model dtype.",
-                 model_patch=_precision(Knobs(rope_precision="inv_freq_low"))),
-)  # fmt: skip
-globals().update(
-    {m.name: m.factory() for m in KIT_BUG_MUTANTS}
-)  # --engine infer_ref.conformance.engines.kit_bugs:NAME
+    PlantedBug(
+        "engine_rope_no_offset",
+        BUG_CLASSES[0],
+        doc="RoPE positions restart at 0 on every forward.",
+        model_patch=rope_restarts_each_forward,
+    ),
+    PlantedBug(
+        "engine_decode_window_missing",
+        BUG_CLASSES[1],
+        doc="A decode token sees past its sliding window.",
+        cache_class=DecodeWindowMissingView,
+    ),
+    PlantedBug(
+        "engine_window_off_by_one",
+        BUG_CLASSES[2],
+        doc="Sliding layers see window + 1 keys.",
+        cache_class=WindowOffByOneView,
+    ),
+    PlantedBug(
+        "engine_sliding_window_everywhere",
+        BUG_CLASSES[3],
+        doc="Global layers masked with the sliding window.",
+        cache_class=GlobalFromSlidingView,
+    ),
+    PlantedBug(
+        "engine_mask_top_left",
+        BUG_CLASSES[5],
+        doc="A prefill over a prefix hit masked as if nothing were cached.",
+        cache_class=TopLeftMaskView,
+    ),
+    PlantedBug(
+        "engine_padded_tail_attended",
+        BUG_CLASSES[6],
+        doc="Batched rows see the padded slots past their end.",
+        cache_class=PaddedTailView,
+    ),
+    PlantedBug(
+        "engine_decode_slot_off_by_one",
+        CACHE_BUG_CLASSES[2],
+        doc="Each decode token's K/V written at its predecessor's slot.",
+        cache_class=DecodeSlotOffByOnePagedCache,
+    ),
+    PlantedBug(
+        "engine_v_rotated",
+        BUG_CLASSES[9],
+        doc="RoPE applied to V as well.",
+        model_patch=_attend_with(_v_rotated),
+    ),
+    PlantedBug(
+        "engine_qk_norm_after_rope",
+        BUG_CLASSES[10],
+        doc="QK-norm applied after RoPE (Qwen 3, Gemma 3).",
+        model_patch=_attend_with(_qk_norm_after_rope),
+    ),
+    PlantedBug(
+        "engine_qk_norm_missing",
+        BUG_CLASSES[10],
+        doc="QK-norm weights never applied (Qwen 3, Gemma 3).",
+        model_patch=_attend_with(_qk_norm_missing),
+    ),
+    PlantedBug(
+        "engine_scale_from_head_dim",
+        BUG_CLASSES[11],
+        doc="Attention scale from head_dim, not query_pre_attn_scalar (Gemma 3).",
+        model_patch=scale_from_head_dim,
+    ),
+    PlantedBug(
+        "engine_embed_scale_unrounded",
+        BUG_CLASSES[12],
+        doc="Gemma's embedding scale not rounded to the dtype.",
+        model_patch=embed_scale_unrounded,
+    ),
+    PlantedBug(
+        "engine_llama3_scaling_ignored",
+        BUG_CLASSES[13],
+        doc="Llama 3 RoPE scaling dropped.",
+        model_patch=llama3_scaling_ignored,
+    ),
+    PlantedBug(
+        "engine_rms_norm_low_precision",
+        EXTRA_BUG_CLASSES[0],
+        doc="RMSNorm accumulated and scaled in the model dtype.",
+        model_patch=_precision(Knobs(norm_precision="low_accumulate")),
+    ),
+    PlantedBug(
+        "engine_gemma_one_plus_w_low_precision",
+        EXTRA_BUG_CLASSES[1],
+        doc="Gemma's 1 + w formed in the weight dtype.",
+        model_patch=_precision(Knobs(norm_precision="gemma_one_plus_w_low")),
+    ),
+    PlantedBug(
+        "engine_rope_angles_low_precision",
+        EXTRA_BUG_CLASSES[2],
+        doc="RoPE angles formed in the model dtype.",
+        model_patch=_precision(Knobs(rope_precision="angles_low")),
+    ),
+    PlantedBug(
+        "engine_rope_inv_freq_low_precision",
+        EXTRA_BUG_CLASSES[2],
+        doc="RoPE inverse frequencies rounded to the model dtype.",
+        model_patch=_precision(Knobs(rope_precision="inv_freq_low")),
+    ),
+)
 
-__all__ = ["KIT_BUG_MUTANTS", "KitBugMutant", "PlantedEngine"]
+
+def __getattr__(
+    name: str,
+) -> Callable[..., InferRefEngine]:  # --engine infer_ref.conformance.engines.kit_bugs:NAME
+    return planted_factory(__name__, name, KIT_BUG_MUTANTS)
+
+
+__all__ = ["KIT_BUG_MUTANTS"]

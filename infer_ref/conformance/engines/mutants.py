@@ -1,9 +1,10 @@
 """Planted bugs in an engine, each a bug class real engines have shipped, for proving the engine
-tier catches them (``tests/engines/test_planted_engine_bugs.py``).
+tier catches them (``tests/engines/test_planted_engine_bugs.py``), and the one way the tier plants
+a bug in an engine (:class:`PlantedBug`, shared with :mod:`~infer_ref.conformance.engines.kit_bugs`).
 
-Each mutant is an engine factory (``--engine infer_ref.conformance.engines.mutants:NAME``): infer_ref's
-own Engine with one thing broken — either inside it (its block manager or scheduler) or in what
-its adapter hands back (the answers rewritten the way a buggy API layer would).
+Each planted bug is an engine factory (``--engine infer_ref.conformance.engines.mutants:NAME``):
+infer_ref's own Engine with one thing broken — either inside it (its block manager or scheduler) or
+in what its adapter hands back (the answers rewritten the way a buggy API layer would).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -52,13 +54,65 @@ LONG_CONTEXT_BUG_CLASSES = (
 )
 
 
+ModelPatch = Callable[[Any], None]  # applied to the loaded model instance: nothing global is touched
+
+
+class PlantedEngine(InferRefEngine):
+    """infer_ref's Engine with a bug planted: every planted engine's base."""
+
+    reproducible = False  # a script of the unbroken Engine would not reproduce the planted bug
+
+
+@dataclass(frozen=True)
+class PlantedBug:
+    """One bug planted in infer_ref's Engine, started as an engine factory (``--engine MODULE:NAME``):
+    ``engine``, a :class:`PlantedEngine` that carries it (a broken API layer or part of the Engine),
+    with ``model_patch`` applied to the loaded model instance and ``cache_class`` set as the cache
+    view each forward sees, where given."""
+
+    name: str
+    bug_class: str
+    engine: type[InferRefEngine] = PlantedEngine
+    model_patch: ModelPatch | None = None
+    cache_class: type[PagedKVCache] | None = None
+    doc: str = ""
+    caught_by: tuple[str, ...] = ()  # the tier's tests expected to fail (test function names)
+    checkpoint: str = "llama-tiny"  # the fixture its bug shows on (a window needs Gemma 3)
+    long_context: bool = False  # caught by the long-context workload (checkpoint: a long checkpoint's name)
+
+    def start(self, model_dir: Path, options: EngineOptions, device: str = "cpu") -> InferRefEngine:
+        """The engine with the bug planted (an
+        :class:`~infer_ref.conformance.engines.protocol.EngineFactory`)."""
+        engine = self.engine(Path(model_dir), options, device=device)
+        if self.model_patch is not None:
+            self.model_patch(engine.engine.model)
+        if self.cache_class is not None:
+            engine.engine.cache_class = self.cache_class
+        engine.name += f", planted: {self.name}"
+        return engine
+
+    def factory(self) -> Callable[..., InferRefEngine]:
+        def start(model_dir: Path, options: EngineOptions, device: str = "cpu") -> InferRefEngine:
+            return self.start(model_dir, options, device)
+
+        start.capabilities = CAPABILITIES  # type: ignore[attr-defined]
+        return start
+
+
+def planted_factory(module: str, name: str, bugs: Sequence[PlantedBug]) -> Callable[..., InferRefEngine]:
+    """``module``'s attribute ``name``: the factory of the planted bug of that name (a module's
+    ``__getattr__``, so ``--engine MODULE:NAME`` starts it)."""
+    for bug in bugs:
+        if bug.name == name:
+            return bug.factory()
+    raise AttributeError(f"module {module!r} has no planted bug {name!r}")
+
+
 # -- bugs in what the API layer hands back ------------------------------------------------------
 
 
-class RewritingEngine(InferRefEngine):
+class RewritingEngine(PlantedEngine):
     """infer_ref's Engine whose answers (or requests) pass through a broken API layer."""
-
-    reproducible = False  # a script of the unbroken Engine would not reproduce the planted bug
 
     def rewrite_requests(self, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
         return list(requests)
@@ -86,8 +140,10 @@ class ZeroCachedPromptLogprobs(RewritingEngine):
         if not output.prompt_logprobs or not output.cached_tokens:
             return output
         n = output.cached_tokens
-        zeroed = tuple(e if e is None or i >= n else TokenLogprobs(e.token, 0.0, tuple((t, 0.0) for t, _ in e.top))
-                       for i, e in enumerate(output.prompt_logprobs))  # fmt: skip
+        zeroed = tuple(
+            e if e is None or i >= n else TokenLogprobs(e.token, 0.0, tuple((t, 0.0) for t, _ in e.top))
+            for i, e in enumerate(output.prompt_logprobs)
+        )
         return replace(output, prompt_logprobs=zeroed)
 
 
@@ -147,18 +203,15 @@ class StalePositionScheduler(Scheduler):
             seq.token_ids.pop()
 
 
-class StalePreemption(InferRefEngine):
-    reproducible = False
-
-    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
-        super().__init__(model_dir, options)
+class StalePreemption(PlantedEngine):
+    def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu") -> None:
+        super().__init__(model_dir, options, device=device)
         self.engine.scheduler_class = StalePositionScheduler
 
 
-class ReseededAfterPreemption(InferRefEngine):
+class ReseededAfterPreemption(PlantedEngine):
     """A readmitted request's sampler starts its seeded stream over."""
 
-    reproducible = False
     engine_class = ReseedingEngine
 
 
@@ -167,16 +220,16 @@ class UnchainedUnverified(UnchainedHash, UnverifiedHit):
     verify a hit do): a block matching another prompt's *second* block is served its K/V."""
 
 
-class UnchainedPrefixHits(InferRefEngine):
+class UnchainedPrefixHits(PlantedEngine):
     """Block hashes not chained to their parent, hits not verified: a prompt starting with another
     prompt's second block is served that block's K/V, computed after another first block."""
 
-    reproducible = False
-
-    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
-        super().__init__(model_dir, options)
+    def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu") -> None:
+        super().__init__(model_dir, options, device=device)
         blocks = self.engine.blocks
-        self.engine.blocks = UnchainedUnverified(blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching)
+        self.engine.blocks = UnchainedUnverified(
+            blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching
+        )
 
 
 class FirstBlockOnly(BlockManager):
@@ -187,27 +240,22 @@ class FirstBlockOnly(BlockManager):
         return min(1, super()._max_hit_blocks(num_tokens))
 
 
-class FirstBlockHits(InferRefEngine):
-    reproducible = False
-
-    def __init__(self, model_dir: Path, options: EngineOptions) -> None:
-        super().__init__(model_dir, options)
+class FirstBlockHits(PlantedEngine):
+    def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu") -> None:
+        super().__init__(model_dir, options, device=device)
         blocks = self.engine.blocks
         self.engine.blocks = FirstBlockOnly(blocks.pool, enable_prefix_caching=blocks.enable_prefix_caching)
 
 
-class ChunkPositionsRestart(InferRefEngine):
-    reproducible = False
+class ChunkPositionsRestart(PlantedEngine):
     engine_class = RestartingChunkEngine
 
 
-class ChunkWindowFromStart(InferRefEngine):
-    reproducible = False
+class ChunkWindowFromStart(PlantedEngine):
     engine_class = ChunkWindowEngine
 
 
-class ChunkKVUnwritten(InferRefEngine):
-    reproducible = False
+class ChunkKVUnwritten(PlantedEngine):
     engine_class = UnwrittenChunkEngine
 
 
@@ -240,55 +288,130 @@ class ClampedRopeEngine(Engine):
     cache_class = ClampedRopeTableCache
 
 
-class NarrowBlockIds(InferRefEngine):
-    reproducible = False
+class NarrowBlockIds(PlantedEngine):
     engine_class = NarrowBlockIdEngine
 
 
-class ClampedRopeTable(InferRefEngine):
-    reproducible = False
+class ClampedRopeTable(PlantedEngine):
     engine_class = ClampedRopeEngine
 
 
-@dataclass(frozen=True)
-class EngineMutant:
-    name: str
-    bug_class: str
-    engine: type[InferRefEngine]
-    caught_by: tuple[str, ...]  # the tier's tests expected to fail (test function names)
-    checkpoint: str = "llama-tiny"  # the fixture its bug shows on (a window needs Gemma 3)
-    long_context: bool = False  # caught by the long-context workload (checkpoint: a long checkpoint's name)
-
-    def factory(self) -> Callable[[Path, EngineOptions], InferRefEngine]:
-        def start(model_dir: Path, options: EngineOptions) -> InferRefEngine:
-            return self.engine(Path(model_dir), options)
-
-        start.capabilities = CAPABILITIES  # type: ignore[attr-defined]
-        return start
-
-
 ENGINE_MUTANTS = (
-    EngineMutant("logprobs_shifted", ENGINE_BUG_CLASSES[0], ShiftedLogprobs, ("test_generated_logprobs_agree_with_oracle",)),
-    EngineMutant("cached_prompt_logprobs_zero", ENGINE_BUG_CLASSES[1], ZeroCachedPromptLogprobs, ("test_prompt_logprobs_agree_with_oracle",)),
-    EngineMutant("stop_at_last_occurrence", ENGINE_BUG_CLASSES[2], StopAtLastOccurrence, ("test_stop_string_cut_at_earliest",)),
-    EngineMutant("max_tokens_plus_one", ENGINE_BUG_CLASSES[3], OneTokenTooMany, ("test_max_tokens_exact",)),
-    EngineMutant("neighbour_seed", ENGINE_BUG_CLASSES[4], NeighbourSeed, ("test_seeded_request_same_in_batch",)),
-    EngineMutant("prefix_hash_unchained", ENGINE_BUG_CLASSES[5], UnchainedPrefixHits, ("test_generated_logprobs_agree_with_oracle",)),
-    EngineMutant("top_k_unsorted", ENGINE_BUG_CLASSES[6], UnsortedTopK, ("test_top_logprobs_count_order_and_chosen",)),
-    EngineMutant("chosen_missing_from_top_k", ENGINE_BUG_CLASSES[6], ChosenMissingFromTopK, ("test_top_logprobs_count_order_and_chosen",)),
-    EngineMutant("preemption_stale_position", ENGINE_BUG_CLASSES[7], StalePreemption, ("test_generated_logprobs_agree_with_oracle",)),
-    EngineMutant("reseeded_after_preemption", ENGINE_BUG_CLASSES[8], ReseededAfterPreemption, ("test_seeded_requests_same_under_preemption_and_arrival_order",)),
-    EngineMutant("prefix_hits_first_block_only", ENGINE_BUG_CLASSES[9], FirstBlockHits, ("test_prefix_cache_serves_the_shared_prefix",)),
-    EngineMutant("chunk_positions_restart", ENGINE_BUG_CLASSES[10], ChunkPositionsRestart, ("test_chunked_prefill_matches_whole",)),
-    EngineMutant("chunk_window_from_chunk_start", ENGINE_BUG_CLASSES[11], ChunkWindowFromStart, ("test_chunked_prefill_matches_whole",), "gemma3-tiny"),
-    EngineMutant("chunk_kv_unwritten", ENGINE_BUG_CLASSES[12], ChunkKVUnwritten, ("test_chunked_prefill_matches_whole",)),
+    PlantedBug(
+        "logprobs_shifted",
+        ENGINE_BUG_CLASSES[0],
+        ShiftedLogprobs,
+        caught_by=("test_generated_logprobs_agree_with_oracle",),
+    ),
+    PlantedBug(
+        "cached_prompt_logprobs_zero",
+        ENGINE_BUG_CLASSES[1],
+        ZeroCachedPromptLogprobs,
+        caught_by=("test_prompt_logprobs_agree_with_oracle",),
+    ),
+    PlantedBug(
+        "stop_at_last_occurrence",
+        ENGINE_BUG_CLASSES[2],
+        StopAtLastOccurrence,
+        caught_by=("test_stop_string_cut_at_earliest",),
+    ),
+    PlantedBug(
+        "max_tokens_plus_one", ENGINE_BUG_CLASSES[3], OneTokenTooMany, caught_by=("test_max_tokens_exact",)
+    ),
+    PlantedBug(
+        "neighbour_seed",
+        ENGINE_BUG_CLASSES[4],
+        NeighbourSeed,
+        caught_by=("test_seeded_request_same_in_batch",),
+    ),
+    PlantedBug(
+        "prefix_hash_unchained",
+        ENGINE_BUG_CLASSES[5],
+        UnchainedPrefixHits,
+        caught_by=("test_generated_logprobs_agree_with_oracle",),
+    ),
+    PlantedBug(
+        "top_k_unsorted",
+        ENGINE_BUG_CLASSES[6],
+        UnsortedTopK,
+        caught_by=("test_top_logprobs_count_order_and_chosen",),
+    ),
+    PlantedBug(
+        "chosen_missing_from_top_k",
+        ENGINE_BUG_CLASSES[6],
+        ChosenMissingFromTopK,
+        caught_by=("test_top_logprobs_count_order_and_chosen",),
+    ),
+    PlantedBug(
+        "preemption_stale_position",
+        ENGINE_BUG_CLASSES[7],
+        StalePreemption,
+        caught_by=("test_generated_logprobs_agree_with_oracle",),
+    ),
+    PlantedBug(
+        "reseeded_after_preemption",
+        ENGINE_BUG_CLASSES[8],
+        ReseededAfterPreemption,
+        caught_by=("test_seeded_requests_same_under_preemption_and_arrival_order",),
+    ),
+    PlantedBug(
+        "prefix_hits_first_block_only",
+        ENGINE_BUG_CLASSES[9],
+        FirstBlockHits,
+        caught_by=("test_prefix_cache_serves_the_shared_prefix",),
+    ),
+    PlantedBug(
+        "chunk_positions_restart",
+        ENGINE_BUG_CLASSES[10],
+        ChunkPositionsRestart,
+        caught_by=("test_chunked_prefill_matches_whole",),
+    ),
+    PlantedBug(
+        "chunk_window_from_chunk_start",
+        ENGINE_BUG_CLASSES[11],
+        ChunkWindowFromStart,
+        caught_by=("test_chunked_prefill_matches_whole",),
+        checkpoint="gemma3-tiny",
+    ),
+    PlantedBug(
+        "chunk_kv_unwritten",
+        ENGINE_BUG_CLASSES[12],
+        ChunkKVUnwritten,
+        caught_by=("test_chunked_prefill_matches_whole",),
+    ),
 )
 LONG_CONTEXT_MUTANTS = (
-    EngineMutant("block_ids_8_bit", LONG_CONTEXT_BUG_CLASSES[0], NarrowBlockIds, ("test_long_prompts_agree_with_oracle",),
-                 "qwen3-long", long_context=True),
-    EngineMutant("rope_table_clamped_at_8192", LONG_CONTEXT_BUG_CLASSES[1], ClampedRopeTable, ("test_long_prompts_agree_with_oracle",),
-                 "llama3-long-ropescaling8192", long_context=True),
+    PlantedBug(
+        "block_ids_8_bit",
+        LONG_CONTEXT_BUG_CLASSES[0],
+        NarrowBlockIds,
+        caught_by=("test_long_prompts_agree_with_oracle",),
+        checkpoint="qwen3-long",
+        long_context=True,
+    ),
+    PlantedBug(
+        "rope_table_clamped_at_8192",
+        LONG_CONTEXT_BUG_CLASSES[1],
+        ClampedRopeTable,
+        caught_by=("test_long_prompts_agree_with_oracle",),
+        checkpoint="llama3-long-ropescaling8192",
+        long_context=True,
+    ),
 )
-globals().update({m.name: m.factory() for m in (*ENGINE_MUTANTS, *LONG_CONTEXT_MUTANTS)})  # --engine infer_ref.conformance.engines.mutants:NAME
 
-__all__ = ["ENGINE_BUG_CLASSES", "ENGINE_MUTANTS", "LONG_CONTEXT_BUG_CLASSES", "LONG_CONTEXT_MUTANTS", "EngineMutant"]
+
+def __getattr__(
+    name: str,
+) -> Callable[..., InferRefEngine]:  # --engine infer_ref.conformance.engines.mutants:NAME
+    return planted_factory(__name__, name, (*ENGINE_MUTANTS, *LONG_CONTEXT_MUTANTS))
+
+
+__all__ = [
+    "ENGINE_BUG_CLASSES",
+    "ENGINE_MUTANTS",
+    "LONG_CONTEXT_BUG_CLASSES",
+    "LONG_CONTEXT_MUTANTS",
+    "PlantedBug",
+    "PlantedEngine",
+    "planted_factory",
+]

@@ -17,15 +17,9 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from infer_ref.conformance.engines.checkpoints import EngineCheckpoint
-from infer_ref.conformance.engines.distribution import binned_kl
-from infer_ref.conformance.engines.numerics_checkpoints import (
-    DESIGNED_FOR,
-    LLAMA3_ROPE_LONG,
-    NUMERICS_CHECKPOINTS,
-)
 from infer_ref.conformance.engines.protocol import TokenLogprobs
-from infer_ref.conformance.engines.signed_statistics import (
+from infer_ref.conformance.engines.verdicts.distribution import binned_kl
+from infer_ref.conformance.engines.verdicts.signed_statistics import (
     Calibration,
     Estimate,
     Judgement,
@@ -34,6 +28,12 @@ from infer_ref.conformance.engines.signed_statistics import (
     judge_trend,
     late_early_ratio,
     mean_with_se,
+)
+from infer_ref.conformance.engines.workloads.checkpoints import EngineCheckpoint
+from infer_ref.conformance.engines.workloads.numerics_checkpoints import (
+    DESIGNED_FOR,
+    LLAMA3_ROPE_LONG,
+    NUMERICS_CHECKPOINTS,
 )
 
 CALIBRATION = Path(__file__).with_name("recipe_calibration.json")
@@ -94,7 +94,8 @@ def spec_of_folder(name: str) -> EngineCheckpoint:
         if name.startswith(spec.name + "-"):
             return spec
     raise KeyError(
-        f"{name} is not a numerics checkpoint folder; known: {', '.join(s.name for s in NUMERICS_CHECKPOINTS)}"
+        f"{name} is not a numerics checkpoint folder; known: "
+        f"{', '.join(s.name for s in NUMERICS_CHECKPOINTS)}"
     )
 
 
@@ -135,9 +136,12 @@ def _estimate(signed: dict[str, float | None], name: str) -> Estimate:
 
 def judge_run(stats: dict[str, Estimate], calibration: dict[str, Calibration]) -> dict[str, Judgement]:
     """Each of ``stats`` judged against its calibration (:data:`EXACT_VALUES`; the KL trend by
-    :func:`~infer_ref.conformance.engines.signed_statistics.judge_trend`)."""
-    judged = {name: judge(est, calibration[name], exact_value=EXACT_VALUES[name])
-              for name, est in stats.items() if name != "kl_late_early"}  # fmt: skip
+    :func:`~infer_ref.conformance.engines.verdicts.signed_statistics.judge_trend`)."""
+    judged = {
+        name: judge(est, calibration[name], exact_value=EXACT_VALUES[name])
+        for name, est in stats.items()
+        if name != "kl_late_early"
+    }
     if "kl_late_early" in stats:
         judged["kl_late_early"] = judge_trend(
             stats["kl_late_early"], calibration["kl_late_early"], stats["kl_mean"], calibration["kl_mean"]
@@ -158,6 +162,21 @@ def calibration_for(
         entry = table["calibration"][checkpoint][dtype]
     except KeyError:
         raise KeyError(
-            f"no recipe calibration for {checkpoint} in {dtype}: run {table.get('command', 'the calibration')}"
+            f"no recipe calibration for {checkpoint} in {dtype}: run "
+            f"{table.get('command', 'the calibration')}"
         ) from None
     return {name: Calibration(c["centre"], c["spread"]) for name, c in entry.items()}
+
+
+def numerics_model_dirs(dtype: str, *, long_context: bool = False) -> list[Path]:
+    """The numerics checkpoints the workload judges in ``dtype`` (``long_context``: those of long
+    prompts), written on first use and cached beside the engine checkpoints; none in float32 and
+    float64, where no recipe error exists. None without the fixtures."""
+    from infer_ref.conformance.engines.workloads.checkpoints import FIXTURE_CHECKPOINTS, write_all
+    from infer_ref.conformance.engines.workloads.folders import engine_checkpoints_root
+    from infer_ref.conformance.engines.workloads.numerics_checkpoints import NUMERICS_STYLE
+
+    specs = tier_checkpoints(dtype, long_context=long_context)
+    if not specs or not FIXTURE_CHECKPOINTS.is_dir():
+        return []
+    return write_all(engine_checkpoints_root(), specs=specs, styles=(NUMERICS_STYLE,))

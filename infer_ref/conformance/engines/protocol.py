@@ -73,7 +73,13 @@ class EngineOptions:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
-        for name in ("block_size", "max_num_batched_tokens", "max_num_seqs", "kv_cache_tokens", "max_model_len"):
+        for name in (
+            "block_size",
+            "max_num_batched_tokens",
+            "max_num_seqs",
+            "kv_cache_tokens",
+            "max_model_len",
+        ):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise ValueError(f"{name} must be a positive integer or None, got {value!r}")
@@ -108,14 +114,20 @@ class EngineRequest:
     prompt_logprobs: int | None = None
 
     def __post_init__(self) -> None:
-        if not self.prompt or any(isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.prompt):
-            raise ValueError(f"prompt must be a non-empty tuple of token ids (ints >= 0), got {self.prompt!r}")
+        if not self.prompt or any(
+            isinstance(t, bool) or not isinstance(t, int) or t < 0 for t in self.prompt
+        ):
+            raise ValueError(
+                f"prompt must be a non-empty tuple of token ids (ints >= 0), got {self.prompt!r}"
+            )
         if isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive integer, got {self.max_tokens!r}")
         if self.temperature < 0:
             raise ValueError(f"temperature must be >= 0, got {self.temperature!r}")
         if self.logprobs < 0 or (self.prompt_logprobs is not None and self.prompt_logprobs < 0):
-            raise ValueError(f"logprobs and prompt_logprobs must be >= 0, got {self.logprobs!r}, {self.prompt_logprobs!r}")
+            raise ValueError(
+                f"logprobs and prompt_logprobs must be >= 0, got {self.logprobs!r}, {self.prompt_logprobs!r}"
+            )
 
     @property
     def greedy(self) -> bool:

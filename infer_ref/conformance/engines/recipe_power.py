@@ -1,15 +1,16 @@
-"""What the signed statistics see of each low-precision recipe bug: ``python -m infer_ref.conformance.engines.recipe_power``.
+"""What the signed statistics see of each low-precision recipe bug: ``python -m
+infer_ref.conformance.engines.recipe_power``.
 
-On each numerics checkpoint (:mod:`~infer_ref.conformance.engines.numerics_checkpoints`), in each
+On each numerics checkpoint (:mod:`~infer_ref.conformance.engines.workloads.numerics_checkpoints`), in each
 low dtype its design is for, infer_ref's model runs a fixed prompt set (teacher forcing, every
 position's logprobs) under every legitimate recipe and every recipe bug of
 :mod:`~infer_ref.conformance.engines.recipes`, and under float32 (an engine more exact than the
 canonical recipe). Each run is compared with infer_ref's model in float64 on the same weights: the
 temperature slope, the chosen token's signed logprob error, the KL mean and, on the long prompts,
-the KL late/early ratio (:mod:`~infer_ref.conformance.engines.signed_statistics`), each with its
+the KL late/early ratio (:mod:`~infer_ref.conformance.engines.verdicts.signed_statistics`), each with its
 cluster-robust standard error. The legitimate recipes calibrate a centre and a spread per
 statistic, checkpoint and dtype; a bug is *caught* where a statistic deviates beyond 3 spreads with
-|t| > 5 (:func:`~infer_ref.conformance.engines.signed_statistics.judge`). Written: the recipe-power
+|t| > 5 (:func:`~infer_ref.conformance.engines.verdicts.signed_statistics.judge`). Written: the recipe-power
 block of docs/low-precision.md, the centres and spreads the engine tier judges by
 (``recipe_calibration.json``), and every run's statistics with ``--json``. One thread, about a
 minute per checkpoint and dtype.
@@ -27,12 +28,6 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from infer_ref.conformance.engines.checkpoints import EngineCheckpoint, write_all
-from infer_ref.conformance.engines.numerics_checkpoints import (
-    DESIGNED_FOR,
-    NUMERICS_CHECKPOINTS,
-    NUMERICS_STYLE,
-)
 from infer_ref.conformance.engines.numerics_workload import (
     CALIBRATION,
     EXACT_VALUES,
@@ -43,8 +38,14 @@ from infer_ref.conformance.engines.numerics_workload import (
 )
 from infer_ref.conformance.engines.protocol import TokenLogprobs
 from infer_ref.conformance.engines.recipes import BUGS, LEGITIMATE, Recipe, patched
-from infer_ref.conformance.engines.session import engine_checkpoints_root
-from infer_ref.conformance.engines.signed_statistics import Calibration, Estimate
+from infer_ref.conformance.engines.verdicts.signed_statistics import Calibration, Estimate
+from infer_ref.conformance.engines.workloads.checkpoints import EngineCheckpoint, write_all
+from infer_ref.conformance.engines.workloads.folders import engine_checkpoints_root
+from infer_ref.conformance.engines.workloads.numerics_checkpoints import (
+    DESIGNED_FOR,
+    NUMERICS_CHECKPOINTS,
+    NUMERICS_STYLE,
+)
 from infer_ref.fileio import replace_between_markers
 from infer_ref.loader import load_model
 
@@ -149,9 +150,16 @@ def measure(
     rows = []
     for recipe_name, kind, stats in runs:
         judged = judge_run(stats, calibrations)
-        rows.append(Row(spec.name, dtype, recipe_name, kind,
-                        {k: (e.value, e.se) for k, e in stats.items()},
-                        {k: (j.spreads, j.t, j.deviates) for k, j in judged.items()}))  # fmt: skip
+        rows.append(
+            Row(
+                spec.name,
+                dtype,
+                recipe_name,
+                kind,
+                {k: (e.value, e.se) for k, e in stats.items()},
+                {k: (j.spreads, j.t, j.deviates) for k, j in judged.items()},
+            )
+        )
     return rows, calibrations
 
 
@@ -191,11 +199,18 @@ def markdown(rows: Sequence[Row]) -> str:
             )
         lines.append(f"| {bug.name} | " + " | ".join(cells) + " |")
     flagged = [r for r in rows if r.kind != "bug" and r.caught]
-    lines += ["", "Legitimate recipes and float32 flagged: "
-              + (", ".join(f"{r.recipe} on {r.checkpoint} ({r.dtype})" for r in flagged) if flagged else "none") + ".", ""]  # fmt: skip
+    lines += [
+        "",
+        "Legitimate recipes and float32 flagged: "
+        + (", ".join(f"{r.recipe} on {r.checkpoint} ({r.dtype})" for r in flagged) if flagged else "none")
+        + ".",
+        "",
+    ]
     stats = list(EXACT_VALUES)
-    lines += ["| checkpoint | dtype | recipe | " + " | ".join(_SHORT_NAMES[s] for s in stats) + " |",
-              "|---|---|---|" + "---|" * len(stats)]  # fmt: skip
+    lines += [
+        "| checkpoint | dtype | recipe | " + " | ".join(_SHORT_NAMES[s] for s in stats) + " |",
+        "|---|---|---|" + "---|" * len(stats),
+    ]
     for r in rows:
         cells = []
         for s in stats:
@@ -240,8 +255,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 rows += measured
                 calibration.setdefault(spec.name, {})[dtype] = {k: asdict(c) for k, c in calibrations.items()}
     for r in rows:
-        print(f"{r.checkpoint} {r.dtype} {r.recipe}: " + ", ".join(
-            f"{k} {s:+.1f} spreads (t {t:+.1f}){' DEVIATES' if d else ''}" for k, (s, t, d) in r.judged.items()))  # fmt: skip
+        print(
+            f"{r.checkpoint} {r.dtype} {r.recipe}: "
+            + ", ".join(
+                f"{k} {s:+.1f} spreads (t {t:+.1f}){' DEVIATES' if d else ''}"
+                for k, (s, t, d) in r.judged.items()
+            )
+        )
     if args.json:
         args.json.write_text(json.dumps([asdict(r) for r in rows], indent=1) + "\n")
     if not args.only and not args.dtype:

@@ -69,8 +69,16 @@ def _with_attention(core: Callable[[Tensor, Tensor, Tensor, Tensor | None, float
         for block in model.layers:
             attn = block.self_attn
 
-            def attend(self: Any, q: Tensor, k: Tensor, v: Tensor, transform: HeadTransform, step: Any,
-                       kv_cache: Any, layer_idx: int) -> Tensor:  # fmt: skip
+            def attend(
+                self: Any,
+                q: Tensor,
+                k: Tensor,
+                v: Tensor,
+                transform: HeadTransform,
+                step: Any,
+                kv_cache: Any,
+                layer_idx: int,
+            ) -> Tensor:
                 if kv_cache is not None:
                     raise ValueError("recipe attention patches are for full forwards without a cache")
                 q, k = transform.apply(q, k)
@@ -214,28 +222,66 @@ _GEMMA, _PRE_NORM = ("gemma3_text",), ("llama", "qwen3")
 
 LEGITIMATE: tuple[Recipe, ...] = (
     Recipe("canonical", "transformers' recipe (infer_ref's model; SDPA attention)", _none),
-    Recipe("eager_attention", "scores in the dtype, softmax in float32 cast back", _with_attention(eager_attention)),
+    Recipe(
+        "eager_attention",
+        "scores in the dtype, softmax in float32 cast back",
+        _with_attention(eager_attention),
+    ),
     Recipe("logits_float32", "the head's product and the logits in float32", logits_in_float32),
-    Recipe("norm_rounded_after_weight", "Llama/Qwen RMSNorm rounded once, after the weight", norm_rounded_after_weight,
-           families=_PRE_NORM),
-    Recipe("residual_float32", "the residual stream in float32, projections read it rounded", residual_in_float32),
-    Recipe("embed_normaliser_float32", "Gemma's sqrt(hidden) kept in float32 (llama.cpp)", embed_normaliser_in_float32,
-           families=_GEMMA),
-    *(Recipe(f"stochastic_rounding_{seed}", f"every projection stochastically rounded (seed {seed})",
-             stochastic_rounding(seed)) for seed in (1, 2, 3)),
-)  # fmt: skip
+    Recipe(
+        "norm_rounded_after_weight",
+        "Llama/Qwen RMSNorm rounded once, after the weight",
+        norm_rounded_after_weight,
+        families=_PRE_NORM,
+    ),
+    Recipe(
+        "residual_float32", "the residual stream in float32, projections read it rounded", residual_in_float32
+    ),
+    Recipe(
+        "embed_normaliser_float32",
+        "Gemma's sqrt(hidden) kept in float32 (llama.cpp)",
+        embed_normaliser_in_float32,
+        families=_GEMMA,
+    ),
+    *(
+        Recipe(
+            f"stochastic_rounding_{seed}",
+            f"every projection stochastically rounded (seed {seed})",
+            stochastic_rounding(seed),
+        )
+        for seed in (1, 2, 3)
+    ),
+)
 """Recipes a correct engine may use: their spread calibrates the signed statistics."""
 
 BUGS: tuple[Recipe, ...] = (
-    Recipe("rms_norm_low_precision", "RMSNorm's mean square, rsqrt and scaling in the activation dtype",
-           _knobs(Knobs(norm_precision="low_accumulate"))),
-    Recipe("gemma_one_plus_w_low_precision", "Gemma's 1 + w added in the weight dtype",
-           _knobs(Knobs(norm_precision="gemma_one_plus_w_low")), families=_GEMMA),
-    Recipe("embed_normaliser_bf16", "Gemma's sqrt(hidden) rounded to bfloat16 whatever the dtype",
-           embed_normaliser_bf16, families=_GEMMA, dtypes=("float16",)),
-    Recipe("rope_inv_freq_low_precision", "RoPE inverse frequencies rounded to the dtype",
-           _knobs(Knobs(rope_precision="inv_freq_low"))),
-    Recipe("softmax_sum_low_precision", "attention's softmax denominator accumulated key by key in the dtype",
-           _with_attention(softmax_accumulated_low)),
-)  # fmt: skip
+    Recipe(
+        "rms_norm_low_precision",
+        "RMSNorm's mean square, rsqrt and scaling in the activation dtype",
+        _knobs(Knobs(norm_precision="low_accumulate")),
+    ),
+    Recipe(
+        "gemma_one_plus_w_low_precision",
+        "Gemma's 1 + w added in the weight dtype",
+        _knobs(Knobs(norm_precision="gemma_one_plus_w_low")),
+        families=_GEMMA,
+    ),
+    Recipe(
+        "embed_normaliser_bf16",
+        "Gemma's sqrt(hidden) rounded to bfloat16 whatever the dtype",
+        embed_normaliser_bf16,
+        families=_GEMMA,
+        dtypes=("float16",),
+    ),
+    Recipe(
+        "rope_inv_freq_low_precision",
+        "RoPE inverse frequencies rounded to the dtype",
+        _knobs(Knobs(rope_precision="inv_freq_low")),
+    ),
+    Recipe(
+        "softmax_sum_low_precision",
+        "attention's softmax denominator accumulated key by key in the dtype",
+        _with_attention(softmax_accumulated_low),
+    ),
+)
 """Recipe bugs: each rounds one quantity in the wrong dtype."""

@@ -1,20 +1,11 @@
-"""The engines of one tier run: which engine, on which checkpoints, started how — each started once.
-
-Per checkpoint the tier starts an engine at most twice (four times on the long-context workload):
-
-* **plain**: prefix caching off, the whole prompt prefilled at once, an ample KV cache. Each request
-  run *alone* on it gives the reference answers of the self-consistency properties.
-* **stressed**: prefix caching on, a chunked-prefill budget of ``CHUNK_BUDGET`` tokens, and a KV
-  budget of ``KV_BUDGET_BLOCKS`` blocks (smaller than a full batch needs, so a batch preempts),
-  wherever the engine declares the capability. The agreement properties run on it.
-
-The long-context tier (``--ir-long-context``, :mod:`~infer_ref.conformance.engines.long_workload`)
-starts the same two kinds at its own lengths (a chunk budget of 1000 tokens, a pool exactly as large
-as its pool-edge pair), and ``block-1`` / ``block-16``: the stressed engine with KV blocks of 1 and
-16 positions.
+"""The engines of one tier run: started on first use, once per checkpoint and kind of start, and
+stopped at the end. It starts and stops engines and memoises what they answered; the options of
+each start are the workload's (:mod:`~infer_ref.conformance.engines.workloads.geometry`), what the
+run observed goes into the ledger (:mod:`~infer_ref.conformance.engines.ledger`), and the verdicts
+are the tests' (:mod:`~infer_ref.conformance.engines.verdicts.judge`).
 
 For an engine of text prompts the plain engine also answers each request once before any test
-sends it (:meth:`EngineTier.judgeable`: can its answer be read back?), so the engine a test judges
+sends it (:meth:`EngineSession.judgeable`: can its answer be read back?), so the engine a test judges
 sees each request first when the test sends it; an engine that refuses the plain start gets a third,
 ``probe``, start of the stressed options for that look.
 
@@ -25,23 +16,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import os
-import shlex
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infer_ref.conformance.engines.consistency import ConsistencyTolerance, SpreadLog, consistency_tolerance
 from infer_ref.conformance.engines.factory_options import EngineOptionError, parse_engine_options
-from infer_ref.conformance.engines.long_workload import (
-    LONG_CHUNK_BUDGET,
-    LONG_MAX_MODEL_LEN,
-    PLAIN_LONG_KV_TOKENS,
-    POOL_BLOCKS,
-)
-from infer_ref.conformance.engines.names import ENGINES, known_engine
-from infer_ref.conformance.engines.notes import left_out_note
-from infer_ref.conformance.engines.prefix_hits import PrefixHit
+from infer_ref.conformance.engines.ledger import Ledger
 from infer_ref.conformance.engines.protocol import (
     CAPABILITIES,
     EngineHandle,
@@ -49,69 +29,17 @@ from infer_ref.conformance.engines.protocol import (
     EngineOutput,
     EngineRequest,
 )
-from infer_ref.conformance.engines.repro import EngineStart
-from infer_ref.conformance.engines.workload import BLOCK_SIZE, ModelFacts, model_facts
+from infer_ref.conformance.engines.registry import ENGINES, known_engine
+from infer_ref.conformance.engines.settings import DEFAULT_ENGINE, TierSettings
+from infer_ref.conformance.engines.verdicts.repro import Case, EngineStart
+from infer_ref.conformance.engines.workloads.geometry import options_for
+from infer_ref.conformance.engines.workloads.prompts import ModelFacts, model_facts
 from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.errors import UsageError
-
-CHECKPOINTS_ENV = "INFER_REF_ENGINE_CHECKPOINTS"
-CHUNK_BUDGET = 64  # tokens per scheduler step: prompts of 65+ tokens prefill in chunks
-KV_BUDGET_BLOCKS = 10  # fits the longest request (97 + 16 tokens: 4 blocks), not a batch of them
-PLAIN_KV_TOKENS = 64 * BLOCK_SIZE
-MAX_MODEL_LEN = 256  # the longest request is 97 + 16 tokens; a KV budget must hold one whole (vLLM checks)
-
-
-def selection_options(engine: str | None, endpoint: str | None, dtype: str, engine_options: Sequence[str], *,
-                      long_context: bool = False) -> list[str]:  # fmt: skip
-    """The pytest options that select this engine, started the same way (and the workload): what a
-    repro command needs beside the test and the checkpoint folder."""
-    options = [f"--ir-endpoint={endpoint}" if endpoint else f"--ir-engine={engine or 'infer_ref'}"]
-    if long_context:
-        options.append("--ir-long-context")
-    if dtype != "float32":
-        options.append(f"--ir-engine-dtype={dtype}")
-    return options + [f"--ir-engine-option={shlex.quote(o)}" for o in engine_options]
 
 
 class EngineStartError(UsageError):
     """An engine could not be started or reached; the message says what to do."""
-
-
-def default_model_dirs(progress: Callable[[str], None] | None = None, *, long_context: bool = False) -> list[Path]:
-    """The kit's checkpoints: the three trained fixtures (from a checkout, or the wheel's data folder)
-    and the engine checkpoints written from them on first use (in both config.json styles, under
-    ``$INFER_REF_ENGINE_CHECKPOINTS``, default ``~/.cache/infer_ref/engine-checkpoints``; ``progress``
-    hears a line per folder written). ``long_context``: the long-context checkpoints instead, in
-    their one style. None without the fixtures."""
-    from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS, write_all
-    from infer_ref.conformance.engines.long_checkpoints import LONG_CHECKPOINTS, LONG_STYLE
-
-    if not FIXTURE_CHECKPOINTS.is_dir():
-        return []
-    if long_context:
-        return write_all(engine_checkpoints_root(), progress, specs=LONG_CHECKPOINTS, styles=(LONG_STYLE,))
-    fixtures = sorted(p for p in FIXTURE_CHECKPOINTS.iterdir() if (p / "config.json").is_file())
-    return fixtures + write_all(engine_checkpoints_root(), progress)
-
-
-def numerics_model_dirs(dtype: str, *, long_context: bool = False) -> list[Path]:
-    """The numerics checkpoints the workload judges in ``dtype`` (``long_context``: those of long
-    prompts), written on first use and cached beside the engine checkpoints; none in float32 and
-    float64, where no recipe error exists. None without the fixtures."""
-    from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS, write_all
-    from infer_ref.conformance.engines.numerics_checkpoints import NUMERICS_STYLE
-    from infer_ref.conformance.engines.numerics_workload import tier_checkpoints
-
-    specs = tier_checkpoints(dtype, long_context=long_context)
-    if not specs or not FIXTURE_CHECKPOINTS.is_dir():
-        return []
-    return write_all(engine_checkpoints_root(), specs=specs, styles=(NUMERICS_STYLE,))
-
-
-def engine_checkpoints_root() -> Path:
-    """Where the kit's engine checkpoints are written: ``$INFER_REF_ENGINE_CHECKPOINTS``, default
-    ``~/.cache/infer_ref/engine-checkpoints``."""
-    return Path(os.environ.get(CHECKPOINTS_ENV) or Path.home() / ".cache" / "infer_ref" / "engine-checkpoints")
 
 
 def load_factory(spec: str) -> Callable[[Path, EngineOptions], EngineHandle]:
@@ -135,87 +63,45 @@ def declared_capabilities(factory: object) -> frozenset[str]:
     return frozenset(CAPABILITIES) if caps is None else frozenset(caps)
 
 
-@dataclass(frozen=True)
-class Geometry:
-    """The sizes a workload's starts use: the same rules (:func:`options_for`), other lengths."""
-
-    max_model_len: int  # the longest request, prompt and generation
-    plain_kv_tokens: int  # the plain start's ample KV cache
-    chunk_budget: int  # the stressed start's tokens per step
-    stressed_kv_tokens: int  # the stressed start's KV budget (the same tokens at every block size)
-
-
-DEFAULT_GEOMETRY = Geometry(MAX_MODEL_LEN, PLAIN_KV_TOKENS, CHUNK_BUDGET, KV_BUDGET_BLOCKS * BLOCK_SIZE)
-# Its pool is exactly the pool-edge pair's blocks: exhausted at a block boundary, at every block size.
-LONG_GEOMETRY = Geometry(LONG_MAX_MODEL_LEN, PLAIN_LONG_KV_TOKENS, LONG_CHUNK_BUDGET, POOL_BLOCKS * BLOCK_SIZE)
-
-
-def options_for(kind: str, dtype: str, capabilities: frozenset[str], *, long_context: bool = False) -> EngineOptions:
-    """The options of a ``plain``, ``stressed`` (``probe``: a separate start of the same options) or
-    ``block-N`` (the stressed start with KV blocks of N positions) start at the workload's geometry,
-    limited to what the engine can honour."""
-    geometry = LONG_GEOMETRY if long_context else DEFAULT_GEOMETRY
-    plain = EngineOptions(dtype=dtype, prefix_caching=False, block_size=BLOCK_SIZE,
-                          kv_cache_tokens=geometry.plain_kv_tokens, max_model_len=geometry.max_model_len)  # fmt: skip
-    if kind == "plain":
-        return plain
-    return replace(
-        plain,
-        prefix_caching="prefix_caching" in capabilities,
-        block_size=int(kind.removeprefix("block-")) if kind.startswith("block-") else BLOCK_SIZE,
-        max_num_batched_tokens=geometry.chunk_budget if "chunked_prefill" in capabilities else None,
-        kv_cache_tokens=geometry.stressed_kv_tokens if "kv_budget" in capabilities else geometry.plain_kv_tokens,
-    )
-
-
 @dataclass
-class EngineTier:
+class EngineSession:
     """The engines of this run, started lazily and stopped at the end (:meth:`stop_all`)."""
 
-    engine: str | None
-    endpoint: str | None
-    dtype: str
-    endpoint_model_dir: Path | None = None  # the folder the endpoint serves
-    consistency_given: float | None = None  # --ir-consistency-tolerance
-    engine_options: tuple[str, ...] = ()  # --ir-engine-option KEY=VALUE: the factory's own keywords
-    long_context: bool = False  # --ir-long-context: the long workload's starts (options_for)
-    factory: Callable[..., EngineHandle] | None = None
-    factory_kwargs: dict[str, object] = field(default_factory=dict)  # engine_options, parsed and checked
-    started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict)
-    failed: dict[tuple[str, str], str] = field(default_factory=dict)
-    refused: dict[tuple[str, str], str] = field(default_factory=dict)  # starts the engine declined (Unsupported)
-    alone_answers: dict[tuple[str, EngineRequest], EngineOutput] = field(default_factory=dict)
-    spreads: SpreadLog = field(default_factory=lambda: SpreadLog("between two schedules"))  # self-consistency
-    distances: SpreadLog = field(default_factory=lambda: SpreadLog("from the oracle"))  # agreement
-    consistency: ConsistencyTolerance = field(init=False)
-    first_name: str | None = None  # the first started engine's name for itself (its version): the report notes it
-    prefix_hits: list[PrefixHit] = field(default_factory=list)  # what the engine said its prefix cache served
-    distributions: list[dict] = field(default_factory=list)  # low-precision verdicts: one summary per test and checkpoint
-    # judgeable's memo: (checkpoint, request) -> why its answer cannot be read back, None where it can
-    unreadable: dict[tuple[str, EngineRequest], str | None] = field(default_factory=dict)
-    uncontinued: list[str] = field(default_factory=list)  # conversations that could not be continued as text, why
-    declared: frozenset[str] | None = None  # what the engine declares: its factory's, or a server's once reached
+    settings: TierSettings
+    ledger: Ledger = field(default_factory=Ledger)
+    factory: Callable[..., EngineHandle] | None = field(default=None, init=False)
+    factory_kwargs: dict[str, object] = field(
+        default_factory=dict, init=False
+    )  # --engine-option, parsed and checked
+    started: dict[tuple[str, str], EngineHandle] = field(default_factory=dict, init=False)
+    failed: dict[tuple[str, str], str] = field(default_factory=dict, init=False)
+    refused: dict[tuple[str, str], str] = field(
+        default_factory=dict, init=False
+    )  # starts declined (Unsupported)
+    alone_answers: dict[tuple[str, EngineRequest], EngineOutput] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
-        if self.endpoint is None:
-            self.factory = load_factory(self.engine or "infer_ref")
+        settings = self.settings
+        if settings.endpoint is None:
+            engine = settings.engine or DEFAULT_ENGINE
+            self.factory = load_factory(engine)
+            self.ledger.capabilities = declared_capabilities(self.factory)
             try:
-                self.factory_kwargs = parse_engine_options(self.engine_options, self.factory, self.engine or "infer_ref")
+                self.factory_kwargs = parse_engine_options(settings.engine_options, self.factory, engine)
             except EngineOptionError as e:
                 raise EngineStartError(str(e)) from None
-            self.declared = declared_capabilities(self.factory)
-        elif self.engine_options:
-            raise EngineStartError("--engine-option sets an engine the tier starts; a running endpoint was started by you")
-        registered = None if self.endpoint else (self.engine or "infer_ref")
+        elif settings.engine_options:
+            raise EngineStartError(
+                "--engine-option sets an engine the tier starts; a running endpoint was started by you"
+            )
         try:
-            self.consistency = consistency_tolerance(registered if registered in ENGINES else None, self.dtype, self.consistency_given,
-                                                     long_context=self.long_context)  # fmt: skip
+            settings.consistency  # noqa: B018 -- a given tolerance out of range is refused before any start
         except ValueError as e:
             raise EngineStartError(str(e)) from None
 
     @property
     def name(self) -> str:
-        return f"endpoint {self.endpoint}" if self.endpoint else (self.engine or "infer_ref")
+        return self.settings.name
 
     def kind_of(self, handle: EngineHandle) -> str:
         """Which start ``handle`` is (``stressed`` where it is none of this tier's: the tests' default)."""
@@ -223,27 +109,36 @@ class EngineTier:
 
     def start_of(self, kind: str) -> EngineStart:
         """How the ``kind`` engine is started, for a repro script of an engine with no snippet of its own."""
-        if self.endpoint is not None:
-            return EngineStart(endpoint=self.endpoint)
-        options = options_for(kind, self.dtype, self.capabilities, long_context=self.long_context)
-        return EngineStart(factory=ENGINES.get(self.engine or "infer_ref", self.engine or "infer_ref"),
-                           options=asdict(options), kwargs=dict(self.factory_kwargs))  # fmt: skip
+        if self.settings.endpoint is not None:
+            return EngineStart(endpoint=self.settings.endpoint)
+        options = options_for(
+            kind, self.settings.dtype, self.capabilities, long_context=self.settings.long_context
+        )
+        return EngineStart(
+            factory=self.settings.factory_spec, options=asdict(options), kwargs=dict(self.factory_kwargs)
+        )
 
-    def selects(self) -> str:
-        """The pytest options that select this engine, started the same way (a repro command's)."""
-        return " ".join(selection_options(self.engine, self.endpoint, self.dtype, self.engine_options, long_context=self.long_context))
+    def case(self, test: str, model_dir: Path, handle: EngineHandle, kind: str = "stressed") -> Case:
+        """Where a verdict is given, with what its repro needs: ``test`` on ``model_dir``, answered by
+        ``handle`` (the ``kind`` start)."""
+        return Case(test, model_dir, handle, self.settings.selects(), self.start_of(kind))
 
     @property
     def capabilities(self) -> frozenset[str]:
         """What the engine declares: its factory's (before any start), or a server's (it is running)."""
         if self.factory is not None:
             return declared_capabilities(self.factory)
-        if self.endpoint_model_dir is None:
+        if self.settings.endpoint_model_dir is None:
             return frozenset(CAPABILITIES)
         try:
-            return frozenset(self.handle(self.endpoint_model_dir, "plain").capabilities)
+            return frozenset(self.handle(self.settings.endpoint_model_dir, "plain").capabilities)
         except EngineStartError:
             return frozenset(CAPABILITIES)  # every test then fails with the connect error, in one line
+
+    @property
+    def ignore_eos(self) -> bool:
+        """Whether requests may ask to generate past an end token (the engine declares ``ignore_eos``)."""
+        return "ignore_eos" in self.capabilities
 
     def takes_text_prompts(self, model_dir: Path) -> bool:
         """Whether the engine takes prompts as text only: its factory's ``takes_text_prompts``
@@ -261,7 +156,7 @@ class EngineTier:
 
     def handle(self, model_dir: Path, kind: str) -> EngineHandle:
         """The started engine of ``kind`` on ``model_dir`` (started on first use)."""
-        if self.endpoint is not None:
+        if self.settings.endpoint is not None:
             kind = "plain"  # one server: both roles
         key = (str(model_dir), kind)
         if any(started != str(model_dir) for started, _ in self.started):
@@ -275,10 +170,12 @@ class EngineTier:
         if key not in self.started:
             try:
                 self.started[key] = self._start(model_dir, kind)
-                self.first_name = self.first_name or self.started[key].name
-                if self.declared is None and self.endpoint is not None:
-                    self.declared = frozenset(self.started[key].capabilities)
-            except Unsupported as e:  # the engine cannot run this kind of start: its tests are "not supported"
+                self.ledger.engine_name = self.ledger.engine_name or self.started[key].name
+                if self.ledger.capabilities is None and self.settings.endpoint is not None:
+                    self.ledger.capabilities = frozenset(self.started[key].capabilities)
+            except (
+                Unsupported
+            ) as e:  # the engine cannot run this kind of start: its tests are "not supported"
                 self.refused[key] = f"{self.name} ({kind} start): {_one_line(e)}"
                 raise Unsupported(self.refused[key]) from None
             except Exception as e:
@@ -287,12 +184,14 @@ class EngineTier:
         return self.started[key]
 
     def _start(self, model_dir: Path, kind: str) -> EngineHandle:
-        if self.endpoint is not None:
+        if self.settings.endpoint is not None:
             from infer_ref.conformance.engines.adapters.openai_http import connect
 
-            return connect(self.endpoint, model_dir)
+            return connect(self.settings.endpoint, model_dir)
         assert self.factory is not None
-        options = options_for(kind, self.dtype, self.capabilities, long_context=self.long_context)
+        options = options_for(
+            kind, self.settings.dtype, self.capabilities, long_context=self.settings.long_context
+        )
         return self.factory(model_dir, options, **self.factory_kwargs)
 
     def alone(self, model_dir: Path, request: EngineRequest) -> EngineOutput:
@@ -301,6 +200,10 @@ class EngineTier:
         if key not in self.alone_answers:
             [self.alone_answers[key]] = run(self.handle(model_dir, "plain"), [request])
         return self.alone_answers[key]
+
+    def alone_answers_to(self, model_dir: Path, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
+        """Each of ``requests`` run alone on the plain engine (memoised)."""
+        return [self.alone(model_dir, request) for request in requests]
 
     def judgeable(self, model_dir: Path, requests: Sequence[EngineRequest]) -> list[EngineRequest]:
         """``requests`` less those whose answers the engine cannot show exactly, for an engine of
@@ -316,14 +219,18 @@ class EngineTier:
         """
         if not self.takes_text_prompts(model_dir):
             return list(requests)
-        looked = any((str(model_dir), r) not in self.unreadable for r in requests)
+        looked = any((str(model_dir), r) not in self.ledger.unreadable for r in requests)
         kept = [r for r in requests if self.readable(model_dir, r)]
-        if looked and self.endpoint is not None:
-            self._empty_server_cache(model_dir)  # one server plays every role: the test's first pass meets its cache cold
+        if looked and self.settings.endpoint is not None:
+            self._empty_server_cache(
+                model_dir
+            )  # one server plays every role: the test's first pass meets its cache cold
         if not kept:
-            reasons = [self.unreadable[(str(model_dir), r)] for r in requests]
+            reasons = [self.ledger.unreadable[(str(model_dir), r)] for r in requests]
             first = reasons[0] if reasons else "no requests were given"
-            raise Unsupported(f"none of the {len(requests)} requests has an answer {self.name} shows exactly ({first})")
+            raise Unsupported(
+                f"none of the {len(requests)} requests has an answer {self.name} shows exactly ({first})"
+            )
         return kept
 
     def readable(self, model_dir: Path, request: EngineRequest) -> bool:
@@ -333,16 +240,16 @@ class EngineTier:
         if not self.takes_text_prompts(model_dir):
             return True
         key = (str(model_dir), request)
-        if key not in self.unreadable:
+        if key not in self.ledger.unreadable:
             probe = self._probe(model_dir)  # a refused start is the test's "not supported", not a request's
             try:
                 [answer] = run(probe, [request])
-                self.unreadable[key] = None
-                if probe is self.started.get((str(model_dir), "plain")) and self.endpoint is None:
+                self.ledger.unreadable[key] = None
+                if probe is self.started.get((str(model_dir), "plain")) and self.settings.endpoint is None:
                     self.alone_answers.setdefault(key, answer)  # the very run alone() makes
             except Unsupported as e:
-                self.unreadable[key] = _one_line(e)
-        return self.unreadable[key] is None
+                self.ledger.unreadable[key] = _one_line(e)
+        return self.ledger.unreadable[key] is None
 
     def _empty_server_cache(self, model_dir: Path) -> None:
         server = self.handle(model_dir, "plain")
@@ -362,16 +269,7 @@ class EngineTier:
     def not_continued(self, model_dir: Path, reasons: Sequence[str]) -> None:
         """Conversations of ``model_dir`` that could not be continued as text, each with its reason
         (for the report's notes: those requests were not judged)."""
-        self.uncontinued += [f"{model_dir.name}: {why}" for why in reasons]
-
-    @property
-    def left_out(self) -> list[str]:
-        """Why each request judgeable left out could not be read back (one entry per request)."""
-        return [why for why in self.unreadable.values() if why is not None]
-
-    def left_out_summary(self) -> str:
-        """One note: how many requests were left out as unreadable, of how many, and why."""
-        return left_out_note(self.name, self.left_out, len(self.unreadable))
+        self.ledger.not_continued += [f"{model_dir.name}: {why}" for why in reasons]
 
     def stop_all(self) -> None:
         for handle in self.started.values():
@@ -390,7 +288,9 @@ class EngineCrash(Exception):
     failure of the test that sent ``requests``, which the tier's conftest gives a repro script."""
 
     def __init__(self, handle: EngineHandle, requests: Sequence[EngineRequest], error: Exception) -> None:
-        super().__init__(f"{handle.name} raised while answering {len(requests)} request(s): {_one_line(error)}")
+        super().__init__(
+            f"{handle.name} raised while answering {len(requests)} request(s): {_one_line(error)}"
+        )
         self.handle, self.requests, self.error = handle, list(requests), error
 
 

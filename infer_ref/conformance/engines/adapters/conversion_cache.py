@@ -15,8 +15,15 @@ from collections.abc import Iterable
 from pathlib import Path
 
 # The files of a checkpoint folder that decide what a converter writes.
-CONTENT_PATTERNS = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                    "special_tokens_map.json", "tokenizer.model", "*.safetensors")  # fmt: skip
+CONTENT_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "*.safetensors",
+)
 
 
 def content_digest(model_dir: Path, settings: str, converter_files: Iterable[Path] = ()) -> str:

@@ -18,56 +18,68 @@ import os
 from pathlib import Path
 
 from infer_ref.conformance.engines.adapters.ct2_convert import Converted, convert, ctranslate2_version
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    missing_engine,
+    start_bridged,
+    worker_env,
+)
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
-    EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.registry import record
 
-PYTHON_ENV = "INFER_REF_CT2_PYTHON"
-WORKER = WORKERS_DIR / "ct2_worker.py"
-
-
-def ct2_python(python: str | os.PathLike[str] | None = None) -> str:
-    """The interpreter that runs CTranslate2: ``python``, else ``$INFER_REF_CT2_PYTHON``, else this one."""
-    return engine_python(python, PYTHON_ENV)
+ENGINE = record("ctranslate2")
+PYTHON_ENV = ENGINE.python_env
 
 
-def not_installed_message(interpreter: str) -> str:
-    """A template (``{reason}``) for the error of an interpreter without CTranslate2 or its converter."""
-    return (f"CTranslate2 is not installed in {interpreter}: {{reason}}; set {PYTHON_ENV} to a venv's python "
-            "that has ctranslate2 and its converter's transformers (scripts/install_ct2.sh builds one)")  # fmt: skip
-
-
-def convert_for_ct2(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-                    cache: str | os.PathLike[str] | None = None) -> tuple[str, Converted]:  # fmt: skip
+def convert_for_ct2(
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+) -> tuple[str, Converted]:
     """The engine's interpreter and ``model_dir`` converted (cached) at ``options.dtype``."""
     check_model_dir(model_dir)
-    interpreter = ct2_python(python)
+    interpreter = engine_interpreter(ENGINE, python)
     env = worker_env()
-    version = ctranslate2_version(interpreter, env, not_installed_message(interpreter))
-    return interpreter, convert(Path(model_dir), options.dtype, python=interpreter, version=version, env=env, cache=cache)
+    version = ctranslate2_version(interpreter, env, missing_engine(ENGINE, interpreter))
+    return interpreter, convert(
+        Path(model_dir), options.dtype, python=interpreter, version=version, env=env, cache=cache
+    )
 
 
 def start_ct2(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    cache: str | os.PathLike[str] | None = None, threads: int = 1, start_timeout: float = 300.0,
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    threads: int = 1,
+    start_timeout: float = 300.0,
     request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
-    """Convert ``model_dir`` with CTranslate2's converter and open it in ``ctranslate2.Generator`` in a worker."""
+) -> BridgedEngine:
+    """Convert ``model_dir`` with CTranslate2's converter and open it in ``ctranslate2.Generator`` in a
+    worker."""
     interpreter, converted = convert_for_ct2(model_dir, options, python=python, cache=cache)
-    extra = {"converted": os.fspath(converted.path), "compute_type": converted.quantization, "threads": threads}
-    try:
-        engine = Ct2Engine.start(
-            interpreter, WORKER, Path(model_dir), options, label="ctranslate2",
-            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(), extra=extra,
-        )  # fmt: skip
-    except EngineNotInstalled as err:
-        reason = str(err).split(": ", 1)[-1]
-        raise EngineNotInstalled(not_installed_message(interpreter).format(reason=reason)) from None
-    assert isinstance(engine, Ct2Engine)
+    extra = {
+        "converted": os.fspath(converted.path),
+        "compute_type": converted.quantization,
+        "threads": threads,
+    }
+    engine = start_bridged(
+        Ct2Engine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra=extra,
+    )
     engine.converted = converted
     return engine
 
@@ -123,4 +135,4 @@ def run(generator, requests):
 # Everything the tier can ask of CTranslate2's Generator (the worker reports the same after a start).
 start_ct2.capabilities = frozenset(  # type: ignore[attr-defined]
     {"prompt_logprobs", "seed", "batch", "top_k_top_p", "ignore_eos", "top_logprobs"}
-)  # fmt: skip
+)

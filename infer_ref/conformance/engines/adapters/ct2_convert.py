@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,27 +49,37 @@ def converter_path(python: str) -> Path:
     return Path(python).parent / CONVERTER
 
 
-def ctranslate2_version(python: str, env: dict[str, str], not_installed: str) -> str:
-    """The ctranslate2 version ``python`` imports; :class:`EngineNotInstalled` (``not_installed``
-    completed with the reason) when it has none or the converter is not beside it."""
+def ctranslate2_version(python: str, env: dict[str, str], not_installed: Callable[[str], str]) -> str:
+    """The ctranslate2 version ``python`` imports; :class:`EngineNotInstalled` (``not_installed``'s
+    message for the reason) when it has none or the converter is not beside it."""
     try:
         version = installed_version(python, "ctranslate2", env, timeout=120)
     except OSError as err:
-        raise EngineNotInstalled(not_installed.format(reason=f"cannot run it ({err.strerror or err})")) from None
+        raise EngineNotInstalled(not_installed(f"cannot run it ({err.strerror or err})")) from None
     except subprocess.TimeoutExpired:
-        raise EngineNotInstalled(not_installed.format(reason="it did not answer within 120 s")) from None
+        raise EngineNotInstalled(not_installed("it did not answer within 120 s")) from None
     if version is None:
-        raise EngineNotInstalled(not_installed.format(reason="it has no ctranslate2 package"))
+        raise EngineNotInstalled(not_installed("it has no ctranslate2 package"))
     if not converter_path(python).is_file():
-        raise EngineNotInstalled(not_installed.format(reason=f"no {CONVERTER} beside it ({converter_path(python)})"))
+        raise EngineNotInstalled(not_installed(f"no {CONVERTER} beside it ({converter_path(python)})"))
     return version
 
 
-def convert(model_dir: Path, dtype: str, *, python: str, version: str, env: dict[str, str],
-            cache: str | os.PathLike[str] | None = None, timeout: float = 900.0) -> Converted:  # fmt: skip
+def convert(
+    model_dir: Path,
+    dtype: str,
+    *,
+    python: str,
+    version: str,
+    env: dict[str, str],
+    cache: str | os.PathLike[str] | None = None,
+    timeout: float = 900.0,
+) -> Converted:
     """``model_dir`` as a CTranslate2 model directory of ``dtype`` weights (cached)."""
     if dtype not in QUANTIZATIONS:
-        raise Unsupported(f"CTranslate2 has no {dtype} compute type (its converter writes {', '.join(QUANTIZATIONS)})")
+        raise Unsupported(
+            f"CTranslate2 has no {dtype} compute type (its converter writes {', '.join(QUANTIZATIONS)})"
+        )
     quantization = QUANTIZATIONS[dtype]
     folder = cache_dir(cache, CACHE_ENV, "ct2")
     digest = content_digest(model_dir, f"{quantization}\0ctranslate2 {version}")
@@ -80,8 +91,15 @@ def convert(model_dir: Path, dtype: str, *, python: str, version: str, env: dict
     with tempfile.TemporaryDirectory(dir=folder, prefix=".converting-") as work:
         partial = Path(work) / "model"
         log = Path(work) / "convert.log"
-        argv = [os.fspath(converter_path(python)), "--model", os.fspath(model_dir.resolve()),
-                "--output_dir", os.fspath(partial), "--quantization", quantization]  # fmt: skip
+        argv = [
+            os.fspath(converter_path(python)),
+            "--model",
+            os.fspath(model_dir.resolve()),
+            "--output_dir",
+            os.fspath(partial),
+            "--quantization",
+            quantization,
+        ]
         status = _run_logged(argv, env, timeout, log)
         if status != 0 or not (partial / "model.bin").is_file():
             raise _conversion_error(model_dir, quantization, status, log.read_text(errors="replace"))
@@ -94,15 +112,20 @@ def _run_logged(argv: list[str], env: dict[str, str], timeout: float, log: Path)
     """The converter's exit status (None: timed out), its output in ``log``."""
     with open(log, "wb") as out:
         try:
-            return subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False).returncode
+            return subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False
+            ).returncode
         except subprocess.TimeoutExpired:
             return None
         except OSError as err:
-            raise EngineWorkerError(f"CTranslate2's converter: cannot run {argv[0]}: {err.strerror or err}") from None
+            raise EngineWorkerError(
+                f"CTranslate2's converter: cannot run {argv[0]}: {err.strerror or err}"
+            ) from None
 
 
 def _conversion_error(model_dir: Path, quantization: str, status: int | None, log: str) -> Exception:
-    """The converter's refusal in one line: its last error line (a refused architecture is "not supported")."""
+    """The converter's refusal in one line: its last error line (a refused architecture is "not
+    supported")."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
     last = next((line for line in reversed(lines) if "Error" in line), lines[-1] if lines else "(no output)")
     what = "timed out" if status is None else f"exited with status {status}"

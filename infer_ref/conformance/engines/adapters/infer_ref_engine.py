@@ -25,12 +25,29 @@ from infer_ref.sampling import SamplingParams
 from infer_ref.tokenizer import Tokenizer
 
 CAPABILITIES = frozenset(
-    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "cached_tokens", "reset_prefix_cache",
-     "kv_budget", "block_size", "batch", "top_k_top_p", "top_logprobs", "chunked_prefill"}
-)  # fmt: skip
+    {
+        "prompt_logprobs",
+        "seed",
+        "stop_strings",
+        "prefix_caching",
+        "cached_tokens",
+        "reset_prefix_cache",
+        "kv_budget",
+        "block_size",
+        "batch",
+        "top_k_top_p",
+        "top_logprobs",
+        "chunked_prefill",
+    }
+)
 DEFAULT_BLOCK_SIZE = 16
 DEFAULT_KV_TOKENS = 8192  # ample for the tier's requests: nothing is preempted unless a budget is set
-TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TORCH_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 class InferRefEngine:
@@ -54,26 +71,44 @@ class InferRefEngine:
             max_batch=options.max_num_seqs or 8,
             max_num_batched_tokens=options.max_num_batched_tokens,
         )
-        budget = f", {options.max_num_batched_tokens} tokens per step" if options.max_num_batched_tokens else ""
-        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, block {block_size}, {self.engine.pool.num_blocks} blocks{budget})"
+        budget = (
+            f", {options.max_num_batched_tokens} tokens per step" if options.max_num_batched_tokens else ""
+        )
+        pool = f"block {block_size}, {self.engine.pool.num_blocks} blocks{budget}"
+        self.name = f"infer_ref Engine ({options.dtype} on {device_label(device)}, {pool})"
         self.options = options
         self.device = device
 
     def repro_snippet(self) -> str | None:
-        """The engine as a repro script starts and runs it (:mod:`infer_ref.conformance.engines.repro`)."""
+        """The engine as a repro script starts and runs it
+        (:mod:`infer_ref.conformance.engines.verdicts.repro`)."""
         if not self.reproducible:
             return None
         e = self.engine
-        return _REPRO.format(dtype=self.options.dtype, device=self.device, num_blocks=e.pool.num_blocks, block_size=e.block_size,
-                             prefix=e.enable_prefix_caching, max_batch=e.max_batch, budget=e.max_num_batched_tokens)  # fmt: skip
+        return _REPRO.format(
+            dtype=self.options.dtype,
+            device=self.device,
+            num_blocks=e.pool.num_blocks,
+            block_size=e.block_size,
+            prefix=e.enable_prefix_caching,
+            max_batch=e.max_batch,
+            budget=e.max_num_batched_tokens,
+        )
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
         for i, r in enumerate(requests):
             if r.ignore_eos:
-                raise Unsupported(f"request {i}: infer_ref's Engine always stops at the model's EOS ids (no ignore_eos)")
-        results = self.engine.generate([list(r.prompt) for r in requests], [_params(r) for r in requests], keep_logits=True)
+                raise Unsupported(
+                    f"request {i}: infer_ref's Engine always stops at the model's EOS ids (no ignore_eos)"
+                )
+        results = self.engine.generate(
+            [list(r.prompt) for r in requests], [_params(r) for r in requests], keep_logits=True
+        )
         prompt_lp = self._prompt_logprobs(requests)
-        return [_output(r, res, prompt_lp.get(i)) for i, (r, res) in enumerate(zip(requests, results, strict=True))]
+        return [
+            _output(r, res, prompt_lp.get(i))
+            for i, (r, res) in enumerate(zip(requests, results, strict=True))
+        ]
 
     def reset_prefix_cache(self) -> None:
         self.engine.blocks.reset()
@@ -89,10 +124,14 @@ class InferRefEngine:
             return out
         forced = [list(requests[i].prompt[1:]) for i in wanted]
         params = [SamplingParams(temperature=0.0, max_new_tokens=len(f)) for f in forced]
-        results = self.engine.generate([list(requests[i].prompt[:1]) for i in wanted], params, forced_tokens=forced, keep_logits=True)
+        results = self.engine.generate(
+            [list(requests[i].prompt[:1]) for i in wanted], params, forced_tokens=forced, keep_logits=True
+        )
         for i, res in zip(wanted, results, strict=True):
             assert res.step_logits is not None
-            out[i] = prompt_logprobs_from(res.step_logits, requests[i].prompt, requests[i].prompt_logprobs or 0)
+            out[i] = prompt_logprobs_from(
+                res.step_logits, requests[i].prompt, requests[i].prompt_logprobs or 0
+            )
         return out
 
 

@@ -17,58 +17,72 @@ import os
 from pathlib import Path
 from typing import Any
 
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    start_bridged,
+    worker_env,
+)
 from infer_ref.conformance.engines.adapters.llamacpp_gguf import Converted, convert, llamacpp_source
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
-    EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import DTYPES, EngineOptions
+from infer_ref.conformance.engines.registry import record
 
-PYTHON_ENV = "INFER_REF_LLAMACPP_PYTHON"
-WORKER = WORKERS_DIR / "llamacpp_worker.py"
-
-
-def llamacpp_python(python: str | os.PathLike[str] | None = None) -> str:
-    """The interpreter that runs llama-cpp-python: ``python``, else ``$INFER_REF_LLAMACPP_PYTHON``, else this one."""
-    return engine_python(python, PYTHON_ENV)
+ENGINE = record("llama.cpp")
+PYTHON_ENV = ENGINE.python_env
 
 
-def not_installed_message(interpreter: str, reason: str) -> str:
-    return (f"llama-cpp-python is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python "
-            "that has it (scripts/install_llamacpp.sh builds one)")  # fmt: skip
-
-
-def convert_for_llamacpp(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-                         source: str | os.PathLike[str] | None = None, cache: str | os.PathLike[str] | None = None,
-                         ) -> tuple[str, Converted]:  # fmt: skip
+def convert_for_llamacpp(
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    source: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+) -> tuple[str, Converted]:
     """The engine's interpreter and ``model_dir`` converted (cached) at ``options.dtype``."""
     check_model_dir(model_dir)
-    interpreter = llamacpp_python(python)
+    interpreter = engine_interpreter(ENGINE, python)
     tree = llamacpp_source(source, interpreter)
-    return interpreter, convert(Path(model_dir), options.dtype, python=interpreter, source=tree,
-                                env=worker_env(), cache=cache)  # fmt: skip
+    return interpreter, convert(
+        Path(model_dir), options.dtype, python=interpreter, source=tree, env=worker_env(), cache=cache
+    )
 
 
 def start_llamacpp(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    source: str | os.PathLike[str] | None = None, cache: str | os.PathLike[str] | None = None,
-    kv_cache_type: str | None = None, threads: int = 1, start_timeout: float = 300.0, request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    source: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    kv_cache_type: str | None = None,
+    threads: int = 1,
+    start_timeout: float = 300.0,
+    request_timeout: float = 300.0,
+) -> BridgedEngine:
     """Convert ``model_dir`` with llama.cpp's converter and open it in ``llama_cpp.Llama`` in a worker."""
     check_kv_cache_type(kv_cache_type)
-    interpreter, converted = convert_for_llamacpp(model_dir, options, python=python, source=source, cache=cache)
-    extra: dict[str, Any] = {"gguf": os.fspath(converted.path), "kv_cache_type": kv_cache_type or options.dtype,
-                             "threads": threads}  # fmt: skip
-    try:
-        engine = LlamaCppEngine.start(
-            interpreter, WORKER, Path(model_dir), options, label="llama.cpp",
-            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(), extra=extra,
-        )  # fmt: skip
-    except EngineNotInstalled as err:
-        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
-    assert isinstance(engine, LlamaCppEngine)
+    interpreter, converted = convert_for_llamacpp(
+        model_dir, options, python=python, source=source, cache=cache
+    )
+    extra: dict[str, Any] = {
+        "gguf": os.fspath(converted.path),
+        "kv_cache_type": kv_cache_type or options.dtype,
+        "threads": threads,
+    }
+    engine = start_bridged(
+        LlamaCppEngine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra=extra,
+    )
     engine.converted = converted
     return engine
 
@@ -77,11 +91,14 @@ def check_kv_cache_type(kv_cache_type: str | None) -> None:
     """A K/V cache type must name a dtype (``--engine-option kv_cache_type=float16``); llama.cpp
     itself refuses the ones it has no type for (float64)."""
     if kv_cache_type is not None and kv_cache_type not in DTYPES:
-        raise ValueError(f"kv_cache_type {kv_cache_type!r}: expected one of {', '.join(DTYPES)} (None: the engine's dtype)")
+        raise ValueError(
+            f"kv_cache_type {kv_cache_type!r}: expected one of {', '.join(DTYPES)} (None: the engine's dtype)"
+        )
 
 
 class LlamaCppEngine(BridgedEngine):
-    """llama.cpp behind the bridge; a failure's repro script opens the same GGUF file with the same settings."""
+    """llama.cpp behind the bridge; a failure's repro script opens the same GGUF file with the same
+    settings."""
 
     converted: Converted | None = None
 
@@ -129,6 +146,15 @@ def run(llm, requests):
 
 # Everything the tier can ask of llama.cpp in-process (the worker reports the same after a start).
 start_llamacpp.capabilities = frozenset(  # type: ignore[attr-defined]
-    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "reset_prefix_cache", "chunked_prefill",
-     "top_k_top_p", "ignore_eos", "top_logprobs"}
-)  # fmt: skip
+    {
+        "prompt_logprobs",
+        "seed",
+        "stop_strings",
+        "prefix_caching",
+        "reset_prefix_cache",
+        "chunked_prefill",
+        "top_k_top_p",
+        "ignore_eos",
+        "top_logprobs",
+    }
+)

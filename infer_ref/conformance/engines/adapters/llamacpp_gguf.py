@@ -47,6 +47,8 @@ PRE_TOKENIZERS = {
     r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+"
     r"|\s+(?!\S)|\s+": "qwen2",
 }
+
+
 class LlamaCppSourceMissing(UsageError):
     """No llama.cpp source tree with its converter was named."""
 
@@ -88,11 +90,16 @@ def pre_tokenizer_for(model_dir: Path) -> str | None:
     spec = json.loads(path.read_text(encoding="utf-8"))
     if spec.get("model", {}).get("type") != "BPE":
         return None
-    regexes = [p["pattern"]["Regex"] for p in _pre_tokenizers(spec.get("pre_tokenizer"))
-               if p.get("type") == "Split" and "Regex" in p.get("pattern", {})]  # fmt: skip
+    regexes = [
+        p["pattern"]["Regex"]
+        for p in _pre_tokenizers(spec.get("pre_tokenizer"))
+        if p.get("type") == "Split" and "Regex" in p.get("pattern", {})
+    ]
     if spec.get("normalizer") is not None or len(regexes) != 1:
-        raise Unsupported(f"{path}: a normalizer or not exactly one split regex; no llama.cpp pre-tokenizer "
-                          "is known to reproduce it")  # fmt: skip
+        raise Unsupported(
+            f"{path}: a normalizer or not exactly one split regex; no llama.cpp pre-tokenizer "
+            "is known to reproduce it"
+        )
     name = PRE_TOKENIZERS.get(regexes[0])
     if name is None:
         raise Unsupported(f"{path}: llama.cpp has no pre-tokenizer known to split with {regexes[0]!r}")
@@ -117,15 +124,28 @@ def cache_dir(root: str | os.PathLike[str] | None = None) -> Path:
     return conversion_cache_dir(root, CACHE_ENV, "gguf")
 
 
-def convert(model_dir: Path, dtype: str, *, python: str, source: Path, env: dict[str, str],
-            cache: str | os.PathLike[str] | None = None, timeout: float = 900.0) -> Converted:  # fmt: skip
+def convert(
+    model_dir: Path,
+    dtype: str,
+    *,
+    python: str,
+    source: Path,
+    env: dict[str, str],
+    cache: str | os.PathLike[str] | None = None,
+    timeout: float = 900.0,
+) -> Converted:
     """``model_dir`` as a GGUF file of ``dtype`` (cached), converted by ``source``'s converter."""
     if dtype not in OUTTYPES:
-        raise Unsupported(f"llama.cpp's converter writes no {dtype} weights (it writes {', '.join(OUTTYPES)})")
+        raise Unsupported(
+            f"llama.cpp's converter writes no {dtype} weights (it writes {', '.join(OUTTYPES)})"
+        )
     outtype = OUTTYPES[dtype]
     pre_tokenizer = pre_tokenizer_for(model_dir)
     folder = cache_dir(cache)
-    target = folder / f"{model_dir.name}-{content_digest(model_dir, outtype, source, pre_tokenizer)}-{outtype}.gguf"
+    target = (
+        folder
+        / f"{model_dir.name}-{content_digest(model_dir, outtype, source, pre_tokenizer)}-{outtype}.gguf"
+    )
     if target.is_file():
         return Converted(target, outtype, pre_tokenizer, 0.0)
     folder.mkdir(parents=True, exist_ok=True)
@@ -133,16 +153,28 @@ def convert(model_dir: Path, dtype: str, *, python: str, source: Path, env: dict
     with tempfile.TemporaryDirectory(dir=folder, prefix=".converting-") as work:
         partial = Path(work) / target.name
         log = Path(work) / "convert.log"
-        argv = [python, os.fspath(CONVERT_SCRIPT), os.fspath(source), pre_tokenizer or NO_PRE_TOKENIZER,
-                os.fspath(model_dir.resolve()), "--outtype", outtype, "--outfile", os.fspath(partial)]  # fmt: skip
+        argv = [
+            python,
+            os.fspath(CONVERT_SCRIPT),
+            os.fspath(source),
+            pre_tokenizer or NO_PRE_TOKENIZER,
+            os.fspath(model_dir.resolve()),
+            "--outtype",
+            outtype,
+            "--outfile",
+            os.fspath(partial),
+        ]
         with open(log, "wb") as out:
             try:
-                status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout,
-                                        check=False).returncode  # fmt: skip
+                status = subprocess.run(
+                    argv, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=timeout, check=False
+                ).returncode
             except subprocess.TimeoutExpired:
                 status = None
             except OSError as err:
-                raise EngineWorkerError(f"llama.cpp converter: cannot run {python}: {err.strerror or err}") from None
+                raise EngineWorkerError(
+                    f"llama.cpp converter: cannot run {python}: {err.strerror or err}"
+                ) from None
         if status != 0 or not partial.is_file():
             raise _conversion_error(model_dir, outtype, status, log.read_text(errors="replace"))
         os.replace(partial, target)  # whole or not at all: a crash leaves no half-written file cached
@@ -150,9 +182,13 @@ def convert(model_dir: Path, dtype: str, *, python: str, source: Path, env: dict
 
 
 def _conversion_error(model_dir: Path, outtype: str, status: int | None, log: str) -> Exception:
-    """The converter's refusal in one line: its last error line (a refused architecture is "not supported")."""
+    """The converter's refusal in one line: its last error line (a refused architecture is "not
+    supported")."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    last = next((line for line in reversed(lines) if "Error" in line or line.startswith("missing:")), lines[-1] if lines else "")
+    last = next(
+        (line for line in reversed(lines) if "Error" in line or line.startswith("missing:")),
+        lines[-1] if lines else "",
+    )
     what = "timed out" if status is None else f"exited with status {status}"
     message = f"llama.cpp's converter {what} on {model_dir} (--outtype {outtype}): {last[:300]}"
     if "not supported" in last.lower() or "NotImplementedError" in last:

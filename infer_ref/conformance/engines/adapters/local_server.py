@@ -47,8 +47,15 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-def launch_server(argv: Sequence[str], port: int, *, label: str, env: dict[str, str], start_timeout: float,
-                  not_installed: Callable[[str], str]) -> LocalServer:  # fmt: skip
+def launch_server(
+    argv: Sequence[str],
+    port: int,
+    *,
+    label: str,
+    env: dict[str, str],
+    start_timeout: float,
+    not_installed: Callable[[str], str],
+) -> LocalServer:
     """Run ``argv`` (a server listening on ``port``) and wait until it lists a model.
 
     ``not_installed(reason)`` words the error of a launcher that found its engine missing.
@@ -66,8 +73,9 @@ def launch_server(argv: Sequence[str], port: int, *, label: str, env: dict[str, 
     return LocalServer(process, url)
 
 
-def serve_and_connect(server: LocalServer, model_dir: Path, options: EngineOptions, *,
-                      request_timeout: float) -> OpenAIEngine:  # fmt: skip
+def serve_and_connect(
+    server: LocalServer, model_dir: Path, options: EngineOptions, *, request_timeout: float
+) -> OpenAIEngine:
     """The HTTP adapter on ``server`` (serving ``model_dir``); its ``stop`` stops the server."""
     try:
         engine = connect(server.url, Path(model_dir), options=options, timeout=request_timeout)
@@ -78,21 +86,26 @@ def serve_and_connect(server: LocalServer, model_dir: Path, options: EngineOptio
     return engine
 
 
-def _wait_until_listed(process: GroupedProcess, url: str, timeout: float, label: str,
-                       not_installed: Callable[[str], str]) -> None:  # fmt: skip
+def _wait_until_listed(
+    process: GroupedProcess, url: str, timeout: float, label: str, not_installed: Callable[[str], str]
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.exited():
             process.wait_exit(1.0)
             _raise_exit_reason(process, label, not_installed)
-        with contextlib.suppress(urllib.error.URLError, OSError, ValueError), \
-                urllib.request.urlopen(url + "/models", timeout=5) as answer:  # fmt: skip
+        with (
+            contextlib.suppress(urllib.error.URLError, OSError, ValueError),
+            urllib.request.urlopen(url + "/models", timeout=5) as answer,
+        ):
             if json.loads(answer.read()).get("data"):
                 return
         time.sleep(1.0)
     process.kill()
-    raise EngineWorkerError(f"{label}: {url}/models did not answer within {timeout:g} s; its log "
-                            f"{process.log_path} ends:\n{process.log_tail()}")  # fmt: skip
+    raise EngineWorkerError(
+        f"{label}: {url}/models did not answer within {timeout:g} s; its log "
+        f"{process.log_path} ends:\n{process.log_tail()}"
+    )
 
 
 def _raise_exit_reason(process: GroupedProcess, label: str, not_installed: Callable[[str], str]) -> None:
@@ -106,6 +119,7 @@ def _raise_exit_reason(process: GroupedProcess, label: str, not_installed: Calla
         if line.startswith("missing: "):
             process.remove_log()
             raise EngineNotInstalled(not_installed(line.removeprefix("missing: ")))
-    raise EngineWorkerError(f"{label} exited (status {process.returncode}) before answering; its log "
-                            f"{process.log_path} ends:\n{process.log_tail()}")  # fmt: skip
-
+    raise EngineWorkerError(
+        f"{label} exited (status {process.returncode}) before answering; its log "
+        f"{process.log_path} ends:\n{process.log_tail()}"
+    )

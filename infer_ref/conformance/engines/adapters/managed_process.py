@@ -33,16 +33,27 @@ def _kill_all_live() -> None:
 class GroupedProcess:
     """``argv`` started in a new session with its output in ``log_path``; ``pass_fds`` are inherited."""
 
-    def __init__(self, argv: Sequence[str], *, env: dict[str, str] | None = None,
-                 pass_fds: Sequence[int] = (), stdin: int | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str] | None = None,
+        pass_fds: Sequence[int] = (),
+        stdin: int | None = None,
+    ) -> None:
         self._log_dir = Path(tempfile.mkdtemp(prefix="infer-ref-engine-"))
         self.log_path = self._log_dir / "engine.log"
         try:
             with open(self.log_path, "wb") as log:
                 self.popen = subprocess.Popen(
-                    list(argv), stdin=stdin, stdout=log, stderr=subprocess.STDOUT, pass_fds=tuple(pass_fds),
-                    start_new_session=True, env=env,
-                )  # fmt: skip
+                    list(argv),
+                    stdin=stdin,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=tuple(pass_fds),
+                    start_new_session=True,
+                    env=env,
+                )
         except OSError:
             shutil.rmtree(self._log_dir, ignore_errors=True)
             raise

@@ -29,7 +29,9 @@ class HttpClient:
     def post(self, path: str, body: dict[str, Any] | None, *, root: bool = False) -> Any:
         data = json.dumps(body or {}).encode()
         url = (self.root if root else self.endpoint) + path
-        return self._send(urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"}))
+        return self._send(
+            urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+        )
 
     def _send(self, request: urllib.request.Request) -> Any:
         try:
@@ -39,13 +41,17 @@ class HttpClient:
             raise ServerRefused(request.full_url, err.code, _server_message(err)) from None
         except (urllib.error.URLError, OSError) as err:
             reason = getattr(err, "reason", err)
-            raise EndpointError(f"no OpenAI-compatible server answers at {self.endpoint} ({reason}): start it, "
-                                "or pass the URL it listens on, ending in /v1") from None  # fmt: skip
+            raise EndpointError(
+                f"no OpenAI-compatible server answers at {self.endpoint} ({reason}): start it, "
+                "or pass the URL it listens on, ending in /v1"
+            ) from None
         try:
             return json.loads(raw)
         except ValueError:
-            raise EndpointError(f"{request.full_url} answered something that is not JSON ({raw[:80]!r}): is "
-                                f"{self.endpoint} an OpenAI-compatible endpoint (…/v1)?") from None  # fmt: skip
+            raise EndpointError(
+                f"{request.full_url} answered something that is not JSON ({raw[:80]!r}): is "
+                f"{self.endpoint} an OpenAI-compatible endpoint (…/v1)?"
+            ) from None
 
 
 class ServerRefused(EndpointError):

@@ -37,11 +37,22 @@ PROBE_TEXT = "The quick brown fox jumps over the lazy dog 0123456789."
 VLLM_EXTRAS = {"return_tokens_as_token_ids": True}
 # What any server that passes the probe can be asked; the rest depends on the dialect or on the
 # options it was started with (known only for a server the kit launched).
-BASE_CAPABILITIES = ("seed", "stop_strings", "batch", "top_logprobs")  # connect refuses a server without logprobs
+BASE_CAPABILITIES = (
+    "seed",
+    "stop_strings",
+    "batch",
+    "top_logprobs",
+)  # connect refuses a server without logprobs
 
 
-def connect(endpoint: str, model_dir: Path, *, options: EngineOptions | None = None, timeout: float = 600.0,
-            model: str | None = None) -> OpenAIEngine:  # fmt: skip
+def connect(
+    endpoint: str,
+    model_dir: Path,
+    *,
+    options: EngineOptions | None = None,
+    timeout: float = 600.0,
+    model: str | None = None,
+) -> OpenAIEngine:
     """Check that ``endpoint`` serves ``model_dir``'s model with logprobs; return a handle on it.
 
     ``options``: what the server was started with, where known; they add the capabilities that
@@ -56,8 +67,11 @@ def connect(endpoint: str, model_dir: Path, *, options: EngineOptions | None = N
     answer, vllm_extras = _first_answer(client, served, probe)
     if answer is None:  # a server of text prompts only
         return _connect_text_only(client, served, model_dir, options)
-    dialect = Dialect(vllm_extras=vllm_extras, prompt_logprobs=_prompt_logprobs_dialect(client, served, probe, answer),
-                      cached_tokens=isinstance((answer.get("usage") or {}).get("prompt_tokens_details"), dict))  # fmt: skip
+    dialect = Dialect(
+        vllm_extras=vllm_extras,
+        prompt_logprobs=_prompt_logprobs_dialect(client, served, probe, answer),
+        cached_tokens=isinstance((answer.get("usage") or {}).get("prompt_tokens_details"), dict),
+    )
     engine = OpenAIEngine(client, served, tokens, dialect, frozenset(), name=_name(client))
     _check_probe_answer(engine, answer, probe)
     _check_whole_vocabulary(engine, tokens)
@@ -67,13 +81,16 @@ def connect(endpoint: str, model_dir: Path, *, options: EngineOptions | None = N
 
 
 def served_model(client: HttpClient, model_dir: Path, model: str | None) -> str:
-    """The served model's name: ``model``, else the one whose name or root is the folder, else the only one."""
+    """The served model's name: ``model``, else the one whose name or root is the folder, else the only
+    one."""
     listing = client.get("/models")
     try:
         entries = [(str(m["id"]), str(m.get("root") or "")) for m in listing["data"]]
     except (KeyError, TypeError):
-        raise EndpointError(f"{client.endpoint}/models lists no models: is {client.endpoint} an OpenAI-compatible "
-                            "endpoint (…/v1)?") from None  # fmt: skip
+        raise EndpointError(
+            f"{client.endpoint}/models lists no models: is {client.endpoint} an OpenAI-compatible "
+            "endpoint (…/v1)?"
+        ) from None
     names = [name for name, _ in entries]
     if model is not None:
         if model not in names:
@@ -92,11 +109,18 @@ def probe_prompt(vocab_size: int) -> tuple[int, ...]:
     return tuple(min(i, vocab_size - 1) for i in (1, 2, 3, 4))
 
 
-def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tuple[dict[str, Any] | None, bool]:
+def _first_answer(
+    client: HttpClient, served: str, probe: EngineRequest
+) -> tuple[dict[str, Any] | None, bool]:
     """The probe's answer with vLLM's extras asked, or without them where the server refuses them;
     None from a server that takes text prompts and tokenizes text for its clients."""
-    body = {"model": served, "prompt": list(probe.prompt), "max_tokens": probe.max_tokens, "temperature": 0.0,
-            "logprobs": probe.logprobs}  # fmt: skip
+    body = {
+        "model": served,
+        "prompt": list(probe.prompt),
+        "max_tokens": probe.max_tokens,
+        "temperature": 0.0,
+        "logprobs": probe.logprobs,
+    }
     try:
         answer = client.post("/completions", {**body, **VLLM_EXTRAS})
     except ServerRefused:
@@ -105,9 +129,11 @@ def _first_answer(client: HttpClient, served: str, probe: EngineRequest) -> tupl
         except ServerRefused as err:
             if _takes_text_only(client, served, err):
                 return None, False
-            raise EndpointError(f"{client.endpoint} refuses a plain /completions request with logprobs="
-                                f"{probe.logprobs} (HTTP {err.status}: {err.server_message}); a server must "
-                                "allow logprobs to be judged (vLLM: --max-logprobs 20)") from None  # fmt: skip
+            raise EndpointError(
+                f"{client.endpoint} refuses a plain /completions request with logprobs="
+                f"{probe.logprobs} (HTTP {err.status}: {err.server_message}); a server must "
+                "allow logprobs to be judged (vLLM: --max-logprobs 20)"
+            ) from None
     tokens = ((answer.get("choices") or [{}])[0].get("logprobs") or {}).get("tokens") or []
     return answer, bool(tokens) and all(str(t).startswith(ID_PREFIX) for t in tokens)
 
@@ -120,41 +146,57 @@ def _takes_text_only(client: HttpClient, served: str, refusal: ServerRefused) ->
     server's tokenizer gives those ids back. Without that endpoint it cannot be judged.
     """
     try:
-        client.post("/completions", {"model": served, "prompt": "a", "max_tokens": 1, "temperature": 0.0, "logprobs": 1})
+        client.post(
+            "/completions",
+            {"model": served, "prompt": "a", "max_tokens": 1, "temperature": 0.0, "logprobs": 1},
+        )
     except (ServerRefused, EndpointError):
         return False
     if server_tokenize(client, served, "a") is None:
-        raise Unsupported(f"{client.endpoint} takes prompts as text only (a token-id prompt: HTTP {refusal.status}: "
-                          f"{refusal.server_message[:160]}) and offers no {TOKENIZE_PATH} to check that a text "
-                          "gives the tier's token ids back; the tier judges on token ids")  # fmt: skip
+        raise Unsupported(
+            f"{client.endpoint} takes prompts as text only (a token-id prompt: HTTP {refusal.status}: "
+            f"{refusal.server_message[:160]}) and offers no {TOKENIZE_PATH} to check that a text "
+            "gives the tier's token ids back; the tier judges on token ids"
+        )
     return True
 
 
-def _connect_text_only(client: HttpClient, served: str, model_dir: Path, options: EngineOptions | None) -> OpenAIEngine:
+def _connect_text_only(
+    client: HttpClient, served: str, model_dir: Path, options: EngineOptions | None
+) -> OpenAIEngine:
     """The text dialect: the server's tokenizer must be the folder's; prompt logprobs are not asked."""
     tokens = RenderedTokens(model_dir)
     lead = server_tokenize(client, served, "") or []
     theirs = server_tokenize(client, served, PROBE_TEXT)
     if theirs != [*lead, *tokens.encode(PROBE_TEXT)]:
-        raise EndpointError(f"{client.endpoint} tokenizes text differently from {model_dir}/tokenizer.json "
-                            f"({PROBE_TEXT!r}: {theirs}): it serves another model")  # fmt: skip
+        raise EndpointError(
+            f"{client.endpoint} tokenizes text differently from {model_dir}/tokenizer.json "
+            f"({PROBE_TEXT!r}: {theirs}): it serves another model"
+        )
     dialect = Dialect(vllm_extras=False, prompt_logprobs=None, cached_tokens=False, text_prompts=True)
     engine = OpenAIEngine(client, served, tokens, dialect, frozenset(), name=_name(client))
-    engine.text_prompts = PromptText(model_dir, lambda text: server_tokenize(client, served, text),
-                                     engine=client.endpoint, lead=lead)
+    engine.text_prompts = PromptText(
+        model_dir, lambda text: server_tokenize(client, served, text), engine=client.endpoint, lead=lead
+    )
     probe = EngineRequest(prompt=tuple(theirs), max_tokens=1, logprobs=PROBE_LOGPROBS)
     # echoed: the prompt's positions answer logprobs even where the model ends at once
     answer = client.post("/completions", {**engine.request_body(probe), "echo": True})
     legacy = answer["choices"][0].get("logprobs") or {}
     values = [v for top in legacy.get("top_logprobs") or [] for v in (top or {}).values()]
     if not values or not all(math.isfinite(v) and v <= 1e-6 for v in values):
-        raise EndpointError(f"{client.endpoint} answered no finite log-probabilities ({values[:6]}): start it "
-                            "with logits for every position")  # fmt: skip
-    engine.capabilities = _capabilities(client, dialect, options) - {"batch"}  # it serves one request at a time
+        raise EndpointError(
+            f"{client.endpoint} answered no finite log-probabilities ({values[:6]}): start it "
+            "with logits for every position"
+        )
+    engine.capabilities = _capabilities(client, dialect, options) - {
+        "batch"
+    }  # it serves one request at a time
     return engine
 
 
-def _prompt_logprobs_dialect(client: HttpClient, served: str, probe: EngineRequest, answer: dict[str, Any]) -> str | None:
+def _prompt_logprobs_dialect(
+    client: HttpClient, served: str, probe: EngineRequest, answer: dict[str, Any]
+) -> str | None:
     """``vllm`` where the server answers its own ``prompt_logprobs``, else ``echo`` where that works."""
     body = {"model": served, "prompt": list(probe.prompt), "max_tokens": 1, "temperature": 0.0, "logprobs": 1}
     try:
@@ -175,13 +217,17 @@ def _check_probe_answer(engine: OpenAIEngine, answer: dict[str, Any], probe: Eng
     output = engine.parse_answer(answer, probe)  # token texts to ids, each in the vocabulary
     values = [v for step in output.logprobs for v in (step.logprob, *(lp for _, lp in step.top))]
     if not all(math.isfinite(v) and v <= 1e-6 for v in values):
-        raise EndpointError(f"{engine.client.endpoint} answered logprobs that are not finite log-probabilities "
-                            f"({values[:6]}...): it does not serve {engine.tokens.model_dir} as it is")  # fmt: skip
+        raise EndpointError(
+            f"{engine.client.endpoint} answered logprobs that are not finite log-probabilities "
+            f"({values[:6]}...): it does not serve {engine.tokens.model_dir} as it is"
+        )
     want = min(PROBE_LOGPROBS, engine.tokens.vocab_size)
     short = [len(step.top) for step in output.logprobs if len(step.top) < want]
     if short:
-        raise EndpointError(f"{engine.client.endpoint} answered {short[0]} top logprobs where {want} were asked: "
-                            "start it allowing more (vLLM: --max-logprobs 20)")  # fmt: skip
+        raise EndpointError(
+            f"{engine.client.endpoint} answered {short[0]} top logprobs where {want} were asked: "
+            "start it allowing more (vLLM: --max-logprobs 20)"
+        )
 
 
 def _check_whole_vocabulary(engine: OpenAIEngine, tokens: TokenTable) -> None:
@@ -190,22 +236,31 @@ def _check_whole_vocabulary(engine: OpenAIEngine, tokens: TokenTable) -> None:
     try:
         engine.client.post("/completions", engine.request_body(last))
     except ServerRefused as err:
-        raise EndpointError(f"{engine.client.endpoint} refuses token id {tokens.vocab_size - 1} of "
-                            f"{tokens.model_dir}'s vocabulary ({tokens.vocab_size} tokens): it serves another "
-                            f"model (HTTP {err.status}: {err.server_message})") from None  # fmt: skip
+        raise EndpointError(
+            f"{engine.client.endpoint} refuses token id {tokens.vocab_size - 1} of "
+            f"{tokens.model_dir}'s vocabulary ({tokens.vocab_size} tokens): it serves another "
+            f"model (HTTP {err.status}: {err.server_message})"
+        ) from None
 
 
 def _check_tokenizer(client: HttpClient, served: str, tokens: TokenTable, model_dir: Path) -> None:
     """Where the server offers ``/tokenize`` (vLLM does), it must split text as the folder does."""
     try:
-        answer = client.post("/tokenize", {"model": served, "prompt": PROBE_TEXT, "add_special_tokens": False},
-                             root=True)  # fmt: skip
+        answer = client.post(
+            "/tokenize", {"model": served, "prompt": PROBE_TEXT, "add_special_tokens": False}, root=True
+        )
     except ServerRefused:
         return
     theirs = answer.get("tokens") if isinstance(answer, dict) else None
-    if theirs is not None and (model_dir / "tokenizer.json").is_file() and list(theirs) != tokens.encode(PROBE_TEXT):
-        raise EndpointError(f"{client.endpoint} tokenizes text differently from {model_dir}/tokenizer.json: "
-                            "it serves another model")  # fmt: skip
+    if (
+        theirs is not None
+        and (model_dir / "tokenizer.json").is_file()
+        and list(theirs) != tokens.encode(PROBE_TEXT)
+    ):
+        raise EndpointError(
+            f"{client.endpoint} tokenizes text differently from {model_dir}/tokenizer.json: "
+            "it serves another model"
+        )
 
 
 def _capabilities(client: HttpClient, dialect: Dialect, options: EngineOptions | None) -> frozenset[str]:

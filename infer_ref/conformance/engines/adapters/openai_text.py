@@ -42,8 +42,14 @@ class PromptText:
     (None where it cannot say). ``lead``: what it puts before any text (default: its tokenization of
     the empty text); a prompt that starts with it is decoded without it."""
 
-    def __init__(self, model_dir: Path, engine_tokenize: Callable[[str], Sequence[int] | None], *,
-                 engine: str = "the engine", lead: Sequence[int] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_dir: Path,
+        engine_tokenize: Callable[[str], Sequence[int] | None],
+        *,
+        engine: str = "the engine",
+        lead: Sequence[int] | None = None,
+    ) -> None:
         self.tokens = TokenTable(Path(model_dir))
         self.engine_tokenize = engine_tokenize
         self.engine = engine
@@ -52,14 +58,16 @@ class PromptText:
     def to_text(self, prompt: Sequence[int]) -> str:
         """The text whose tokenization by the engine is exactly ``prompt`` (else ``Unsupported``)."""
         ids = list(prompt)
-        body = ids[len(self.lead):] if tuple(ids[: len(self.lead)]) == self.lead else ids
+        body = ids[len(self.lead) :] if tuple(ids[: len(self.lead)]) == self.lead else ids
         text = self.tokens.decode(body)
         found = self.engine_tokenize(text)
         theirs = None if found is None else list(found)
         if theirs != ids:
-            raise Unsupported(f"{self.engine} takes prompts as text only, and this prompt's text does not "
-                              f"tokenize back to its ids: the request's {ids} became {theirs} "
-                              f"(text {text[:60]!r}); only prompts whose text round-trips are judged")  # fmt: skip
+            raise Unsupported(
+                f"{self.engine} takes prompts as text only, and this prompt's text does not "
+                f"tokenize back to its ids: the request's {ids} became {theirs} "
+                f"(text {text[:60]!r}); only prompts whose text round-trips are judged"
+            )
         return text
 
 
@@ -95,8 +103,10 @@ class RenderedTokens(TokenTable):
         if found is None or found == -1:
             how = "several of" if found is None else "none of"
             what = "bytes" if isinstance(token, bytes) else "token text"
-            raise Unsupported(f"the engine answered the {what} {token!r}, which {how} {self.model_dir}'s "
-                              "tokens render to: its id is not known exactly")  # fmt: skip
+            raise Unsupported(
+                f"the engine answered the {what} {token!r}, which {how} {self.model_dir}'s "
+                "tokens render to: its id is not known exactly"
+            )
         return found
 
     def _renderings(self) -> dict[str, int | None]:

@@ -29,20 +29,26 @@ class TokenTable:
 
     def to_id(self, token: str) -> int:
         if token.startswith(ID_PREFIX):
-            token_id = int(token[len(ID_PREFIX):])
+            token_id = int(token[len(ID_PREFIX) :])
         else:
             found = self._decoded().get(token, -1)
             if found == -1:
-                raise EndpointError(f"the server answered the token text {token!r}, which no token of "
-                                    f"{self.model_dir} decodes to: it serves another model")  # fmt: skip
+                raise EndpointError(
+                    f"the server answered the token text {token!r}, which no token of "
+                    f"{self.model_dir} decodes to: it serves another model"
+                )
             if found is None:
-                raise EndpointError(f"the server answered the token text {token!r}, which several of "
-                                    f"{self.model_dir}'s tokens decode to: it must answer token ids "
-                                    "(vLLM does with return_tokens_as_token_ids)")  # fmt: skip
+                raise EndpointError(
+                    f"the server answered the token text {token!r}, which several of "
+                    f"{self.model_dir}'s tokens decode to: it must answer token ids "
+                    "(vLLM does with return_tokens_as_token_ids)"
+                )
             token_id = found
         if not 0 <= token_id < self.vocab_size:
-            raise EndpointError(f"the server answered a token ({token!r}) outside {self.model_dir}'s vocabulary "
-                                f"of {self.vocab_size}: it serves another model")  # fmt: skip
+            raise EndpointError(
+                f"the server answered a token ({token!r}) outside {self.model_dir}'s vocabulary "
+                f"of {self.vocab_size}: it serves another model"
+            )
         return token_id
 
     def encode(self, text: str) -> list[int]:
@@ -70,7 +76,9 @@ class TokenTable:
         if self._loaded is None:
             path = self.model_dir / "tokenizer.json"
             if not path.is_file():
-                raise EndpointError(f"{self.model_dir} has no tokenizer.json to read the server's token texts with")
+                raise EndpointError(
+                    f"{self.model_dir} has no tokenizer.json to read the server's token texts with"
+                )
             self._loaded = Tokenizer.from_file(str(path))
         return self._loaded
 
@@ -79,14 +87,18 @@ def _vocab_size(model_dir: Path) -> int:
     try:
         config = json.loads((model_dir / "config.json").read_text())
     except (OSError, ValueError) as err:
-        raise EndpointError(f"{model_dir}/config.json cannot be read ({err}): pass the folder the server serves") from None
+        raise EndpointError(
+            f"{model_dir}/config.json cannot be read ({err}): pass the folder the server serves"
+        ) from None
     size = config.get("vocab_size") or (config.get("text_config") or {}).get("vocab_size")
     if not isinstance(size, int) or size < 1:
         raise EndpointError(f"{model_dir}/config.json names no vocab_size")
     return size
 
 
-def order_top(chosen: int, entries: Sequence[tuple[int, float]], asked: int, k: int) -> tuple[tuple[int, float], ...]:
+def order_top(
+    chosen: int, entries: Sequence[tuple[int, float]], asked: int, k: int
+) -> tuple[tuple[int, float], ...]:
     """The first ``k`` of a position's top-``asked``, from an answer that lists the chosen token first.
 
     OpenAI-style answers (vLLM's among them) put the chosen token first, then the top-``asked``

@@ -18,74 +18,94 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    missing_engine,
+    start_bridged,
+    worker_env,
+)
 from infer_ref.conformance.engines.adapters.openvino_export import Exported, export
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
     EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.registry import record
 from infer_ref.conformance.interface.contract import Unsupported
 
-PYTHON_ENV = "INFER_REF_OPENVINO_PYTHON"
-WORKER = WORKERS_DIR / "openvino_worker.py"
+ENGINE = record("openvino")
+PYTHON_ENV = ENGINE.python_env
 DTYPES = ("float32", "bfloat16")  # the worker's PRECISIONS: float16 is refused there, with the reason
 
 
-def openvino_python(python: str | os.PathLike[str] | None = None) -> str:
-    """The interpreter that runs OpenVINO GenAI: ``python``, else ``$INFER_REF_OPENVINO_PYTHON``, else this one."""
-    return engine_python(python, PYTHON_ENV)
-
-
-def not_installed_message(interpreter: str, reason: str) -> str:
-    return (f"OpenVINO GenAI is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python "
-            "that has openvino-genai and optimum-intel (scripts/install_openvino.sh builds one)")  # fmt: skip
-
-
-def export_for_openvino(model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-                        cache: str | os.PathLike[str] | None = None,
-                        export_path: str | os.PathLike[str] | None = None) -> tuple[str, Exported]:  # fmt: skip
+def export_for_openvino(
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    export_path: str | os.PathLike[str] | None = None,
+) -> tuple[str, Exported]:
     """The engine's interpreter and ``model_dir`` exported (cached) by optimum-cli."""
     check_model_dir(model_dir)
     if options.dtype not in DTYPES:
-        raise Unsupported(f"the OpenVINO adapter runs float32 and bfloat16 (asked {options.dtype}): OpenVINO's CPU plugin "
-                          "computes float16 only on processors with AVX512-FP16 or AMX-FP16")  # fmt: skip
-    interpreter = openvino_python(python)
+        raise Unsupported(
+            f"the OpenVINO adapter runs float32 and bfloat16 (asked {options.dtype}): OpenVINO's CPU plugin "
+            "computes float16 only on processors with AVX512-FP16 or AMX-FP16"
+        )
+    interpreter = engine_interpreter(ENGINE, python)
     if not Path(interpreter).with_name("optimum-cli").is_file():
-        raise EngineNotInstalled(not_installed_message(interpreter, "no optimum-cli beside it (optimum-intel)"))
-    return interpreter, export(Path(model_dir), python=interpreter, env=worker_env(), cache=cache, export_path=export_path)
+        raise EngineNotInstalled(
+            missing_engine(ENGINE, interpreter)("no optimum-cli beside it (optimum-intel)")
+        )
+    return interpreter, export(
+        Path(model_dir), python=interpreter, env=worker_env(), cache=cache, export_path=export_path
+    )
 
 
 def start_openvino(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    cache: str | os.PathLike[str] | None = None, export_path: str | os.PathLike[str] | None = None,
-    start_timeout: float = 300.0, request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
-    """Export ``model_dir`` with optimum-intel and serve it with ``ContinuousBatchingPipeline`` in a worker."""
-    interpreter, exported = export_for_openvino(model_dir, options, python=python, cache=cache, export_path=export_path)
-    try:
-        engine = OpenVinoEngine.start(
-            interpreter, WORKER, Path(model_dir), options, label="openvino",
-            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(),
-            extra={"exported": os.fspath(exported.path)},
-        )  # fmt: skip
-    except EngineNotInstalled as err:
-        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
-    assert isinstance(engine, OpenVinoEngine)
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    export_path: str | os.PathLike[str] | None = None,
+    start_timeout: float = 300.0,
+    request_timeout: float = 300.0,
+) -> BridgedEngine:
+    """Export ``model_dir`` with optimum-intel and serve it with ``ContinuousBatchingPipeline`` in a
+    worker."""
+    interpreter, exported = export_for_openvino(
+        model_dir, options, python=python, cache=cache, export_path=export_path
+    )
+    engine = start_bridged(
+        OpenVinoEngine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra={"exported": os.fspath(exported.path)},
+    )
     engine.exported = exported
     return engine
 
 
 class OpenVinoEngine(BridgedEngine):
-    """OpenVINO GenAI behind the bridge; a failure's repro script opens the same export with the same settings."""
+    """OpenVINO GenAI behind the bridge; a failure's repro script opens the same export with the same
+    settings."""
 
     exported: Exported | None = None
 
     def repro_snippet(self) -> str:
         folder = os.fspath(self.exported.path) if self.exported else ""
-        return _REPRO.format(folder=folder, scheduler=self.start_result.get("scheduler", {}),
-                             properties=self.start_result.get("properties", {}))  # fmt: skip
+        return _REPRO.format(
+            folder=folder,
+            scheduler=self.start_result.get("scheduler", {}),
+            properties=self.start_result.get("properties", {}),
+        )
 
 
 _REPRO = """# needs: openvino-genai (in its own venv), numpy
@@ -116,7 +136,8 @@ def run(pipe, requests):
     answers = []
     for handle in handles:
         out = handle.read_all()[0]
-        steps = [[t, lp, []] for t, lp in zip(out.generated_ids, out.generated_log_probs)]  # the chosen token's only
+        # the chosen token's only
+        steps = [[t, lp, []] for t, lp in zip(out.generated_ids, out.generated_log_probs)]
         answers.append({{"token_ids": list(out.generated_ids), "steps": steps}})
     return answers
 """
@@ -125,6 +146,17 @@ def run(pipe, requests):
 # Everything the tier can ask of OpenVINO GenAI (the worker reports the same after a start). No
 # "top_logprobs" (the chosen token's logprob only), no "cached_tokens" (not reported per request).
 start_openvino.capabilities = frozenset(  # type: ignore[attr-defined]
-    {"prompt_logprobs", "seed", "stop_strings", "prefix_caching", "reset_prefix_cache", "chunked_prefill",
-     "kv_budget", "block_size", "batch", "top_k_top_p", "ignore_eos"}
-)  # fmt: skip
+    {
+        "prompt_logprobs",
+        "seed",
+        "stop_strings",
+        "prefix_caching",
+        "reset_prefix_cache",
+        "chunked_prefill",
+        "kv_budget",
+        "block_size",
+        "batch",
+        "top_k_top_p",
+        "ignore_eos",
+    }
+)

@@ -36,11 +36,24 @@ EXPORT_PATH_ENV = "INFER_REF_OPENVINO_EXPORT_PATH"
 WEIGHT_FORMAT = "fp32"  # the tier's float32 weights exactly; other dtypes are inference precisions
 EXPORTER_PACKAGES = ("optimum-intel", "optimum", "openvino", "openvino-tokenizers", "transformers", "torch")
 # What the exporter must write for OpenVINO GenAI to serve the model.
-EXPORTED_FILES = ("openvino_model.xml", "openvino_model.bin", "openvino_tokenizer.xml", "openvino_detokenizer.xml")
-CONTENT_PATTERNS = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                    "special_tokens_map.json", "tokenizer.model", "*.safetensors")  # fmt: skip
+EXPORTED_FILES = (
+    "openvino_model.xml",
+    "openvino_model.bin",
+    "openvino_tokenizer.xml",
+    "openvino_detokenizer.xml",
+)
+CONTENT_PATTERNS = (
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "*.safetensors",
+)
 # What optimum-intel says when the installed transformers is newer than a model's export config allows
-# ("The current version of Transformers does not allow for the export of the model. Maximum required is 5.0, ...").
+# ("The current version of Transformers does not allow for the export of the model. Maximum required is 5.0,
+# ...").
 TRANSFORMERS_TOO_NEW = "does not allow for the export of the model"
 
 
@@ -61,7 +74,9 @@ def exporter_cli(python: str) -> Path:
 def export_transformers_path(python: str, given: str | os.PathLike[str] | None = None) -> Path | None:
     """The older transformers for the exporter (``given``, ``$INFER_REF_OPENVINO_EXPORT_PATH``, or
     ``VENV/src/export-transformers``), None where there is none."""
-    candidate = given or os.environ.get(EXPORT_PATH_ENV) or Path(python).parent.parent / "src" / "export-transformers"
+    candidate = (
+        given or os.environ.get(EXPORT_PATH_ENV) or Path(python).parent.parent / "src" / "export-transformers"
+    )
     path = Path(candidate)
     return path if (path / "transformers").is_dir() else None
 
@@ -83,21 +98,36 @@ def content_digest(model_dir: Path, versions: str) -> str:
 
 def exporter_versions(python: str, env: dict[str, str], export_path: Path | None) -> str:
     """The exporter's package versions as ``python`` sees them (with ``export_path`` first, when given)."""
-    script = ("import sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
-              "for name in sys.argv[1:]:\n"
-              "    try: print(name, version(name))\n"
-              "    except PackageNotFoundError: print(name, '-')\n")  # fmt: skip
+    script = (
+        "import sys\nfrom importlib.metadata import version, PackageNotFoundError\n"
+        "for name in sys.argv[1:]:\n"
+        "    try: print(name, version(name))\n"
+        "    except PackageNotFoundError: print(name, '-')\n"
+    )
     env = _with_path(env, export_path)
     try:
-        done = subprocess.run([python, "-c", script, *EXPORTER_PACKAGES], capture_output=True, text=True, env=env,
-                              timeout=120, check=False)  # fmt: skip
+        done = subprocess.run(
+            [python, "-c", script, *EXPORTER_PACKAGES],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=120,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as err:
         raise EngineWorkerError(f"OpenVINO exporter: cannot run {python}: {err}") from None
     return done.stdout.strip().replace("\n", "; ")
 
 
-def export(model_dir: Path, *, python: str, env: dict[str, str], cache: str | os.PathLike[str] | None = None,
-           export_path: str | os.PathLike[str] | None = None, timeout: float = 900.0) -> Exported:  # fmt: skip
+def export(
+    model_dir: Path,
+    *,
+    python: str,
+    env: dict[str, str],
+    cache: str | os.PathLike[str] | None = None,
+    export_path: str | os.PathLike[str] | None = None,
+    timeout: float = 900.0,
+) -> Exported:
     """``model_dir`` exported (cached) by optimum-cli; retried once with the older transformers
     where the exporter refuses the venv's as too new for the architecture."""
     first = _export_cached(model_dir, python, env, cache, None, timeout)
@@ -117,8 +147,14 @@ def needs_export_path(log: str) -> bool:
     return TRANSFORMERS_TOO_NEW in log
 
 
-def _export_cached(model_dir: Path, python: str, env: dict[str, str], cache: str | os.PathLike[str] | None,
-                   older: Path | None, timeout: float) -> Exported | str:  # fmt: skip
+def _export_cached(
+    model_dir: Path,
+    python: str,
+    env: dict[str, str],
+    cache: str | os.PathLike[str] | None,
+    older: Path | None,
+    timeout: float,
+) -> Exported | str:
     """The exported folder, or the exporter's log where it failed."""
     folder = cache_dir(cache)
     target = folder / f"{model_dir.name}-{content_digest(model_dir, exporter_versions(python, env, older))}"
@@ -128,16 +164,29 @@ def _export_cached(model_dir: Path, python: str, env: dict[str, str], cache: str
     start = time.monotonic()
     with tempfile.TemporaryDirectory(dir=folder, prefix=".exporting-") as work:
         partial = Path(work) / "model"
-        argv = [os.fspath(exporter_cli(python)), "export", "openvino", "--model", os.fspath(model_dir.resolve()),
-                "--task", "text-generation-with-past", "--weight-format", WEIGHT_FORMAT, os.fspath(partial)]  # fmt: skip
+        argv = [
+            os.fspath(exporter_cli(python)),
+            "export",
+            "openvino",
+            "--model",
+            os.fspath(model_dir.resolve()),
+            "--task",
+            "text-generation-with-past",
+            "--weight-format",
+            WEIGHT_FORMAT,
+            os.fspath(partial),
+        ]
         try:
-            done = subprocess.run(argv, capture_output=True, text=True, env=_with_path(env, older), timeout=timeout,
-                                  check=False)  # fmt: skip
+            done = subprocess.run(
+                argv, capture_output=True, text=True, env=_with_path(env, older), timeout=timeout, check=False
+            )
             log, status = done.stdout + done.stderr, done.returncode
         except subprocess.TimeoutExpired:
             log, status = f"timed out after {timeout:g} s", None
         except OSError as err:
-            raise EngineWorkerError(f"OpenVINO exporter: cannot run {argv[0]}: {err.strerror or err}") from None
+            raise EngineWorkerError(
+                f"OpenVINO exporter: cannot run {argv[0]}: {err.strerror or err}"
+            ) from None
         missing = [name for name in EXPORTED_FILES if not (partial / name).is_file()]
         if status != 0 or missing:
             return log + (f"\nmissing: the exporter wrote no {', '.join(missing)}" if status == 0 else "")
@@ -152,10 +201,13 @@ def _with_path(env: dict[str, str], older: Path | None) -> dict[str, str]:
 
 
 def _export_error(model_dir: Path, log: str, older: Path | None = None) -> Exception:
-    """The exporter's refusal in one line: its last error line (an unsupported architecture is "not supported")."""
+    """The exporter's refusal in one line: its last error line (an unsupported architecture is "not
+    supported")."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    last = next((line for line in reversed(lines) if "Error" in line or line.startswith("missing:")),
-                lines[-1] if lines else "(no output)")  # fmt: skip
+    last = next(
+        (line for line in reversed(lines) if "Error" in line or line.startswith("missing:")),
+        lines[-1] if lines else "(no output)",
+    )
     with_path = f" (transformers from {older})" if older else ""
     message = f"optimum-cli export openvino failed on {model_dir}{with_path}: {last[:300]}"
     if "not supported" in last.lower() or "unsupported" in last.lower() or needs_export_path(log):

@@ -12,60 +12,66 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    named_when_missing,
+    start_bridged,
+    worker_env,
+)
 from infer_ref.conformance.engines.adapters.ortgenai_build import Built, build
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
-    EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.registry import record
 from infer_ref.conformance.interface.contract import Unsupported
 
-PYTHON_ENV = "INFER_REF_ORTGENAI_PYTHON"
-WORKER = WORKERS_DIR / "ortgenai_worker.py"
-
-
-def ortgenai_python(python: str | os.PathLike[str] | None = None) -> str:
-    """The interpreter that runs ONNX Runtime GenAI: ``python``, else ``$INFER_REF_ORTGENAI_PYTHON``, else this one."""
-    return engine_python(python, PYTHON_ENV)
-
-
-def not_installed_message(interpreter: str, reason: str) -> str:
-    return (f"onnxruntime-genai is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python "
-            "that has it (scripts/install_ortgenai.sh builds one)")  # fmt: skip
+ENGINE = record("onnxruntime-genai")
+PYTHON_ENV = ENGINE.python_env
 
 
 # The tier runs the builder's CPU target; measured with onnxruntime-genai 0.18.0 (onnxruntime 1.32.0)
 # on llama-tiny, what a low-precision build does there (docs/engines.md, "bfloat16 and float16 on the CPU").
 CPU_LOW_PRECISION_REFUSED = {
-    "float16": "ONNX Runtime's CPU execution provider has no float16 kernels for this graph: it inserts casts to "
-               "float32 around them (InsertedPrecisionFreeCast nodes), so the model would not compute in float16, "
-               "and that build fails at its first generate (a shape mismatch re-using a cast's buffer)",
-    "bfloat16": "ONNX Runtime's CPU execution provider cannot run the builder's bfloat16 model: the session does not "
-                "start (no bfloat16 kernel for the attention mask's Where(16) node)",
-}  # fmt: skip
+    "float16": (
+        "ONNX Runtime's CPU execution provider has no float16 kernels for this graph: it inserts casts to "
+        "float32 around them (InsertedPrecisionFreeCast nodes), so the model would not compute in float16, "
+        "and that build fails at its first generate (a shape mismatch re-using a cast's buffer)"
+    ),
+    "bfloat16": (
+        "ONNX Runtime's CPU execution provider cannot run the builder's bfloat16 model: the session does "
+        "not start (no bfloat16 kernel for the attention mask's Where(16) node)"
+    ),
+}
 
 
 def start_ortgenai(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    cache: str | os.PathLike[str] | None = None, start_timeout: float = 300.0, request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    cache: str | os.PathLike[str] | None = None,
+    start_timeout: float = 300.0,
+    request_timeout: float = 300.0,
+) -> BridgedEngine:
     """Build ``model_dir`` with ONNX Runtime GenAI's model builder and open it in ``og.Model`` in a worker."""
     check_model_dir(model_dir)
     if options.dtype in CPU_LOW_PRECISION_REFUSED:
         raise Unsupported(CPU_LOW_PRECISION_REFUSED[options.dtype])
-    interpreter = ortgenai_python(python)
-    try:
+    interpreter = engine_interpreter(ENGINE, python)
+    with named_when_missing(ENGINE, interpreter):
         built = build(Path(model_dir), options.dtype, python=interpreter, env=worker_env(), cache=cache)
-        engine = OrtGenAIEngine.start(
-            interpreter, WORKER, Path(model_dir), options, label="onnxruntime-genai",
-            start_timeout=start_timeout, request_timeout=request_timeout, env=worker_env(),
-            extra={"onnx_dir": os.fspath(built.path)},
-        )  # fmt: skip
-    except EngineNotInstalled as err:
-        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
-    assert isinstance(engine, OrtGenAIEngine)
+    engine = start_bridged(
+        OrtGenAIEngine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra={"onnx_dir": os.fspath(built.path)},
+    )
     engine.built = built
     return engine
 

@@ -68,11 +68,20 @@ def cache_dir(root: str | os.PathLike[str] | None = None) -> Path:
     return conversion_cache.cache_dir(root, CACHE_ENV, "ortgenai")
 
 
-def build(model_dir: Path, dtype: str, *, python: str, env: dict[str, str],
-          cache: str | os.PathLike[str] | None = None, timeout: float = 900.0) -> Built:  # fmt: skip
+def build(
+    model_dir: Path,
+    dtype: str,
+    *,
+    python: str,
+    env: dict[str, str],
+    cache: str | os.PathLike[str] | None = None,
+    timeout: float = 900.0,
+) -> Built:
     """``model_dir`` as an ONNX Runtime GenAI folder of ``dtype`` (cached), written by its model builder."""
     if dtype not in PRECISIONS:
-        raise Unsupported(f"ONNX Runtime GenAI's model builder writes no {dtype} model (it writes {', '.join(PRECISIONS)})")
+        raise Unsupported(
+            f"ONNX Runtime GenAI's model builder writes no {dtype} model (it writes {', '.join(PRECISIONS)})"
+        )
     precision = PRECISIONS[dtype]
     version = builder_version(python, env)
     folder = cache_dir(cache)
@@ -86,16 +95,38 @@ def build(model_dir: Path, dtype: str, *, python: str, env: dict[str, str],
     with tempfile.TemporaryDirectory(dir=folder, prefix=".building-") as work:
         partial = Path(work) / "model"
         log = Path(work) / "build.log"
-        argv = [python, "-m", BUILDER, "-i", os.fspath(model_dir.resolve()), "-o", os.fspath(partial),
-                "-p", precision, "-e", "cpu", "-c", os.fspath(Path(work) / "hf-cache")]  # fmt: skip
+        argv = [
+            python,
+            "-m",
+            BUILDER,
+            "-i",
+            os.fspath(model_dir.resolve()),
+            "-o",
+            os.fspath(partial),
+            "-p",
+            precision,
+            "-e",
+            "cpu",
+            "-c",
+            os.fspath(Path(work) / "hf-cache"),
+        ]
         with open(log, "wb") as out:
             try:
-                status = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
-                                        timeout=timeout, check=False).returncode  # fmt: skip
+                status = subprocess.run(
+                    argv,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=work,
+                    timeout=timeout,
+                    check=False,
+                ).returncode
             except subprocess.TimeoutExpired:
                 status = None
         if status != 0 or not (partial / "genai_config.json").is_file():
-            _FAILED[os.fspath(target)] = build_error(model_dir, precision, status, log.read_text(errors="replace"))
+            _FAILED[os.fspath(target)] = build_error(
+                model_dir, precision, status, log.read_text(errors="replace")
+            )
             raise _FAILED[os.fspath(target)]
         shutil.rmtree(target, ignore_errors=True)
         os.replace(partial, target)  # whole or not at all: a crash leaves no half-built folder cached
@@ -105,9 +136,14 @@ def build(model_dir: Path, dtype: str, *, python: str, env: dict[str, str],
 def build_error(model_dir: Path, precision: str, status: int | None, log: str) -> Exception:
     """The builder's failure in one line, its last error line: a refusal is "not supported"."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
-    last = next((line for line in reversed(lines) if "Error" in line or "Exception" in line), lines[-1] if lines else "")
+    last = next(
+        (line for line in reversed(lines) if "Error" in line or "Exception" in line),
+        lines[-1] if lines else "",
+    )
     what = "timed out" if status is None else f"exited with status {status}"
-    message = f"ONNX Runtime GenAI's model builder {what} on {model_dir} (-p {precision} -e cpu): {last[:300]}"
+    message = (
+        f"ONNX Runtime GenAI's model builder {what} on {model_dir} (-p {precision} -e cpu): {last[:300]}"
+    )
     if any(refusal in last for refusal in REFUSALS):
         return Unsupported(message)
     return DataError(message)

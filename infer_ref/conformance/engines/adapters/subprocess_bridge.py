@@ -58,15 +58,18 @@ class EngineNotInstalled(EngineWorkerError):
 class WorkerProcess:
     """One worker script under ``python``: send an operation, get its result or a clear error."""
 
-    def __init__(self, python: str | os.PathLike[str], script: Path, *, label: str,
-                 env: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, python: str | os.PathLike[str], script: Path, *, label: str, env: dict[str, str] | None = None
+    ) -> None:
         self.label = label
         read_fd, write_fd = os.pipe()
         try:
             self._process = GroupedProcess(
                 [os.fspath(python), os.fspath(script), "--reply-fd", str(write_fd)],
-                env=env, pass_fds=(write_fd,), stdin=subprocess.PIPE,
-            )  # fmt: skip
+                env=env,
+                pass_fds=(write_fd,),
+                stdin=subprocess.PIPE,
+            )
         except OSError as err:
             os.close(read_fd)
             raise EngineWorkerError(f"{label}: cannot run {python}: {err.strerror or err}") from None
@@ -162,7 +165,9 @@ class WorkerProcess:
             # An engine whose step raised is in no known state (vLLM's then spins on its next call,
             # never answering): it is killed, and a caller that wants more starts a new one.
             self.kill()
-            raise EngineWorkerError(f"{self.label}: {op} failed, the engine was stopped: {message} (log: {self.log_path})")
+            raise EngineWorkerError(
+                f"{self.label}: {op} failed, the engine was stopped: {message} (log: {self.log_path})"
+            )
         raise EngineWorkerError(f"{self.label}: {op} failed: {message} (log: {self.log_path})")
 
     def protocol_error(self, what: str) -> NoReturn:
@@ -173,7 +178,10 @@ class WorkerProcess:
         self.kill()
         status = self._process.returncode
         code = f" (exit status {status})" if status is not None and error is WorkerDied else ""
-        raise error(f"{self.label}: the worker {what}{code}; its log {self.log_path} ends:\n{self._process.log_tail()}")
+        raise error(
+            f"{self.label}: the worker {what}{code}; its log {self.log_path} "
+            f"ends:\n{self._process.log_tail()}"
+        )
 
 
 class BridgedEngine:
@@ -183,7 +191,9 @@ class BridgedEngine:
     ``{"name": str, "capabilities": [str], "versions": {str: str}}``.
     """
 
-    def __init__(self, worker: WorkerProcess, start_result: dict[str, Any], *, request_timeout: float) -> None:
+    def __init__(
+        self, worker: WorkerProcess, start_result: dict[str, Any], *, request_timeout: float
+    ) -> None:
         self._worker = worker
         self._request_timeout = request_timeout
         self.name: str = str(start_result["name"])
@@ -193,10 +203,18 @@ class BridgedEngine:
 
     @classmethod
     def start(
-        cls, python: str | os.PathLike[str], script: Path, model_dir: Path, options: EngineOptions, *,
-        label: str, start_timeout: float = 600.0, request_timeout: float = 300.0,
-        env: dict[str, str] | None = None, extra: dict[str, Any] | None = None,
-    ) -> BridgedEngine:  # fmt: skip
+        cls,
+        python: str | os.PathLike[str],
+        script: Path,
+        model_dir: Path,
+        options: EngineOptions,
+        *,
+        label: str,
+        start_timeout: float = 600.0,
+        request_timeout: float = 300.0,
+        env: dict[str, str] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> BridgedEngine:
         """Start ``script`` under ``python`` and ask it to load ``model_dir`` with ``options``."""
         worker = WorkerProcess(python, script, label=label, env=env)
         try:

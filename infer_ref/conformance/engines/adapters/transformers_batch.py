@@ -34,7 +34,9 @@ from infer_ref.conformance.engines.adapters.transformers_generate import (
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
 from infer_ref.conformance.interface.contract import Unsupported
 
-CAPABILITIES = frozenset({"batch", "chunked_prefill", "kv_budget", "block_size", "prefix_caching", "ignore_eos"})
+CAPABILITIES = frozenset(
+    {"batch", "chunked_prefill", "kv_budget", "block_size", "prefix_caching", "ignore_eos"}
+)
 PLAIN_PAGE_SIZE = 32
 # Whole prefill for the plain start: a budget no prompt of the tier reaches in one step.
 WHOLE_PREFILL_TOKENS = 8192
@@ -51,7 +53,9 @@ class TransformersBatchEngine:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if not _has_generate_batch():
-            raise Unsupported(f"transformers {transformers.__version__} has no continuous batching (generate_batch)")
+            raise Unsupported(
+                f"transformers {transformers.__version__} has no continuous batching (generate_batch)"
+            )
         self.model = AutoModelForCausalLM.from_pretrained(
             model_dir, dtype=TORCH_DTYPES[options.dtype], attn_implementation="sdpa"
         ).eval()
@@ -63,8 +67,10 @@ class TransformersBatchEngine:
         if (why := _out_of_bounds(self.batching, self.page_size)) is not None:
             raise Unsupported(f"transformers {transformers.__version__} generate_batch: {why}")
         logging.getLogger("ContinuousBatchingLogger").setLevel(logging.ERROR)  # CPU memory notes on every call
-        self.name = (f"transformers {transformers.__version__} generate_batch ({options.dtype}, "
-                     f"page {self.page_size}, {self.batching.num_blocks} pages)")  # fmt: skip
+        self.name = (
+            f"transformers {transformers.__version__} generate_batch ({options.dtype}, "
+            f"page {self.page_size}, {self.batching.num_blocks} pages)"
+        )
 
     @torch.inference_mode()
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
@@ -82,12 +88,18 @@ class TransformersBatchEngine:
 
         first = requests[0]
         eos = [] if first.ignore_eos else self.eos_ids
-        config = GenerationConfig(max_new_tokens=first.max_tokens, do_sample=False, eos_token_id=eos,
-                                  pad_token_id=self.eos_ids[0] if self.eos_ids else 0)  # fmt: skip
+        config = GenerationConfig(
+            max_new_tokens=first.max_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=self.eos_ids[0] if self.eos_ids else 0,
+        )
         answers: dict[str, Any] = self.model.generate_batch(
-            [list(r.prompt) for r in requests], generation_config=config,
-            continuous_batching_config=self.batching, progress_bar=False,
-        )  # fmt: skip
+            [list(r.prompt) for r in requests],
+            generation_config=config,
+            continuous_batching_config=self.batching,
+            progress_bar=False,
+        )
         # Request ids are req_0, req_1, ... in the order of the inputs.
         return [self._output(r, answers[f"req_{i}"], eos) for i, r in enumerate(requests)]
 
@@ -96,8 +108,12 @@ class TransformersBatchEngine:
             raise RuntimeError(f"transformers' continuous batching failed a request: {answer.error}")
         tokens = tuple(int(t) for t in answer.generated_tokens)
         steps = tuple(TokenLogprobs(t, float(lp), ()) for t, lp in zip(tokens, answer.logprobs, strict=True))
-        return EngineOutput(tokens, str(self.tokenizer.decode(list(tokens), skip_special_tokens=True)), steps,
-                            "stop" if ends_with_eos(tokens, eos) else "length")  # fmt: skip
+        return EngineOutput(
+            tokens,
+            str(self.tokenizer.decode(list(tokens), skip_special_tokens=True)),
+            steps,
+            "stop" if ends_with_eos(tokens, eos) else "length",
+        )
 
     def reset_prefix_cache(self) -> None:
         raise Unsupported("transformers' continuous batching keeps no prefix cache across calls")

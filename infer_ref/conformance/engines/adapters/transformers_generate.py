@@ -21,8 +21,15 @@ from infer_ref.conformance.interface.contract import Unsupported
 from infer_ref.devices import device_label
 from infer_ref.results import first_stop
 
-CAPABILITIES = frozenset({"prompt_logprobs", "seed", "stop_strings", "ignore_eos", "top_k_top_p", "top_logprobs"})
-TORCH_DTYPES = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+CAPABILITIES = frozenset(
+    {"prompt_logprobs", "seed", "stop_strings", "ignore_eos", "top_k_top_p", "top_logprobs"}
+)
+TORCH_DTYPES = {
+    "float64": torch.float64,
+    "float32": torch.float32,
+    "bfloat16": torch.bfloat16,
+    "float16": torch.float16,
+}
 
 
 class TransformersEngine:
@@ -30,19 +37,29 @@ class TransformersEngine:
 
     capabilities = CAPABILITIES
 
-    def __init__(self, model_dir: Path, options: EngineOptions, *, device: str = "cpu", attn_implementation: str | None = None) -> None:
+    def __init__(
+        self,
+        model_dir: Path,
+        options: EngineOptions,
+        *,
+        device: str = "cpu",
+        attn_implementation: str | None = None,
+    ) -> None:
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         if options.prefix_caching or options.max_num_batched_tokens is not None:
             raise Unsupported("transformers' generate has no prefix cache and no chunked-prefill budget")
-        model: Any = AutoModelForCausalLM.from_pretrained(model_dir, dtype=TORCH_DTYPES[options.dtype], attn_implementation=attn_implementation)
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=TORCH_DTYPES[options.dtype], attn_implementation=attn_implementation
+        )
         self.model = model.to(device).eval()
         self.device = device
         self.tokenizer = AutoTokenizer.from_pretrained(model_dir)
         self.eos_ids = generation_eos_ids(self.model)
         attention = self.model.config._attn_implementation
-        self.name = f"transformers {transformers.__version__} generate ({options.dtype} on {device_label(device)}, {attention} attention)"
+        on = f"{options.dtype} on {device_label(device)}, {attention} attention"
+        self.name = f"transformers {transformers.__version__} generate ({on})"
 
     @torch.inference_mode()
     def generate(self, requests: Sequence[EngineRequest]) -> list[EngineOutput]:
@@ -53,7 +70,7 @@ class TransformersEngine:
         if r.seed is not None:
             torch.manual_seed(r.seed)
         out: Any = self.model.generate(prompt, attention_mask=torch.ones_like(prompt), **self._settings(r))
-        tokens = out.sequences[0, prompt.shape[1]:].tolist()
+        tokens = out.sequences[0, prompt.shape[1] :].tolist()
         logits = torch.stack(out.logits)[:, 0]  # [G, V]
         steps = tuple(token_logprobs(logits[i], t, r.logprobs) for i, t in enumerate(tokens))
         text = str(self.tokenizer.decode(tokens, skip_special_tokens=True))
@@ -61,15 +78,26 @@ class TransformersEngine:
         stopped = cut is not None or (not r.ignore_eos and ends_with_eos(tokens, self.eos_ids))
         prompt_lp = None
         if r.prompt_logprobs is not None:
-            prompt_lp = prompt_logprobs_from(self.model(prompt).logits[0, :-1], r.prompt, r.prompt_logprobs)  # [T-1, V]
-        return EngineOutput(tuple(tokens), text if cut is None else text[:cut], steps,
-                            "stop" if stopped else "length", prompt_lp)  # fmt: skip
+            prompt_lp = prompt_logprobs_from(
+                self.model(prompt).logits[0, :-1], r.prompt, r.prompt_logprobs
+            )  # [T-1, V]
+        return EngineOutput(
+            tuple(tokens),
+            text if cut is None else text[:cut],
+            steps,
+            "stop" if stopped else "length",
+            prompt_lp,
+        )
 
     def _settings(self, r: EngineRequest) -> dict[str, Any]:
         settings: dict[str, Any] = dict(
-            max_new_tokens=r.max_tokens, do_sample=not r.greedy, output_logits=True, return_dict_in_generate=True,
-            eos_token_id=[] if r.ignore_eos else self.eos_ids, pad_token_id=self.eos_ids[0] if self.eos_ids else 0,
-        )  # fmt: skip
+            max_new_tokens=r.max_tokens,
+            do_sample=not r.greedy,
+            output_logits=True,
+            return_dict_in_generate=True,
+            eos_token_id=[] if r.ignore_eos else self.eos_ids,
+            pad_token_id=self.eos_ids[0] if self.eos_ids else 0,
+        )
         if not r.greedy:
             settings.update(temperature=r.temperature, top_k=r.top_k or None, top_p=r.top_p)
         if r.stop:
@@ -94,11 +122,15 @@ def ends_with_eos(tokens: Sequence[int], eos_ids: Sequence[int]) -> bool:
     return bool(tokens) and tokens[-1] in eos_ids
 
 
-def start_transformers(model_dir: Path, options: EngineOptions, device: str = "cpu", attn_implementation: str | None = None) -> TransformersEngine:
+def start_transformers(
+    model_dir: Path, options: EngineOptions, device: str = "cpu", attn_implementation: str | None = None
+) -> TransformersEngine:
     """``--engine transformers``: ``AutoModelForCausalLM`` on ``model_dir`` in ``options.dtype``, on
     ``device``, with transformers' ``attn_implementation`` (default: its own choice; ``sdpa``,
     ``eager``, ``flash_attention_2`` where installed)."""
-    return TransformersEngine(Path(model_dir), options, device=device, attn_implementation=attn_implementation)
+    return TransformersEngine(
+        Path(model_dir), options, device=device, attn_implementation=attn_implementation
+    )
 
 
 start_transformers.capabilities = CAPABILITIES  # type: ignore[attr-defined]

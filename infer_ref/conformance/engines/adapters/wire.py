@@ -31,11 +31,11 @@ def output_from_dict(data: dict[str, Any]) -> EngineOutput:
         text=_text(data["text"]),
         logprobs=tuple(position_from_dict(p) for p in data["logprobs"]),
         finish_reason=finish,
-        prompt_logprobs=None if prompt is None else tuple(
-            None if p is None else position_from_dict(p) for p in prompt
-        ),
+        prompt_logprobs=None
+        if prompt is None
+        else tuple(None if p is None else position_from_dict(p) for p in prompt),
         cached_tokens=None if cached is None else _token(cached),
-    )  # fmt: skip
+    )
 
 
 def position_from_dict(data: dict[str, Any]) -> TokenLogprobs:

@@ -15,8 +15,8 @@ _NAME_PREFIXES = (("qwen3", "Qwen 3"), ("gemma3", "Gemma 3"), ("llama", "Llama")
 
 def default_search_dirs() -> list[Path]:
     """Where the tier's checkpoints live: the fixtures, and the kit's engine checkpoints."""
-    from infer_ref.conformance.engines.checkpoints import FIXTURE_CHECKPOINTS
-    from infer_ref.conformance.engines.session import engine_checkpoints_root
+    from infer_ref.conformance.engines.workloads.checkpoints import FIXTURE_CHECKPOINTS
+    from infer_ref.conformance.engines.workloads.folders import engine_checkpoints_root
 
     return [FIXTURE_CHECKPOINTS, engine_checkpoints_root()]
 

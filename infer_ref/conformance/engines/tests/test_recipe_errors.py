@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 from torch import Tensor
 
-from infer_ref.conformance.engines.distribution import position_stats, summarise
 from infer_ref.conformance.engines.numerics_workload import (
     TIER_JUDGED,
     TOP_K,
@@ -23,15 +22,20 @@ from infer_ref.conformance.engines.numerics_workload import (
     run_statistics,
     spec_of_folder,
 )
-from infer_ref.conformance.engines.oracle import oracle_logprobs
 from infer_ref.conformance.engines.protocol import EngineRequest, TokenLogprobs
-from infer_ref.conformance.engines.session import EngineTier, run
+from infer_ref.conformance.engines.session import EngineSession, run
+from infer_ref.conformance.engines.tests.scenarios import Started
+from infer_ref.conformance.engines.verdicts.distribution import position_stats, summarise
+from infer_ref.conformance.engines.verdicts.oracle import oracle_logprobs
 
 pytestmark = [pytest.mark.ir_oracle("transformers float64"), pytest.mark.ir_numerics]
 
 # What a deviation of each sign suggests (the planted bugs that gave it: docs/low-precision.md).
 _SUGGESTS = {
-    ("slope", -1): "logits flatter than the correct recipes' (a norm scale rounded down: Gemma's 1 + w in the "
+    (
+        "slope",
+        -1,
+    ): "logits flatter than the correct recipes' (a norm scale rounded down: Gemma's 1 + w in the "
     "weight dtype, RMSNorm's mean square rounded in the low dtype, an embedding normaliser rounded)",
     ("slope", +1): "logits sharper than the correct recipes' (a norm scale rounded up: RMSNorm's mean square "
     "rounded in the low dtype, an embedding normaliser rounded)",
@@ -41,50 +45,88 @@ _SUGGESTS = {
 
 
 @pytest.mark.ir_engine_requires("prompt_logprobs")
-def test_recipe_statistics_within_calibrated_spread(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+def test_recipe_statistics_within_calibrated_spread(
+    model_dir: Path, engines: EngineSession, started: Started
+) -> None:
     """Prompt logprobs (top-5) of the numerics prompts on the plain engine: the temperature slope and
     the chosen token's signed error, each with its standard error, judged against the calibration.
 
     Guards: *RMSNorm accumulated or scaled in low precision*, *Gemma's 1 + w formed in low precision*."""
-    _judge_numerics(model_dir, tier, started, "test_recipe_statistics_within_calibrated_spread", TIER_JUDGED)
+    _judge_numerics(
+        model_dir, engines, started, "test_recipe_statistics_within_calibrated_spread", TIER_JUDGED
+    )
 
 
 @pytest.mark.ir_long_context
 @pytest.mark.ir_engine_requires("prompt_logprobs")
-def test_recipe_statistics_at_long_distances(model_dir: Path, tier: EngineTier, started) -> None:  # type: ignore[no-untyped-def]
+def test_recipe_statistics_at_long_distances(
+    model_dir: Path, engines: EngineSession, started: Started
+) -> None:
     """The long numerics prompts (~1000 positions, RoPE base 1e4 unscaled, no window): the KL mean and
     its late/early ratio (a RoPE error grows with the query-key distance), the temperature slope and
     the chosen token's signed error, judged against the calibration.
 
     Guards: *RoPE frequencies or angles held in low precision*."""
-    _judge_numerics(model_dir, tier, started, "test_recipe_statistics_at_long_distances",
-                    ("slope", "chosen_error", "kl_mean", "kl_late_early"))  # fmt: skip
+    _judge_numerics(
+        model_dir,
+        engines,
+        started,
+        "test_recipe_statistics_at_long_distances",
+        ("slope", "chosen_error", "kl_mean", "kl_late_early"),
+    )
 
 
-def _judge_numerics(model_dir: Path, tier: EngineTier, started, test: str, judged_names: tuple[str, ...]) -> None:  # type: ignore[no-untyped-def]
+def _judge_numerics(
+    model_dir: Path, engines: EngineSession, started: Started, test: str, judged_names: tuple[str, ...]
+) -> None:
     """Run the checkpoint's numerics prompts, record the statistics in the report, fail on a deviation."""
     work = prompt_set(spec_of_folder(model_dir.name))
-    requests = [EngineRequest(p, 1, prompt_logprobs=TOP_K) for p in work.prompts(tier.facts(model_dir).vocab_size)]
-    requests = tier.judgeable(model_dir, requests)
+    requests = [
+        EngineRequest(p, 1, prompt_logprobs=TOP_K) for p in work.prompts(engines.facts(model_dir).vocab_size)
+    ]
+    requests = engines.judgeable(model_dir, requests)
     outputs = run(started(model_dir, "plain"), requests)
-    positions: list[tuple[int, int, TokenLogprobs, Tensor]] = []  # (request, position, the engine's, oracle row [V])
+    positions: list[
+        tuple[int, int, TokenLogprobs, Tensor]
+    ] = []  # (request, position, the engine's, oracle row [V])
     for r, (request, out) in enumerate(zip(requests, outputs, strict=True)):
         oracle = oracle_logprobs(model_dir, request.prompt)  # [T, V]: row i predicts position i + 1
         assert out.prompt_logprobs is not None, f"request {r}: no prompt logprobs returned"
         positions += [(r, p, e, oracle[p - 1]) for p, e in enumerate(out.prompt_logprobs) if e is not None]
     stats = run_statistics(positions, work.long)
-    calibration = calibration_for(spec_of_folder(model_dir.name).name, tier.dtype)
+    calibration = calibration_for(spec_of_folder(model_dir.name).name, engines.settings.dtype)
     judged = {name: j for name, j in judge_run(stats, calibration).items() if name in judged_names}
     failures = []
     for name, verdict in judged.items():
         if verdict.deviates:
             est, cal = stats[name], calibration[name]
             hint = _SUGGESTS.get((name, 1 if verdict.spreads > 0 else -1))
-            failures.append(f"{name} {est.value:+.3g} ± {est.se:.2g} is {verdict.spreads:+.1f} spreads (t {verdict.t:+.1f}) "
-                            f"from the correct recipes' centre {cal.centre:+.3g} (spread {cal.spread:.2g})" + (f": {hint}" if hint else ""))  # fmt: skip
+            failures.append(
+                f"{name} {est.value:+.3g} ± {est.se:.2g} is {verdict.spreads:+.1f} spreads (t "
+                f"{verdict.t:+.1f}) "
+                f"from the correct recipes' centre {cal.centre:+.3g} (spread {cal.spread:.2g})"
+                + (f": {hint}" if hint else "")
+            )
     summary = summarise([position_stats(r, f"prompt position {p}", 0, e, row) for r, p, e, row in positions])
-    signed = {k: v for name in ("slope", "chosen_error") for k, v in ((name, stats[name].value), (f"{name}_se", stats[name].se))}
-    tier.distributions.append({"test": test, "checkpoint": model_dir.name, "kind": "prompt", "dtype": tier.dtype,
-                               **summary.as_dict(), **signed, "exceeded": [n for n, j in judged.items() if j.deviates],
-                               "thresholds": {}, "source": "recipe calibration (docs/low-precision.md, Recipe errors)"})  # fmt: skip
-    assert not failures, f"a recipe error on {model_dir.name} in {tier.dtype} ({len(positions)} positions):\n" + "\n".join(failures)
+    signed = {
+        k: v
+        for name in ("slope", "chosen_error")
+        for k, v in ((name, stats[name].value), (f"{name}_se", stats[name].se))
+    }
+    engines.ledger.distributions.append(
+        {
+            "test": test,
+            "checkpoint": model_dir.name,
+            "kind": "prompt",
+            "dtype": engines.settings.dtype,
+            **summary.as_dict(),
+            **signed,
+            "exceeded": [n for n, j in judged.items() if j.deviates],
+            "thresholds": {},
+            "source": "recipe calibration (docs/low-precision.md, Recipe errors)",
+        }
+    )
+    assert not failures, (
+        f"a recipe error on {model_dir.name} in {engines.settings.dtype} ({len(positions)} positions):\n"
+        + "\n".join(failures)
+    )

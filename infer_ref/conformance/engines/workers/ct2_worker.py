@@ -1,4 +1,5 @@
-"""CTranslate2's ``Generator`` behind the subprocess bridge: run with the python of a venv that has ctranslate2.
+"""CTranslate2's ``Generator`` behind the subprocess bridge: run with the python of a venv that has
+ctranslate2.
 
 Operations (see ``worker_loop.py``): ``start`` opens the converted model directory with the tier's
 dtype as the compute type; ``generate`` runs the requests through ``Generator.generate_batch``,
@@ -42,22 +43,41 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
         raise NotInstalled(f"ctranslate2 is not importable by {sys.executable}: {err}") from None
     options = args["options"]
     if options["prefix_caching"]:
-        raise Refused("CTranslate2's Generator keeps no prefix cache across calls (only a static_prompt named by the caller)")
+        raise Refused(
+            "CTranslate2's Generator keeps no prefix cache across calls (only a static_prompt named by the "
+            "caller)"
+        )
     if options.get("max_num_batched_tokens") is not None:
         raise Refused("CTranslate2's Generator prefills a prompt in one forward: no chunked-prefill budget")
     supported = sorted(ctranslate2.get_supported_compute_types("cpu"))
     if args["compute_type"] not in supported:  # asked anyway, CTranslate2 would compute in another type
-        raise Refused(f"CTranslate2 {ctranslate2.__version__} computes no {args['compute_type']} on this CPU "
-                      f"(its compute types here: {', '.join(supported)})")  # fmt: skip
-    kwargs = {"device": "cpu", "compute_type": args["compute_type"], "intra_threads": int(args.get("threads", 1)),
-              "inter_threads": 1}  # fmt: skip
+        raise Refused(
+            f"CTranslate2 {ctranslate2.__version__} computes no {args['compute_type']} on this CPU "
+            f"(its compute types here: {', '.join(supported)})"
+        )
+    kwargs = {
+        "device": "cpu",
+        "compute_type": args["compute_type"],
+        "intra_threads": int(args.get("threads", 1)),
+        "inter_threads": 1,
+    }
     generator = ctranslate2.Generator(args["converted"], **kwargs)
-    _engine.update(vocabulary=_vocabulary(args["converted"]), generator=generator, ctranslate2=ctranslate2, numpy=numpy, max_batch=options.get("max_num_seqs") or 0,
-                   tokenizer=AutoTokenizer.from_pretrained(args["model_dir"]))  # fmt: skip
+    _engine.update(
+        vocabulary=_vocabulary(args["converted"]),
+        generator=generator,
+        ctranslate2=ctranslate2,
+        numpy=numpy,
+        max_batch=options.get("max_num_seqs") or 0,
+        tokenizer=AutoTokenizer.from_pretrained(args["model_dir"]),
+    )
     return {
         "name": f"CTranslate2 {ctranslate2.__version__} Generator ({args['compute_type']})",
         "capabilities": list(CAPABILITIES),
-        "versions": {"ctranslate2": ctranslate2.__version__, "numpy": numpy.__version__, "python": sys.version.split()[0]},
+        "versions": {
+            "ctranslate2": ctranslate2.__version__,
+            "numpy": numpy.__version__,
+            "python": sys.version.split()[0],
+        },
         "generator_kwargs": kwargs,
     }
 
@@ -97,11 +117,15 @@ def generate_kwargs(request: dict[str, Any]) -> dict[str, Any]:
     """``Generator.generate_batch`` settings for a group's shared request settings."""
     greedy = request["temperature"] == 0
     kwargs: dict[str, Any] = {
-        "max_length": request["max_tokens"], "include_prompt_in_result": False, "return_logits_vocab": True,
+        "max_length": request["max_tokens"],
+        "include_prompt_in_result": False,
+        "return_logits_vocab": True,
         "return_end_token": True,
-        "sampling_topk": 1 if greedy else (request["top_k"] or 0), "sampling_topp": request["top_p"],
-        "sampling_temperature": 1.0 if greedy else request["temperature"], "max_batch_size": _engine.get("max_batch", 0),
-    }  # fmt: skip
+        "sampling_topk": 1 if greedy else (request["top_k"] or 0),
+        "sampling_topp": request["top_p"],
+        "sampling_temperature": 1.0 if greedy else request["temperature"],
+        "max_batch_size": _engine.get("max_batch", 0),
+    }
     if request["ignore_eos"]:
         kwargs["end_token"] = []  # no end token: generation stops at max_length only
     return kwargs
@@ -122,7 +146,9 @@ def _answer(request: dict[str, Any], result: Any) -> dict[str, Any]:
     np = _engine["numpy"]
     tokens = [int(t) for t in result.sequences_ids[0]]
     rows = result.logits[0]  # one StorageView of logits [V] per generated step
-    steps = [_position(token, np.array(row), request["logprobs"]) for token, row in zip(tokens, rows, strict=False)]
+    steps = [
+        _position(token, np.array(row), request["logprobs"]) for token, row in zip(tokens, rows, strict=False)
+    ]
     if len(steps) != len(tokens):
         raise RuntimeError(f"generate_batch returned {len(tokens)} tokens but {len(steps)} logits rows")
     prompt_logprobs = None

@@ -1,6 +1,7 @@
 """llama.cpp's own converter (``convert_hf_to_gguf.py``), told the pre-tokenizer it cannot recognise.
 
-``python llamacpp_convert.py SOURCE_TREE PRE_TOKENIZER CONVERTER_ARGS...`` (``-``: none named) runs the converter of the
+``python llamacpp_convert.py SOURCE_TREE PRE_TOKENIZER CONVERTER_ARGS...`` (``-``: none named) runs the
+converter of the
 llama.cpp source tree ``SOURCE_TREE`` exactly as its command line would, with one change: where its
 own recognition of a BPE tokenizer fails (it hashes the tokenizer's output on a test string and
 knows only published tokenizers), it names ``PRE_TOKENIZER`` instead of refusing. A tokenizer it
@@ -28,8 +29,10 @@ def name_unrecognised_pre_tokenizer(text_model: Any, pre_tokenizer: str) -> None
         try:
             return str(recognise(self, tokenizer))
         except NotImplementedError:  # "BPE pre-tokenizer was not recognized"
-            print(f"llamacpp_convert: pre-tokenizer not recognised by the converter; named {pre_tokenizer!r}",
-                  file=sys.stderr)  # fmt: skip
+            print(
+                f"llamacpp_convert: pre-tokenizer not recognised by the converter; named {pre_tokenizer!r}",
+                file=sys.stderr,
+            )
             return pre_tokenizer
 
     text_model.get_vocab_base_pre = get_vocab_base_pre
@@ -38,7 +41,10 @@ def name_unrecognised_pre_tokenizer(text_model: Any, pre_tokenizer: str) -> None
 def main(argv: list[str]) -> int:
     source, pre_tokenizer, *converter_args = argv
     script = Path(source) / "convert_hf_to_gguf.py"
-    sys.path[:0] = [str(Path(source)), str(Path(source) / "gguf-py")]  # the tree's own gguf, as the script does
+    sys.path[:0] = [
+        str(Path(source)),
+        str(Path(source) / "gguf-py"),
+    ]  # the tree's own gguf, as the script does
     try:
         from conversion.base import TextModel  # where this converter version defines it
     except ImportError as err:

@@ -35,14 +35,18 @@ def main(argv: list[str]) -> int:
         import llama_cpp
         import llama_cpp.server  # the server extra (fastapi, uvicorn)
     except ImportError as err:
-        print(f"missing: llama-cpp-python[server] is not importable by {sys.executable}: {err}", file=sys.stderr)
+        print(
+            f"missing: llama-cpp-python[server] is not importable by {sys.executable}: {err}", file=sys.stderr
+        )
         return UNSUPPORTED_EXIT
     options = json.loads(options_json)
     try:
         if not options["prefix_caching"]:
             # Each request runs Llama.create_completion on the server's one Llama, which reuses the
             # previous request's longest common prefix of K/V; no server setting turns that off.
-            raise Refused("llama_cpp.server always reuses the previous request's prefix (no setting turns it off)")
+            raise Refused(
+                "llama_cpp.server always reuses the previous request's prefix (no setting turns it off)"
+            )
         kwargs = llama_kwargs(gguf, options, kv_cache_type, int(threads), llama_cpp)
     except Refused as err:
         print(f"unsupported: {err}", file=sys.stderr)

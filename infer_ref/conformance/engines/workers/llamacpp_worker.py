@@ -26,8 +26,16 @@ from typing import Any
 from worker_loop import NotInstalled, Refused, position_from_logits, serve
 
 # Always: what Llama can do; "prefix_caching" joins when it is on.
-CAPABILITIES = ("prompt_logprobs", "seed", "stop_strings", "reset_prefix_cache", "chunked_prefill",
-                "top_k_top_p", "ignore_eos", "top_logprobs")  # fmt: skip
+CAPABILITIES = (
+    "prompt_logprobs",
+    "seed",
+    "stop_strings",
+    "reset_prefix_cache",
+    "chunked_prefill",
+    "top_k_top_p",
+    "ignore_eos",
+    "top_logprobs",
+)
 # ggml's type ids (enum ggml_type: F32 0, F16 1, BF16 30); llama_cpp exports no name for BF16.
 KV_TYPES = {"float32": 0, "float16": 1, "bfloat16": 30}
 DEFAULT_CONTEXT = 512
@@ -35,7 +43,9 @@ DEFAULT_CONTEXT = 512
 _engine: dict[str, Any] = {}
 
 
-def llama_kwargs(gguf: str, options: dict[str, Any], kv_cache_type: str, threads: int, llama_cpp: Any) -> dict[str, Any]:
+def llama_kwargs(
+    gguf: str, options: dict[str, Any], kv_cache_type: str, threads: int, llama_cpp: Any
+) -> dict[str, Any]:
     """``llama_cpp.Llama`` keyword arguments for the tier's options; refuses what it cannot honour.
 
     ``n_ctx`` (the K/V cells of the one sequence) is ``max_model_len``; a prompt is evaluated in
@@ -45,8 +55,10 @@ def llama_kwargs(gguf: str, options: dict[str, Any], kv_cache_type: str, threads
     n_ctx = options.get("max_model_len") or DEFAULT_CONTEXT
     budget = options.get("kv_cache_tokens")
     if budget is not None and budget < n_ctx:
-        raise Refused(f"llama.cpp holds one sequence of n_ctx = max_model_len = {n_ctx} cells; a KV budget of "
-                      f"{budget} tokens below it would be a smaller context, not a shared pool")  # fmt: skip
+        raise Refused(
+            f"llama.cpp holds one sequence of n_ctx = max_model_len = {n_ctx} cells; a KV budget of "
+            f"{budget} tokens below it would be a smaller context, not a shared pool"
+        )
     if (options.get("max_num_seqs") or 1) > 1:
         raise Refused("llama-cpp-python's Llama runs one sequence at a time (max_num_seqs > 1 asked)")
     chunk = options.get("max_num_batched_tokens") or n_ctx
@@ -54,10 +66,19 @@ def llama_kwargs(gguf: str, options: dict[str, Any], kv_cache_type: str, threads
         raise Refused(f"no llama.cpp KV cache type for {kv_cache_type!r} (known: {', '.join(KV_TYPES)})")
     kv_type = KV_TYPES[kv_cache_type]
     return {
-        "model_path": gguf, "logits_all": True, "n_ctx": n_ctx, "n_batch": chunk, "n_ubatch": chunk,
-        "type_k": kv_type, "type_v": kv_type, "flash_attn": False, "seed": 0, "n_threads": threads,
-        "n_threads_batch": threads, "verbose": False,
-    }  # fmt: skip
+        "model_path": gguf,
+        "logits_all": True,
+        "n_ctx": n_ctx,
+        "n_batch": chunk,
+        "n_ubatch": chunk,
+        "type_k": kv_type,
+        "type_v": kv_type,
+        "flash_attn": False,
+        "seed": 0,
+        "n_threads": threads,
+        "n_threads_batch": threads,
+        "verbose": False,
+    }
 
 
 def start(args: dict[str, Any]) -> dict[str, Any]:
@@ -67,9 +88,15 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
     except ImportError as err:
         raise NotInstalled(f"llama-cpp-python is not importable by {sys.executable}: {err}") from None
     options = args["options"]
-    kwargs = llama_kwargs(args["gguf"], options, args["kv_cache_type"], int(args.get("threads", 1)), llama_cpp)
-    _engine.update(llm=llama_cpp.Llama(**kwargs), llama_cpp=llama_cpp, numpy=numpy,
-                   prefix_caching=bool(options["prefix_caching"]))  # fmt: skip
+    kwargs = llama_kwargs(
+        args["gguf"], options, args["kv_cache_type"], int(args.get("threads", 1)), llama_cpp
+    )
+    _engine.update(
+        llm=llama_cpp.Llama(**kwargs),
+        llama_cpp=llama_cpp,
+        numpy=numpy,
+        prefix_caching=bool(options["prefix_caching"]),
+    )
     capabilities = [*CAPABILITIES, *(["prefix_caching"] if options["prefix_caching"] else [])]
     return {
         "name": f"llama.cpp (llama-cpp-python {llama_cpp.__version__}, in-process)",
@@ -80,7 +107,11 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
 
 
 def _versions(llama_cpp: Any, numpy: Any) -> dict[str, str]:
-    return {"llama_cpp_python": llama_cpp.__version__, "numpy": numpy.__version__, "python": sys.version.split()[0]}
+    return {
+        "llama_cpp_python": llama_cpp.__version__,
+        "numpy": numpy.__version__,
+        "python": sys.version.split()[0],
+    }
 
 
 def generate(args: dict[str, Any]) -> list[dict[str, Any]]:
@@ -98,8 +129,15 @@ def _complete(request: dict[str, Any]) -> dict[str, Any]:
     tokens: list[int] = []
     steps: list[dict[str, Any]] = []
     finish, cut = "length", None
-    for token in llm.generate(prompt, top_k=request["top_k"], top_p=request["top_p"], min_p=0.0, typical_p=1.0,
-                              temp=request["temperature"], repeat_penalty=1.0):  # fmt: skip
+    for token in llm.generate(
+        prompt,
+        top_k=request["top_k"],
+        top_p=request["top_p"],
+        min_p=0.0,
+        typical_p=1.0,
+        temp=request["temperature"],
+        repeat_penalty=1.0,
+    ):
         # The token was sampled from the last evaluated position's logits.
         steps.append(_position(token, llm.scores[llm.n_tokens - 1], request["logprobs"]))
         tokens.append(token)
@@ -115,8 +153,9 @@ def _complete(request: dict[str, Any]) -> dict[str, Any]:
     text = _text(llm, tokens, prompt)
     prompt_logprobs = None
     if request["prompt_logprobs"] is not None:  # rows 0..P-2 of this sequence predict prompt tokens 1..P-1
-        prompt_logprobs = [None] + [_position(prompt[i], llm.scores[i - 1], request["prompt_logprobs"])
-                                    for i in range(1, len(prompt))]  # fmt: skip
+        prompt_logprobs = [None] + [
+            _position(prompt[i], llm.scores[i - 1], request["prompt_logprobs"]) for i in range(1, len(prompt))
+        ]
     return {
         "token_ids": tokens,
         "text": text if cut is None else text[:cut],
@@ -158,4 +197,6 @@ def stop(args: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(serve({"start": start, "generate": generate, "reset_prefix_cache": reset_prefix_cache, "stop": stop}))
+    sys.exit(
+        serve({"start": start, "generate": generate, "reset_prefix_cache": reset_prefix_cache, "stop": stop})
+    )

@@ -1,4 +1,5 @@
-"""OpenVINO GenAI's continuous-batching pipeline (``ContinuousBatchingPipeline``) behind the subprocess bridge.
+"""OpenVINO GenAI's continuous-batching pipeline (``ContinuousBatchingPipeline``) behind the subprocess
+bridge.
 
 Run with the python of a venv that has openvino-genai. Operations (see ``worker_loop.py``):
 ``start`` opens the exported model folder with a ``SchedulerConfig`` built from the tier's options
@@ -29,8 +30,18 @@ from typing import Any
 from worker_loop import NotInstalled, Refused, serve
 
 # Always: what the pipeline can do; "prefix_caching" joins when it is on.
-CAPABILITIES = ("prompt_logprobs", "seed", "stop_strings", "reset_prefix_cache", "chunked_prefill", "kv_budget",
-                "block_size", "batch", "top_k_top_p", "ignore_eos")  # fmt: skip
+CAPABILITIES = (
+    "prompt_logprobs",
+    "seed",
+    "stop_strings",
+    "reset_prefix_cache",
+    "chunked_prefill",
+    "kv_budget",
+    "block_size",
+    "batch",
+    "top_k_top_p",
+    "ignore_eos",
+)
 # The CPU plugin's inference and KV-cache precisions for the tier's dtypes. Set explicitly: the CPU
 # plugin's defaults depend on the processor (bf16 inference where it has AMX/AVX512-BF16, a u8 or
 # f16 KV cache), and a float32 engine judged at float32 tolerance needs float32 throughout.
@@ -51,7 +62,10 @@ def scheduler_settings(options: dict[str, Any]) -> dict[str, Any]:
     """``SchedulerConfig`` fields for the tier's options; refuses what OpenVINO cannot honour."""
     block = options.get("block_size")
     if block is not None and block != BLOCK_SIZE:
-        raise Refused(f"OpenVINO's CPU paged attention uses KV blocks of {BLOCK_SIZE} positions (block_size {block} asked)")
+        raise Refused(
+            f"OpenVINO's CPU paged attention uses KV blocks of {BLOCK_SIZE} positions (block_size {block} "
+            "asked)"
+        )
     kv_tokens = options.get("kv_cache_tokens") or DEFAULT_KV_TOKENS
     return {
         "enable_prefix_caching": bool(options["prefix_caching"]),
@@ -64,9 +78,11 @@ def scheduler_settings(options: dict[str, Any]) -> dict[str, Any]:
 
 def plugin_properties(dtype: str) -> dict[str, str]:
     if dtype not in PRECISIONS:
-        raise Refused(f"the OpenVINO adapter runs float32 and bfloat16 (asked {dtype}): the model is exported with "
-                      "--weight-format fp32 and computed at that inference and KV-cache precision; OpenVINO's CPU "
-                      "plugin computes float16 only on processors with AVX512-FP16 or AMX-FP16")  # fmt: skip
+        raise Refused(
+            f"the OpenVINO adapter runs float32 and bfloat16 (asked {dtype}): the model is exported with "
+            "--weight-format fp32 and computed at that inference and KV-cache precision; OpenVINO's CPU "
+            "plugin computes float16 only on processors with AVX512-FP16 or AMX-FP16"
+        )
     precision = PRECISIONS[dtype]
     return {"INFERENCE_PRECISION_HINT": precision, "KV_CACHE_PRECISION": precision}
 
@@ -80,12 +96,20 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
         raise NotInstalled(f"openvino-genai is not importable by {sys.executable}: {err}") from None
     options = args["options"]
     settings, properties = scheduler_settings(options), plugin_properties(options["dtype"])
-    _engine.update(genai=openvino_genai, openvino=openvino, numpy=numpy, folder=args["exported"],
-                   settings=settings, properties=properties, next_id=0)  # fmt: skip
+    _engine.update(
+        genai=openvino_genai,
+        openvino=openvino,
+        numpy=numpy,
+        folder=args["exported"],
+        settings=settings,
+        properties=properties,
+        next_id=0,
+    )
     _open_pipeline()
     capabilities = [*CAPABILITIES, *(["prefix_caching"] if options["prefix_caching"] else [])]
     return {
-        "name": f"OpenVINO GenAI {openvino_genai.__version__.split('-')[0]} (ContinuousBatchingPipeline, CPU)",
+        "name": f"OpenVINO GenAI {openvino_genai.__version__.split('-')[0]} "
+        "(ContinuousBatchingPipeline, CPU)",
         "capabilities": capabilities,
         "versions": _versions(openvino_genai, openvino, numpy),
         "scheduler": settings,
@@ -102,7 +126,9 @@ def _open_pipeline() -> None:
     config = genai.SchedulerConfig()
     for name, value in _engine["settings"].items():
         setattr(config, name, value)
-    _engine["pipe"] = genai.ContinuousBatchingPipeline(_engine["folder"], config, "CPU", _engine["properties"])
+    _engine["pipe"] = genai.ContinuousBatchingPipeline(
+        _engine["folder"], config, "CPU", _engine["properties"]
+    )
 
 
 def generation_config(request: dict[str, Any], genai: Any) -> Any:
@@ -134,7 +160,10 @@ def generate(args: dict[str, Any]) -> list[dict[str, Any]]:
         _engine["next_id"] += 1
     while pipe.has_non_finished_requests():
         pipe.step()
-    return [_answer(request, _only_output(i, handle)) for i, (request, handle) in enumerate(zip(args["requests"], handles, strict=True))]
+    return [
+        _answer(request, _only_output(i, handle))
+        for i, (request, handle) in enumerate(zip(args["requests"], handles, strict=True))
+    ]
 
 
 def _only_output(index: int, handle: Any) -> Any:
@@ -143,8 +172,10 @@ def _only_output(index: int, handle: Any) -> Any:
     outputs = handle.read_all()
     if len(outputs) != 1:
         status = str(handle.get_status()).rsplit(".", 1)[-1]
-        raise RuntimeError(f"request {index}: OpenVINO finished it with status {status} and {len(outputs)} outputs "
-                           "(one expected): the pipeline answered nothing")  # fmt: skip
+        raise RuntimeError(
+            f"request {index}: OpenVINO finished it with status {status} and {len(outputs)} outputs "
+            "(one expected): the pipeline answered nothing"
+        )
     return outputs[0]
 
 
@@ -159,14 +190,18 @@ def _answer(request: dict[str, Any], output: Any) -> dict[str, Any]:
     return {
         "token_ids": ids,
         "text": tokenizer.decode(ids, skip_special_tokens=True) if ids else "",
-        "logprobs": [{"token": t, "logprob": float(lp), "top": []} for t, lp in zip(ids, logprobs, strict=True)],
+        "logprobs": [
+            {"token": t, "logprob": float(lp), "top": []} for t, lp in zip(ids, logprobs, strict=True)
+        ],
         "prompt_logprobs": prompt_logprobs,
         "finish_reason": finish,
         "cached_tokens": None,
     }
 
 
-def _split_echo(prompt: list[int], ids: list[int], logprobs: list[float]) -> tuple[list[int], list[float], list[Any]]:
+def _split_echo(
+    prompt: list[int], ids: list[int], logprobs: list[float]
+) -> tuple[list[int], list[float], list[Any]]:
     """Generated ids and logprobs, and the prompt's logprobs, from an echoed output.
 
     The echoed output starts with the whole prompt's ids and one logprob per prompt position
@@ -178,10 +213,15 @@ def _split_echo(prompt: list[int], ids: list[int], logprobs: list[float]) -> tup
     if ids[: len(prompt)] != prompt or generated < 0:
         raise RuntimeError(f"echo: the output does not start with the {len(prompt)}-token prompt")
     if len(logprobs) != len(ids):
-        raise RuntimeError(f"echo returned {len(logprobs) - generated} prompt logprobs for a {len(prompt)}-token prompt "
-                           f"({len(logprobs)} logprobs for {len(prompt)} prompt + {generated} generated tokens): "
-                           "the positions served from the prefix cache have none")  # fmt: skip
-    entries = [None] + [{"token": t, "logprob": float(lp), "top": []} for t, lp in zip(prompt[1:], logprobs[1 : len(prompt)], strict=True)]
+        raise RuntimeError(
+            f"echo returned {len(logprobs) - generated} prompt logprobs for a {len(prompt)}-token prompt "
+            f"({len(logprobs)} logprobs for {len(prompt)} prompt + {generated} generated tokens): "
+            "the positions served from the prefix cache have none"
+        )
+    entries = [None] + [
+        {"token": t, "logprob": float(lp), "top": []}
+        for t, lp in zip(prompt[1:], logprobs[1 : len(prompt)], strict=True)
+    ]
     return ids[len(prompt) :], logprobs[len(prompt) :], entries
 
 
@@ -195,4 +235,6 @@ def stop(args: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(serve({"start": start, "generate": generate, "reset_prefix_cache": reset_prefix_cache, "stop": stop}))
+    sys.exit(
+        serve({"start": start, "generate": generate, "reset_prefix_cache": reset_prefix_cache, "stop": stop})
+    )

@@ -43,12 +43,26 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
     _refuse_what_cannot_be_honoured(options)
     model = og.Model(args["onnx_dir"])
     config = _genai_config(args["onnx_dir"])
-    _engine.update(og=og, numpy=numpy, model=model, tokenizer=og.Tokenizer(model), vocab=int(config["vocab_size"]),
-                   chunk=options.get("max_num_batched_tokens"), eos=_eos_ids(config))  # fmt: skip
-    versions = {"onnxruntime_genai": og.__version__, "onnxruntime": _onnxruntime_version(),
-                "numpy": numpy.__version__, "python": sys.version.split()[0]}  # fmt: skip
-    return {"name": f"ONNX Runtime GenAI {og.__version__} (onnxruntime {versions['onnxruntime']}, CPU)",
-            "capabilities": list(CAPABILITIES), "versions": versions}  # fmt: skip
+    _engine.update(
+        og=og,
+        numpy=numpy,
+        model=model,
+        tokenizer=og.Tokenizer(model),
+        vocab=int(config["vocab_size"]),
+        chunk=options.get("max_num_batched_tokens"),
+        eos=_eos_ids(config),
+    )
+    versions = {
+        "onnxruntime_genai": og.__version__,
+        "onnxruntime": _onnxruntime_version(),
+        "numpy": numpy.__version__,
+        "python": sys.version.split()[0],
+    }
+    return {
+        "name": f"ONNX Runtime GenAI {og.__version__} (onnxruntime {versions['onnxruntime']}, CPU)",
+        "capabilities": list(CAPABILITIES),
+        "versions": versions,
+    }
 
 
 def _refuse_what_cannot_be_honoured(options: dict[str, Any]) -> None:
@@ -58,8 +72,10 @@ def _refuse_what_cannot_be_honoured(options: dict[str, Any]) -> None:
         raise Refused("the adapter runs one request at a time (max_num_seqs > 1 asked)")
     budget, longest = options.get("kv_cache_tokens"), options.get("max_model_len")
     if budget is not None and longest is not None and budget < longest:
-        raise Refused(f"ONNX Runtime GenAI sizes each request's K/V cache to its own length; a KV budget of {budget} "
-                      f"tokens below max_model_len {longest} would not be honoured")  # fmt: skip
+        raise Refused(
+            f"ONNX Runtime GenAI sizes each request's K/V cache to its own length; a KV budget of {budget} "
+            f"tokens below max_model_len {longest} would not be honoured"
+        )
 
 
 def _onnxruntime_version() -> str:
@@ -78,11 +94,20 @@ def generate(args: dict[str, Any]) -> list[dict[str, Any]]:
 def _search_options(request: dict[str, Any], max_length: int, vocab: int) -> dict[str, Any]:
     """The request as ``GeneratorParams.set_search_options``: greedy at temperature 0; top_k 0
     (the protocol's "off") is the whole vocabulary, since the engine's own default is 50."""
-    search: dict[str, Any] = {"max_length": max_length, "min_length": 0, "batch_size": 1, "num_beams": 1,
-                              "repetition_penalty": 1.0, "do_sample": request["temperature"] > 0}  # fmt: skip
+    search: dict[str, Any] = {
+        "max_length": max_length,
+        "min_length": 0,
+        "batch_size": 1,
+        "num_beams": 1,
+        "repetition_penalty": 1.0,
+        "do_sample": request["temperature"] > 0,
+    }
     if search["do_sample"]:
-        search.update(temperature=float(request["temperature"]), top_p=float(request["top_p"]),
-                      top_k=int(request["top_k"]) or vocab)  # fmt: skip
+        search.update(
+            temperature=float(request["temperature"]),
+            top_p=float(request["top_p"]),
+            top_k=int(request["top_k"]) or vocab,
+        )
         if request["seed"] is not None:
             search["random_seed"] = int(request["seed"])
     return search
@@ -92,13 +117,17 @@ def _complete(request: dict[str, Any]) -> dict[str, Any]:
     og, np = _engine["og"], _engine["numpy"]
     prompt = list(request["prompt"])
     params = og.GeneratorParams(_engine["model"])
-    params.set_search_options(**_search_options(request, len(prompt) + request["max_tokens"], _engine["vocab"]))
+    params.set_search_options(
+        **_search_options(request, len(prompt) + request["max_tokens"], _engine["vocab"])
+    )
     generator = og.Generator(_engine["model"], params)
     prompt_rows = []  # the logits rows of every prompt position, slice by slice
     chunk = _engine["chunk"] or len(prompt)
     for begin in range(0, len(prompt), chunk):
         generator.append_tokens(np.array(prompt[begin : begin + chunk], dtype=np.int32))
-        prompt_rows.append(np.array(generator.get_output("logits")).reshape(-1, _engine["vocab"]))  # [slice, vocab]
+        prompt_rows.append(
+            np.array(generator.get_output("logits")).reshape(-1, _engine["vocab"])
+        )  # [slice, vocab]
     tokens: list[int] = []
     steps: list[dict[str, Any]] = []
     finish = "length"
@@ -116,11 +145,17 @@ def _complete(request: dict[str, Any]) -> dict[str, Any]:
     prompt_logprobs = None
     if request["prompt_logprobs"] is not None:  # rows 0..P-2 predict prompt tokens 1..P-1
         rows = np.concatenate(prompt_rows)  # [P, vocab]
-        prompt_logprobs = [None] + [_position(prompt[i], rows[i - 1], request["prompt_logprobs"])
-                                    for i in range(1, len(prompt))]  # fmt: skip
-    return {"token_ids": tokens, "text": _engine["tokenizer"].decode(np.array(tokens, dtype=np.int32)),
-            "logprobs": steps, "prompt_logprobs": prompt_logprobs, "finish_reason": finish,
-            "cached_tokens": None}  # fmt: skip
+        prompt_logprobs = [None] + [
+            _position(prompt[i], rows[i - 1], request["prompt_logprobs"]) for i in range(1, len(prompt))
+        ]
+    return {
+        "token_ids": tokens,
+        "text": _engine["tokenizer"].decode(np.array(tokens, dtype=np.int32)),
+        "logprobs": steps,
+        "prompt_logprobs": prompt_logprobs,
+        "finish_reason": finish,
+        "cached_tokens": None,
+    }
 
 
 def _genai_config(onnx_dir: str) -> dict[str, Any]:

@@ -16,7 +16,9 @@ CPU_DEFAULT_BLOCK_SIZE = 128  # what vLLM's CPU platform picks when no block siz
 NULL_BLOCKS = 1  # blocks vLLM's pool reserves and never fills
 
 
-def llm_kwargs(model_dir: str, options: dict[str, Any], *, is_cpu: bool, enforce_eager: bool) -> dict[str, Any]:
+def llm_kwargs(
+    model_dir: str, options: dict[str, Any], *, is_cpu: bool, enforce_eager: bool
+) -> dict[str, Any]:
     """``vllm.LLM`` keyword arguments for the tier's options; refuses what vLLM would change silently."""
     kwargs: dict[str, Any] = {
         "model": model_dir,
@@ -33,8 +35,10 @@ def llm_kwargs(model_dir: str, options: dict[str, Any], *, is_cpu: bool, enforce
     block_size = options.get("block_size")
     if block_size is not None:
         if is_cpu and block_size % CPU_BLOCK_MULTIPLE:
-            raise Refused(f"vLLM's CPU backend needs a KV block size that is a multiple of "
-                          f"{CPU_BLOCK_MULTIPLE}, got {block_size}")  # fmt: skip
+            raise Refused(
+                f"vLLM's CPU backend needs a KV block size that is a multiple of "
+                f"{CPU_BLOCK_MULTIPLE}, got {block_size}"
+            )
         kwargs["block_size"] = block_size
     budget = options.get("kv_cache_tokens")
     if budget is not None:
@@ -84,14 +88,18 @@ def _kv_blocks(tokens: int, block_size: int | None, *, is_cpu: bool) -> int:
             raise Refused("a KV budget (kv_cache_tokens) needs an explicit block_size on this vLLM platform")
         block_size = CPU_DEFAULT_BLOCK_SIZE
     if tokens % block_size:
-        raise Refused(f"vLLM holds whole KV blocks: kv_cache_tokens={tokens} is not a multiple of "
-                      f"the block size {block_size}")  # fmt: skip
+        raise Refused(
+            f"vLLM holds whole KV blocks: kv_cache_tokens={tokens} is not a multiple of "
+            f"the block size {block_size}"
+        )
     return tokens // block_size + NULL_BLOCKS
 
 
 # vLLM's own refusal of a dtype for a model type, in its ModelConfig's validation error: "The model
 # type 'gemma3_text' does not support float16. Reason: Numerical instability. ..."
-_DECLINED = re.compile(r"The model type '[^']+' does not support (float16|bfloat16)[^.]*\.(?: Reason: [^.]*\.)?")
+_DECLINED = re.compile(
+    r"The model type '[^']+' does not support (float16|bfloat16)[^.]*\.(?: Reason: [^.]*\.)?"
+)
 
 
 def declined_dtype(error_text: str, dtype: str) -> str | None:

@@ -54,8 +54,12 @@ def main(argv: list[str]) -> int:
         print(f"missing: vLLM is not importable by {sys.executable}: {err}", file=sys.stderr)
         return UNSUPPORTED_EXIT
     try:
-        kwargs = llm_kwargs(model_dir, json.loads(options_json), is_cpu=current_platform.is_cpu(),
-                            enforce_eager=enforce_eager == "1")  # fmt: skip
+        kwargs = llm_kwargs(
+            model_dir,
+            json.loads(options_json),
+            is_cpu=current_platform.is_cpu(),
+            enforce_eager=enforce_eager == "1",
+        )
     except Refused as err:
         print(f"unsupported: {err}", file=sys.stderr)
         return UNSUPPORTED_EXIT

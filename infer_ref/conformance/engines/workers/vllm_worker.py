@@ -28,9 +28,19 @@ from vllm_options import declined_dtype, llm_kwargs
 from worker_loop import NotInstalled, Refused, serve
 
 CAPABILITIES = (
-    "prompt_logprobs", "seed", "stop_strings", "cached_tokens", "reset_prefix_cache",
-    "chunked_prefill", "kv_budget", "block_size", "batch", "top_k_top_p", "ignore_eos", "top_logprobs",
-)  # fmt: skip
+    "prompt_logprobs",
+    "seed",
+    "stop_strings",
+    "cached_tokens",
+    "reset_prefix_cache",
+    "chunked_prefill",
+    "kv_budget",
+    "block_size",
+    "batch",
+    "top_k_top_p",
+    "ignore_eos",
+    "top_logprobs",
+)
 
 _engine: dict[str, Any] = {}  # "llm": the vllm.LLM, "vllm": the module
 
@@ -42,8 +52,12 @@ def start(args: dict[str, Any]) -> dict[str, Any]:
     except ImportError as err:
         raise NotInstalled(f"vLLM is not importable by {sys.executable}: {err}") from None
     options = args["options"]
-    kwargs = llm_kwargs(args["model_dir"], options, is_cpu=current_platform.is_cpu(),
-                        enforce_eager=bool(args.get("enforce_eager", True)))  # fmt: skip
+    kwargs = llm_kwargs(
+        args["model_dir"],
+        options,
+        is_cpu=current_platform.is_cpu(),
+        enforce_eager=bool(args.get("enforce_eager", True)),
+    )
     try:
         _engine["llm"] = vllm.LLM(**kwargs)
     except Exception as err:  # vLLM declining the dtype for this model is a limit it states, not a fault
@@ -94,12 +108,16 @@ def _output_dict(result: Any, request: dict[str, Any]) -> dict[str, Any]:
     prompt = None
     if request["prompt_logprobs"] is not None:
         given = list(request["prompt"])
-        prompt = [None if i == 0 or entry is None else _position(given[i], entry, request["prompt_logprobs"])
-                  for i, entry in enumerate(result.prompt_logprobs or [None] * len(given))]  # fmt: skip
+        prompt = [
+            None if i == 0 or entry is None else _position(given[i], entry, request["prompt_logprobs"])
+            for i, entry in enumerate(result.prompt_logprobs or [None] * len(given))
+        ]
     return {
         "token_ids": tokens,
         "text": completion.text,
-        "logprobs": [_position(t, entry, request["logprobs"]) for t, entry in zip(tokens, steps, strict=True)],
+        "logprobs": [
+            _position(t, entry, request["logprobs"]) for t, entry in zip(tokens, steps, strict=True)
+        ],
         "prompt_logprobs": prompt,
         "finish_reason": completion.finish_reason,
         "cached_tokens": getattr(result, "num_cached_tokens", None),
@@ -112,8 +130,10 @@ def _position(token: int, entry: dict[int, Any], k: int) -> dict[str, Any]:
     The top-k are the entries ranked 1..k, ordered by vLLM's own rank; the chosen token joins
     them only when it is one of them (its rank is then <= k).
     """
-    ranked = sorted(((lp.rank, tok, lp.logprob) for tok, lp in entry.items() if lp.rank is not None
-                     and lp.rank <= k), key=lambda item: item[0])  # fmt: skip
+    ranked = sorted(
+        ((lp.rank, tok, lp.logprob) for tok, lp in entry.items() if lp.rank is not None and lp.rank <= k),
+        key=lambda item: item[0],
+    )
     return {"token": token, "logprob": entry[token].logprob, "top": [[tok, lp] for _, tok, lp in ranked]}
 
 
@@ -148,10 +168,23 @@ def _versions(vllm: Any) -> dict[str, str]:
     import torch
     import transformers
 
-    return {"vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
-            "python": sys.version.split()[0]}  # fmt: skip
+    return {
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": sys.version.split()[0],
+    }
 
 
 if __name__ == "__main__":
-    sys.exit(serve({"start": start, "generate": generate, "reset_prefix_cache": reset_prefix_cache,
-                    "stats": stats, "stop": stop}))  # fmt: skip
+    sys.exit(
+        serve(
+            {
+                "start": start,
+                "generate": generate,
+                "reset_prefix_cache": reset_prefix_cache,
+                "stats": stats,
+                "stop": stop,
+            }
+        )
+    )

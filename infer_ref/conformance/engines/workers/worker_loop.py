@@ -118,4 +118,8 @@ def position_from_logits(np: Any, token: int, logits: Any, k: int) -> dict[str, 
     logprobs = row - row.max()
     logprobs -= np.log(np.exp(logprobs).sum())
     top = np.argsort(-logprobs, kind="stable")[:k]
-    return {"token": int(token), "logprob": float(logprobs[token]), "top": [[int(t), float(logprobs[t])] for t in top]}
+    return {
+        "token": int(token),
+        "logprob": float(logprobs[token]),
+        "top": [[int(t), float(logprobs[t])] for t in top],
+    }

@@ -20,9 +20,14 @@ def compare_outputs(a: EngineOutput, b: EngineOutput, tol: float) -> list[str]:
     for where, x, y in _generated_pairs(a, b):
         problems += _compare_entries(where, x, y, tol)
         if x.token != y.token and not _near_tie(x, y, tol):
-            problems.append(f"{where}: tokens {x.token} vs {y.token} and no near-tie (first run's top: {_fmt(x.top[:3])})")
+            problems.append(
+                f"{where}: tokens {x.token} vs {y.token} and no near-tie (first run's top: {_fmt(x.top[:3])})"
+            )
     if _same_tokens(a, b) and len(a.token_ids) != len(b.token_ids) and not problems:
-        problems.append(f"same tokens up to {min(len(a.token_ids), len(b.token_ids))}, then lengths {len(a.token_ids)} vs {len(b.token_ids)}")
+        problems.append(
+            f"same tokens up to {min(len(a.token_ids), len(b.token_ids))}, then lengths {len(a.token_ids)} "
+            f"vs {len(b.token_ids)}"
+        )
     return problems + compare_prompt_logprobs(a.prompt_logprobs, b.prompt_logprobs, tol)
 
 
@@ -65,10 +70,16 @@ def seeded_tokens_differ(alone: EngineOutput, other: EngineOutput, *, exact: boo
         if rows_differ:
             return None  # rounding reached the draws here: what follows is not comparable
         if x.token != y.token and not x.top:
-            return None  # only each run's own chosen logprob: nothing shows the two distributions were the same
+            return (
+                None  # only each run's own chosen logprob: nothing shows the two distributions were the same
+            )
         if x.token != y.token:
-            return (f"step {step}: token {y.token} vs {x.token} alone, with the same reported distribution in both runs "
-                    f"({_fmt(x.top[:3])}): the same seeded draw chose differently; {other.token_ids}, alone: {alone.token_ids}")  # fmt: skip
+            return (
+                f"step {step}: token {y.token} vs {x.token} alone, with the same reported distribution in "
+                "both runs "
+                f"({_fmt(x.top[:3])}): the same seeded draw chose differently; {other.token_ids}, alone: "
+                f"{alone.token_ids}"
+            )
     return f"{other.token_ids}, alone: {alone.token_ids} (no logprobs where they part)"
 
 
@@ -103,7 +114,11 @@ def _shared_logprobs(x: TokenLogprobs, y: TokenLogprobs) -> list[tuple[int, floa
 
 
 def _compare_entries(where: str, x: TokenLogprobs, y: TokenLogprobs, tol: float) -> list[str]:
-    return [f"{where}: token {t} logprob {lx:.6f} vs {ly:.6f}" for t, lx, ly in _shared_logprobs(x, y) if not abs(lx - ly) <= tol]
+    return [
+        f"{where}: token {t} logprob {lx:.6f} vs {ly:.6f}"
+        for t, lx, ly in _shared_logprobs(x, y)
+        if not abs(lx - ly) <= tol
+    ]
 
 
 def _near_tie(x: TokenLogprobs, y: TokenLogprobs, tol: float) -> bool:

@@ -95,7 +95,8 @@ _GEMMA = EngineCheckpoint(
     fixture="gemma3-tiny",
     stresses=(
         "sliding window 40: no KV block size of 16 or 32 divides it, and it spans a block boundary",
-        "GQA 8 query heads on 2 KV heads (ratio 4 with more than one KV head: the head-to-KV mapping matters)",
+        "GQA 8 query heads on 2 KV heads (ratio 4 with more than one KV head: the head-to-KV mapping "
+        "matters)",
         "query_pre_attn_scalar 20 != head_dim 32 (the softmax scale)",
         "linear RoPE scaling (factor 8) on the global layers only; local layers keep their own base",
         "layer types S S F S from a pattern of 3 (t4) or an explicit list (t5)",
@@ -138,7 +139,8 @@ _LLAMA = EngineCheckpoint(
     name="llama3-ropescaling-mha-untied",
     fixture="llama-tiny",
     stresses=(
-        "llama3 RoPE scaling with original_max_position_embeddings 64: positions up to 1024 cross all three bands",
+        "llama3 RoPE scaling with original_max_position_embeddings 64: positions up to 1024 cross all three "
+        "bands",
         "GQA ratio 1 (as many KV heads as query heads)",
         "untied embeddings (lm_head.weight differs from the embedding)",
     ),
@@ -184,7 +186,8 @@ def checkpoint_by_name(name: str) -> EngineCheckpoint:
         if spec.name == name:
             return spec
     raise KeyError(
-        f"no synthetic engine checkpoint named {name!r}; known: {', '.join(s.name for s in ENGINE_CHECKPOINTS)}"
+        f"no synthetic engine checkpoint named {name!r}; known: "
+        f"{', '.join(s.name for s in ENGINE_CHECKPOINTS)}"
     )
 
 
@@ -196,9 +199,21 @@ def checkpoint_by_name(name: str) -> EngineCheckpoint:
 # activation each family computes; no dropout, tensor-parallel slicing or sliding window that would
 # change an answer). An engine that reads configs strictly then starts on every kit checkpoint.
 RELEASED_DEFAULTS: dict[str, dict[str, Any]] = {
-    "llama": {"hidden_act": "silu", "attention_dropout": 0.0, "initializer_range": 0.02, "pretraining_tp": 1, "use_cache": True},
-    "qwen3": {"hidden_act": "silu", "attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True,
-              "sliding_window": None, "use_sliding_window": False},
+    "llama": {
+        "hidden_act": "silu",
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "pretraining_tp": 1,
+        "use_cache": True,
+    },
+    "qwen3": {
+        "hidden_act": "silu",
+        "attention_dropout": 0.0,
+        "initializer_range": 0.02,
+        "use_cache": True,
+        "sliding_window": None,
+        "use_sliding_window": False,
+    },
     "gemma3_text": {"attention_dropout": 0.0, "initializer_range": 0.02, "use_cache": True},
 }
 
@@ -209,7 +224,10 @@ def config_json(spec: EngineCheckpoint, style: Style) -> dict[str, Any]:
     if style not in STYLES:
         raise ValueError(f"style must be one of {', '.join(STYLES)}, got {style!r}")
     fixture_config = json.loads((_fixture(spec) / "config.json").read_text(encoding="utf-8"))
-    config = {**RELEASED_DEFAULTS.get(spec.architecture["model_type"], {}), **copy.deepcopy(dict(spec.architecture))}
+    config = {
+        **RELEASED_DEFAULTS.get(spec.architecture["model_type"], {}),
+        **copy.deepcopy(dict(spec.architecture)),
+    }
     if config["model_type"] == "qwen3":
         config.setdefault("max_window_layers", config["num_hidden_layers"])  # as released: every layer
     config.update({k: fixture_config[k] for k in TOKEN_FIELDS if k in fixture_config})
@@ -227,7 +245,9 @@ def _to_t4(config: dict[str, Any]) -> dict[str, Any]:
         out["rope_local_base_freq"] = local["rope_theta"]
         params = full
         out["sliding_window_pattern"] = _pattern_of(out.pop("layer_types"))
-        out["cache_implementation"] = "hybrid"  # transformers 4's Gemma 3 configs name their cache (5 keeps it in generation_config)
+        out["cache_implementation"] = (
+            "hybrid"  # transformers 4's Gemma 3 configs name their cache (5 keeps it in generation_config)
+        )
     params = dict(params)
     out["rope_theta"] = params.pop("rope_theta")
     out["rope_scaling"] = params if params.get("rope_type", "default") != "default" else None
@@ -285,8 +305,13 @@ def write_checkpoint(spec: EngineCheckpoint, dest_dir: str | os.PathLike[str], s
     return dest
 
 
-def write_all(root: str | os.PathLike[str], progress: Callable[[str], None] | None = None, *,
-              specs: Sequence[EngineCheckpoint] = ENGINE_CHECKPOINTS, styles: Sequence[Style] = STYLES) -> list[Path]:  # fmt: skip
+def write_all(
+    root: str | os.PathLike[str],
+    progress: Callable[[str], None] | None = None,
+    *,
+    specs: Sequence[EngineCheckpoint] = ENGINE_CHECKPOINTS,
+    styles: Sequence[Style] = STYLES,
+) -> list[Path]:
     """Every one of ``specs`` (default :data:`ENGINE_CHECKPOINTS`) in every one of ``styles`` under
     ``root`` (``root/<name>-<style>``).
 
@@ -298,15 +323,22 @@ def write_all(root: str | os.PathLike[str], progress: Callable[[str], None] | No
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     folders = []
-    todo = [(spec, style) for spec in specs for style in styles
-            if not is_current(spec, style, root / spec.folder_name(style))]  # fmt: skip
+    todo = [
+        (spec, style)
+        for spec in specs
+        for style in styles
+        if not is_current(spec, style, root / spec.folder_name(style))
+    ]
     for spec in specs:
         for style in styles:
             dest = root / spec.folder_name(style)
             if (spec, style) in todo:
                 if progress is not None:
                     done = todo.index((spec, style)) + 1
-                    progress(f"infer_ref: writing engine checkpoint {done} of {len(todo)}: {dest.name} (once; cached in {root})")
+                    progress(
+                        f"infer_ref: writing engine checkpoint {done} of {len(todo)}: {dest.name} (once; "
+                        f"cached in {root})"
+                    )
                 _write_replacing(spec, style, dest)
             folders.append(dest)
     return folders
@@ -362,7 +394,8 @@ def _fixture(spec: EngineCheckpoint) -> Path:
     folder = FIXTURE_CHECKPOINTS / spec.fixture
     if not folder.is_dir():
         raise FileNotFoundError(
-            f"{folder} does not exist: the synthetic checkpoint {spec.name} borrows its tokenizer from that fixture"
+            f"{folder} does not exist: the synthetic checkpoint {spec.name} borrows its tokenizer from that "
+            "fixture"
         )
     return folder
 

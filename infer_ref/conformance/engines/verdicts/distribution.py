@@ -16,7 +16,7 @@ lot. Per position (:func:`position_stats`):
 Per engine x checkpoint x dtype, :class:`Summary` keeps the mean, median, 99th percentile and
 maximum KL, the mean and maximum logprob error, and the share of positions with the same top token;
 :func:`judge` compares them with thresholds calibrated on correct implementations in that dtype
-(:mod:`~infer_ref.conformance.engines.thresholds`).
+(:mod:`~infer_ref.conformance.engines.verdicts.thresholds`).
 """
 
 from __future__ import annotations
@@ -191,7 +191,8 @@ def _checked(summary: Summary) -> Summary:
 
 def _describe(p: PositionStat) -> str:
     top = "same top token" if p.same_top else "another top token"
-    return f"request {p.request} ({p.prompt_len} prompt tokens) {p.where}: KL {p.kl:.3g}, logprob error {p.logprob_error:.3g}, {top}"
+    where = f"request {p.request} ({p.prompt_len} prompt tokens) {p.where}"
+    return f"{where}: KL {p.kl:.3g}, logprob error {p.logprob_error:.3g}, {top}"
 
 
 __all__ = [

@@ -194,8 +194,14 @@ class Judgement:
     deviates: bool
 
 
-def judge(estimate: Estimate, calibration: Calibration, *, exact_value: float | None = 0.0,
-          margin: float = MARGIN_SPREADS, t_min: float = T_MIN) -> Judgement:  # fmt: skip
+def judge(
+    estimate: Estimate,
+    calibration: Calibration,
+    *,
+    exact_value: float | None = 0.0,
+    margin: float = MARGIN_SPREADS,
+    t_min: float = T_MIN,
+) -> Judgement:
     """Whether ``estimate`` deviates from ``calibration`` by more than ``margin`` spreads **and**
     ``|t| > t_min``. ``spreads`` and ``t`` are reported from the centre; the verdict measures them
     from the nearest point of the accepted range: the centre alone, or, for a statistic with a value
@@ -211,8 +217,13 @@ def judge(estimate: Estimate, calibration: Calibration, *, exact_value: float | 
     return Judgement(spreads, estimate.t_from(calibration.centre), deviates)
 
 
-def judge_trend(ratio: Estimate, ratio_calibration: Calibration, kl_mean: Estimate, kl_calibration: Calibration,
-                **limits: float) -> Judgement:  # fmt: skip
+def judge_trend(
+    ratio: Estimate,
+    ratio_calibration: Calibration,
+    kl_mean: Estimate,
+    kl_calibration: Calibration,
+    **limits: float,
+) -> Judgement:
     """:func:`judge` for the KL late/early ratio, which has no exact value: an engine whose KL mean is
     at or below the correct engines' centre is more exact than they are, and its KL too small for a
     trend of it to mean a recipe error, so it never deviates."""

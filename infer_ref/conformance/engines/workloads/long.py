@@ -21,10 +21,10 @@ import random
 from pathlib import Path
 
 from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
-from infer_ref.conformance.engines.workload import (
+from infer_ref.conformance.engines.workloads.prompts import (
     BLOCK_SIZE,
     ModelFacts,
-    continuation_prompts,
+    continued_turns,
     greedy_requests,
     random_prompt,
 )
@@ -79,7 +79,12 @@ def long_prompts(facts: ModelFacts, model_dir: Path, seed: int = 0) -> list[tupl
 def _drawn(facts: ModelFacts, stream: str, lengths: list[int]) -> list[tuple[int, ...]]:
     """Prompts of ``lengths`` from the seeded ``stream``, drawn once per process: every test of the
     workload sends the same ones, and text-stable ones of 8193 tokens take about a second to draw."""
-    key = (facts, facts.text.digest if facts.text else None, stream, tuple(lengths))  # folders of one name may differ
+    key = (
+        facts,
+        facts.text.digest if facts.text else None,
+        stream,
+        tuple(lengths),
+    )  # folders of one name may differ
     if key not in _DRAWN:
         rng = random.Random(f"{facts.name}/{stream}")
         _DRAWN[key] = [random_prompt(facts, n, rng) for n in lengths]
@@ -89,8 +94,12 @@ def _drawn(facts: ModelFacts, stream: str, lengths: list[int]) -> list[tuple[int
 _DRAWN: dict[tuple[ModelFacts, str | None, str, tuple[int, ...]], list[tuple[int, ...]]] = {}
 
 
-def long_requests(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool, seed: int = 0) -> list[EngineRequest]:
-    return greedy_requests(long_prompts(facts, model_dir, seed), ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
+def long_requests(
+    facts: ModelFacts, model_dir: Path, *, ignore_eos: bool, seed: int = 0
+) -> list[EngineRequest]:
+    return greedy_requests(
+        long_prompts(facts, model_dir, seed), ignore_eos=ignore_eos, max_tokens=LONG_GENERATED
+    )
 
 
 def first_long_turns(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool) -> list[EngineRequest]:
@@ -99,16 +108,31 @@ def first_long_turns(facts: ModelFacts, model_dir: Path, *, ignore_eos: bool) ->
     lengths = long_lengths(model_dir)
     past_window = [n for n in lengths if any(n == w + 1 for w in window_sizes(model_dir))]
     chosen = sorted({(past_window or lengths[:1])[0], lengths[-1]})
-    return greedy_requests(_drawn(facts, "long-turns", chosen), ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
+    return greedy_requests(
+        _drawn(facts, "long-turns", chosen), ignore_eos=ignore_eos, max_tokens=LONG_GENERATED
+    )
 
 
-def continued_long_turns(facts: ModelFacts, first: list[EngineRequest], answers: list[EngineOutput], *,
-                         ignore_eos: bool, left_out: list[str] | None = None) -> list[EngineRequest]:  # fmt: skip
-    """Each first turn continued: its prompt, the engine's own answer, and a new turn (a turn that
-    cannot be sent as text left out, with its reason appended to ``left_out``)."""
-    turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
-    prompts = continuation_prompts(facts, turns, new_turn=LONG_NEW_TURN, stream="long-continued", left_out=left_out)
-    return greedy_requests(prompts, ignore_eos=ignore_eos, max_tokens=LONG_GENERATED)
+def continued_long_turns(
+    facts: ModelFacts,
+    first: list[EngineRequest],
+    answers: list[EngineOutput],
+    *,
+    ignore_eos: bool,
+    left_out: list[str] | None = None,
+) -> list[EngineRequest]:
+    """:func:`~infer_ref.conformance.engines.workloads.prompts.continued_turns` at this workload's
+    lengths: new turns of :data:`LONG_NEW_TURN` tokens, :data:`LONG_GENERATED` generated."""
+    return continued_turns(
+        facts,
+        first,
+        answers,
+        ignore_eos=ignore_eos,
+        left_out=left_out,
+        max_tokens=LONG_GENERATED,
+        new_turn=LONG_NEW_TURN,
+        stream="long-continued",
+    )
 
 
 def pool_edge_prompts(facts: ModelFacts) -> list[tuple[int, ...]]:

@@ -24,11 +24,15 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from infer_ref.conformance.engines.prefix_hits import common_prefix
-
 ATTEMPTS_PER_TOKEN = 400  # candidates tried before the drawer gives up on a position
 WINDOW = 16  # tokens before a candidate that its local check decodes with it
 REDRAWS = 20  # whole-prompt checks that may each send the drawer back before it gives up
+
+
+def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading ids ``a`` and ``b`` share: what a prompt ``b`` sent after ``a`` was computed can be
+    served from cache."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
 
 
 class TextStable:
@@ -37,9 +41,13 @@ class TextStable:
     def __init__(self, model_dir: Path) -> None:
         path = Path(model_dir) / "tokenizer.json"
         if not path.is_file():
-            raise ValueError(f"{model_dir} has no tokenizer.json: prompts for an engine of text prompts need one")
+            raise ValueError(
+                f"{model_dir} has no tokenizer.json: prompts for an engine of text prompts need one"
+            )
         self.tokenizer = Tokenizer.from_file(str(path))
-        self.digest = hashlib.sha256(path.read_bytes()).hexdigest()  # which tokenizer: prompts drawn for it are its own
+        self.digest = hashlib.sha256(
+            path.read_bytes()
+        ).hexdigest()  # which tokenizer: prompts drawn for it are its own
         # what the tokenizer puts before any text (its BOS, where it adds one): every prompt starts with it
         self.lead: tuple[int, ...] = tuple(self.tokenizer.encode("", add_special_tokens=True).ids)
 
@@ -52,7 +60,7 @@ class TextStable:
         decoded as the tokenizer adds it again): what an engine of text prompts computes when it is
         sent that text."""
         ids = list(prompt)
-        body = ids[len(self.lead):] if tuple(ids[: len(self.lead)]) == self.lead else ids
+        body = ids[len(self.lead) :] if tuple(ids[: len(self.lead)]) == self.lead else ids
         text = self.tokenizer.decode(body, skip_special_tokens=False)
         return list(self.tokenizer.encode(text, add_special_tokens=True).ids)
 
@@ -65,7 +73,9 @@ class TextStable:
         again = self.retokenized(ids)
         return tuple(again) if self.round_trips(again) else None
 
-    def draw(self, length: int, pool: Sequence[int], rng: random.Random, *, after: Sequence[int] = ()) -> tuple[int, ...]:
+    def draw(
+        self, length: int, pool: Sequence[int], rng: random.Random, *, after: Sequence[int] = ()
+    ) -> tuple[int, ...]:
         """``length`` ids from ``pool`` that, following ``after`` (the lead when empty), round-trip.
 
         ``after`` must itself round-trip. The lead counts in ``length`` where ``after`` is empty, so
@@ -76,17 +86,21 @@ class TextStable:
             raise ValueError(f"cannot extend {list(head)[:12]}...: its own text does not give it back")
         end = len(after) + length if after else length
         if end < len(head):
-            raise ValueError(f"a prompt of {length} tokens cannot hold the tokenizer's lead {list(self.lead)}")
+            raise ValueError(
+                f"a prompt of {length} tokens cannot hold the tokenizer's lead {list(self.lead)}"
+            )
         drawn = list(head)
         for _ in range(REDRAWS):
             while len(drawn) < end:
                 drawn.append(self._next_token(drawn, pool, rng))
             differs = self._first_difference(drawn)
             if differs is None:
-                return tuple(drawn[len(after):])
-            del drawn[max(len(head), differs - WINDOW):]  # redraw from a little before it
-        raise ValueError(f"no prompt of {end} tokens drawn {REDRAWS} times round-trips through text: the last "
-                         f"differed at position {differs} (after {drawn[-8:]})")  # fmt: skip
+                return tuple(drawn[len(after) :])
+            del drawn[max(len(head), differs - WINDOW) :]  # redraw from a little before it
+        raise ValueError(
+            f"no prompt of {end} tokens drawn {REDRAWS} times round-trips through text: the last "
+            f"differed at position {differs} (after {drawn[-8:]})"
+        )
 
     def _first_difference(self, ids: list[int]) -> int | None:
         """The first position where the tokenizer's ids of ``ids``' text differ from them (None: none)."""
@@ -97,16 +111,23 @@ class TextStable:
 
     def _next_token(self, drawn: list[int], pool: Sequence[int], rng: random.Random) -> int:
         # The window's own text may tokenize otherwise than in context (it can start inside a word):
-        # a candidate is kept where appending it leaves that tokenization as it was, itself one token after it.
+        # a candidate is kept where appending it leaves that tokenization as it was, itself one token after
+        # it.
         window = drawn[-WINDOW:]
         before = self._local(window)
         for _ in range(ATTEMPTS_PER_TOKEN):
             candidate = rng.choice(pool)
             if self._local([*window, candidate]) == [*before, candidate]:
                 return candidate
-        raise ValueError(f"no token of {ATTEMPTS_PER_TOKEN} drawn keeps a prompt of {len(drawn)} tokens text-stable "
-                         f"(after {drawn[-8:]}): the tokenizer merges across nearly every boundary")  # fmt: skip
+        raise ValueError(
+            f"no token of {ATTEMPTS_PER_TOKEN} drawn keeps a prompt of {len(drawn)} tokens text-stable "
+            f"(after {drawn[-8:]}): the tokenizer merges across nearly every boundary"
+        )
 
     def _local(self, ids: list[int]) -> list[int]:
         """The tokenizer's ids of ``ids``' text, no lead added."""
-        return list(self.tokenizer.encode(self.tokenizer.decode(ids, skip_special_tokens=False), add_special_tokens=False).ids)
+        return list(
+            self.tokenizer.encode(
+                self.tokenizer.decode(ids, skip_special_tokens=False), add_special_tokens=False
+            ).ids
+        )

@@ -24,7 +24,11 @@ TABLE = Path(__file__).with_name("low_precision_thresholds.json")
 # kl_max is reported, not judged: one position's KL, it moved 3x between transformers' SDPA and
 # eager attention on qwen3-tiny in bfloat16 (7.8e-4 vs 2.5e-3), both correct.
 JUDGED = ("kl_mean", "kl_p99", "logprob_error_max", "same_top")
-KINDS = ("generated", "prompt", "continued")  # generated steps, prompt positions, a continued conversation's steps
+KINDS = (
+    "generated",
+    "prompt",
+    "continued",
+)  # generated steps, prompt positions, a continued conversation's steps
 
 
 @dataclass(frozen=True)
@@ -61,7 +65,8 @@ def thresholds_for(dtype: str, kind: str, checkpoint: str, table: dict[str, Any]
     loosest = {name: _loosest(name, [t[name] for t in by_checkpoint.values()]) for name in JUDGED}
     return Thresholds(
         loosest,
-        f"{checkpoint} is not calibrated: the loosest thresholds of the {len(by_checkpoint)} calibrated checkpoints in {dtype}",
+        f"{checkpoint} is not calibrated: the loosest thresholds of the {len(by_checkpoint)} calibrated "
+        f"checkpoints in {dtype}",
     )
 
 

@@ -14,9 +14,10 @@ import json
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from infer_ref.conformance.engines.protocol import EngineRequest
-from infer_ref.conformance.engines.text_stable import TextStable
+from infer_ref.conformance.engines.protocol import EngineOutput, EngineRequest
+from infer_ref.conformance.engines.workloads.text_stable import TextStable
 
 BLOCK_SIZE = 32  # the tier's KV block size: vLLM's CPU backend needs a multiple of 32
 GENERATED = 16  # tokens generated per request: decode crosses a block boundary from k*bs - 1
@@ -59,11 +60,15 @@ def model_facts(model_dir: Path, *, text_prompts: bool = False) -> ModelFacts:
     canonical: tuple[tuple[int, ...], ...] = ()
     provenance = model_dir / "PROVENANCE.json"
     if provenance.is_file():
-        canonical = tuple(tuple(c["prompt_ids"]) for c in json.loads(provenance.read_text()).get("canonical", []))
+        canonical = tuple(
+            tuple(c["prompt_ids"]) for c in json.loads(provenance.read_text()).get("canonical", [])
+        )
     text = TextStable(model_dir) if text_prompts else None
     if text is not None:
         canonical = tuple(c for c in canonical if text.round_trips(c))
-    return ModelFacts(model_dir.name, vocab_size, text_vocab_size, frozenset(eos), frozenset(special), canonical, text)
+    return ModelFacts(
+        model_dir.name, vocab_size, text_vocab_size, frozenset(eos), frozenset(special), canonical, text
+    )
 
 
 def _ids(value: object) -> list[int]:
@@ -72,7 +77,9 @@ def _ids(value: object) -> list[int]:
     return [int(v) for v in value] if isinstance(value, list) else [int(value)]  # type: ignore[call-overload]
 
 
-def random_prompt(facts: ModelFacts, length: int, rng: random.Random, *, after: tuple[int, ...] = ()) -> tuple[int, ...]:
+def random_prompt(
+    facts: ModelFacts, length: int, rng: random.Random, *, after: tuple[int, ...] = ()
+) -> tuple[int, ...]:
     """``length`` ordinary (non-special) token ids; text-stable ones where ``facts.text`` is set (then
     a prompt's first ids are the tokenizer's lead, and ``after + result`` round-trips)."""
     ordinary = [t for t in range(facts.text_vocab_size) if t not in facts.special_ids]
@@ -102,7 +109,9 @@ def shared_prefix_prompts(facts: ModelFacts, count: int = 4, seed: int = 0) -> l
     return [*shared, moved + random_prompt(facts, 9, rng, after=moved)]
 
 
-def extending_prompts(facts: ModelFacts, prompts: list[tuple[int, ...]], seed: int = 0) -> list[tuple[int, ...]]:
+def extending_prompts(
+    facts: ModelFacts, prompts: list[tuple[int, ...]], seed: int = 0
+) -> list[tuple[int, ...]]:
     """Each prompt followed by ``EXTENSION`` fresh tokens: a prompt that extends past one computed
     before, which a prefix cache serves whatever it does with an identical prompt (some engines
     reuse a prefix only when the new prompt goes past it)."""
@@ -110,8 +119,15 @@ def extending_prompts(facts: ModelFacts, prompts: list[tuple[int, ...]], seed: i
     return [p + random_prompt(facts, EXTENSION, rng, after=p) for p in prompts]
 
 
-def continuation_prompts(facts: ModelFacts, turns: list[tuple[tuple[int, ...], tuple[int, ...]]], seed: int = 0, *,
-                         new_turn: int = NEW_TURN, stream: str = "", left_out: list[str] | None = None) -> list[tuple[int, ...]]:  # fmt: skip
+def continuation_prompts(
+    facts: ModelFacts,
+    turns: list[tuple[tuple[int, ...], tuple[int, ...]]],
+    seed: int = 0,
+    *,
+    new_turn: int = NEW_TURN,
+    stream: str = "",
+    left_out: list[str] | None = None,
+) -> list[tuple[int, ...]]:
     """A conversation continued: each ``(prompt, answer)`` (:func:`history`) followed by a new turn
     of ``new_turn`` fresh tokens. Sent after the first turn, a prefix-caching engine serves the
     prompt and answer from cache; past a sliding window, the cached part is longer than the window.
@@ -123,8 +139,10 @@ def continuation_prompts(facts: ModelFacts, turns: list[tuple[tuple[int, ...], t
         before = history(facts, prompt, answer)
         if before is None:
             if left_out is not None:
-                left_out.append(f"the {len(prompt)}-token prompt and its {len(answer)}-token answer do not round-trip "
-                                "through text, nor do the ids their text tokenizes to")  # fmt: skip
+                left_out.append(
+                    f"the {len(prompt)}-token prompt and its {len(answer)}-token answer do not round-trip "
+                    "through text, nor do the ids their text tokenizes to"
+                )
             continue
         prompts.append(before + random_prompt(facts, new_turn, rng, after=before))
     return prompts
@@ -139,22 +157,70 @@ def history(facts: ModelFacts, prompt: tuple[int, ...], answer: tuple[int, ...])
     return prompt + answer if facts.text is None else facts.text.as_sent(prompt + answer)
 
 
-def _after_another_first_block(facts: ModelFacts, text: TextStable, block: tuple[int, ...], rng: random.Random) -> tuple[int, ...]:
+def _after_another_first_block(
+    facts: ModelFacts, text: TextStable, block: tuple[int, ...], rng: random.Random
+) -> tuple[int, ...]:
     """A fresh first block, then ``block``: the same block content at the same depth after another
     parent (still never a hit), drawn until the whole round-trips through text."""
     for _ in range(100):
         candidate = random_prompt(facts, BLOCK_SIZE, rng) + block
         if text.round_trips(candidate):
             return candidate
-    raise ValueError(f"{facts.name}: no first block of 100 drawn lets the shared second block round-trip through text")
+    raise ValueError(
+        f"{facts.name}: no first block of 100 drawn lets the shared second block round-trip through text"
+    )
 
 
-def greedy_requests(prompts: list[tuple[int, ...]], *, ignore_eos: bool, prompt_logprobs: int | None = None,
-                    max_tokens: int = GENERATED, logprobs: int = 5) -> list[EngineRequest]:  # fmt: skip
+def greedy_requests(
+    prompts: list[tuple[int, ...]],
+    *,
+    ignore_eos: bool,
+    prompt_logprobs: int | None = None,
+    max_tokens: int = GENERATED,
+    logprobs: int = 5,
+) -> list[EngineRequest]:
     return [
-        EngineRequest(p, max_tokens, ignore_eos=ignore_eos, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+        EngineRequest(
+            p, max_tokens, ignore_eos=ignore_eos, logprobs=logprobs, prompt_logprobs=prompt_logprobs
+        )
         for p in prompts
     ]
+
+
+PROMPT_LOGPROBS = 5  # top-k asked for at each prompt position of the agreement workload
+
+
+def agreement_workload(
+    facts: ModelFacts, *, ignore_eos: bool, prompt_logprobs: int | None = None
+) -> list[EngineRequest]:
+    """The agreement tests' requests: prompts across block boundaries and sliding windows, prompts
+    sharing a prefix, and (fixtures) two canonical prompts, each generating greedily."""
+    prompts = boundary_prompts(facts) + shared_prefix_prompts(facts) + list(facts.canonical[:2])
+    return greedy_requests(prompts, ignore_eos=ignore_eos, prompt_logprobs=prompt_logprobs)
+
+
+def first_turns(facts: ModelFacts, *, ignore_eos: bool) -> list[EngineRequest]:
+    """A conversation's first turns: the boundary prompts (5 to 97 tokens), each answered greedily."""
+    return greedy_requests(boundary_prompts(facts, seed=5), ignore_eos=ignore_eos)
+
+
+def continued_turns(
+    facts: ModelFacts,
+    first: list[EngineRequest],
+    answers: list[EngineOutput],
+    *,
+    ignore_eos: bool,
+    left_out: list[str] | None = None,
+    max_tokens: int = GENERATED,
+    **new_turns: Any,
+) -> list[EngineRequest]:
+    """Each first turn continued: its prompt, the engine's own answer, and a new turn (a turn that
+    cannot be sent as text left out, with its reason appended to ``left_out``), each generating
+    ``max_tokens``. ``new_turns``: how :func:`continuation_prompts` draws the new turns (the default
+    workload's: seed 5)."""
+    turns = [(r.prompt, tuple(a.token_ids)) for r, a in zip(first, answers, strict=True)]
+    prompts = continuation_prompts(facts, turns, left_out=left_out, **(new_turns or {"seed": 5}))
+    return greedy_requests(prompts, ignore_eos=ignore_eos, max_tokens=max_tokens)
 
 
 # What a detokenizer shows for the bytes of a character that a token boundary cut in two: text no
@@ -170,7 +236,11 @@ def stop_string_in(text: str) -> str | None:
     for width in (3, 2):
         for start in range(1, len(text) - width):
             piece = text[start : start + width]
-            if (piece.strip() and REPLACEMENT_CHARACTER not in piece and text.count(piece) >= 2
-                    and text.find(piece) == start):  # fmt: skip
+            if (
+                piece.strip()
+                and REPLACEMENT_CHARACTER not in piece
+                and text.count(piece) >= 2
+                and text.find(piece) == start
+            ):
                 return piece
     return None

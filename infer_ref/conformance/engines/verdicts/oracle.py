@@ -6,7 +6,8 @@ Every logprob an engine returns for a position is compared with the log-softmax 
 float64 logits at that position, teacher-forced on the engine's own tokens (prompt + what it
 generated): a divergence at step 3 does not hide what the engine computed at step 10.
 
-Tolerances (:func:`agreement_tolerance`) are by the engine's dtype. Each is the oracle's distance
+Tolerances (:func:`~infer_ref.conformance.engines.verdicts.tolerances.agreement_tolerance`) are by the
+engine's dtype. Each is the oracle's distance
 from a correct computation in that dtype, measured on the kit's checkpoints (docs/conformance.md,
 "Engine tier tolerances"), with room for longer sequences, and far below what the planted engine
 bugs produce (a shifted position or a stale block moves logprobs by nats, not thousandths).
@@ -28,33 +29,10 @@ from torch import Tensor
 from infer_ref.conformance.engines.protocol import TokenLogprobs
 from infer_ref.conformance.oracles.float64_definition import lift_float32_casts
 
-# Largest |engine - oracle| logprob difference accepted, by engine dtype (nats). Measured over the
-# whole tier (seven checkpoints, every logprob returned), the largest distance of a correct engine:
-# float32 3.2e-5 (vLLM; infer_ref's Engine 3.0e-5), room for longer sequences; bfloat16 0.745 and
-# float16 0.078 (infer_ref's Engine), twice that. float64: infer_ref is ~1e-13 from this oracle.
-AGREEMENT_TOLERANCE = {"float64": 1e-6, "float32": 2e-4, "bfloat16": 1.5, "float16": 0.15}
-# float32 rounds a RoPE angle (position x frequency) to about 6e-8 of itself, so a correct engine's
-# logprobs drift from the oracle's as positions grow. Measured on the long-context checkpoints
-# (transformers' own float32 forward and infer_ref's Engine, both correct): 1.2e-4 nats at 1040
-# positions, 3.1e-4 at 8207 (gemma3-long), 2.5e-3 at 8209 (llama3-long: base 500000, gain 2). Past
-# the flat tolerance the float32 one grows with the request's length at twice that largest slope
-# (3.1e-7 per position): 2e-4 up to 333 positions (the default workload's all), 5e-3 at 8209.
-AGREEMENT_SLOPE = {"float32": 6e-7}
-
 _MODELS: OrderedDict[str, Any] = OrderedDict()
 _MODELS_KEPT = 4
 _LOGPROBS: OrderedDict[tuple[str, tuple[int, ...]], Tensor] = OrderedDict()
 _LOGPROBS_KEPT = 512
-
-
-def agreement_tolerance(dtype: str, positions: int = 0) -> float:
-    """The oracle tolerance for an engine computing in ``dtype``, for a request of ``positions``
-    positions in all (prompt and generated; 0: the flat tolerance)."""
-    try:
-        flat = AGREEMENT_TOLERANCE[dtype]
-    except KeyError:
-        raise ValueError(f"no agreement tolerance for dtype {dtype!r}; known: {', '.join(AGREEMENT_TOLERANCE)}") from None
-    return max(flat, AGREEMENT_SLOPE.get(dtype, 0.0) * positions)
 
 
 def oracle_model(model_dir: str | Path) -> Any:
@@ -100,10 +78,13 @@ class Disagreement:
 
     def __str__(self) -> str:
         gap = "nan" if math.isnan(self.engine) else f"{abs(self.engine - self.oracle):.3g}"
-        return f"{self.where}: {self.what} of token {self.token}: engine {self.engine:.6f}, oracle {self.oracle:.6f} (|diff| {gap})"
+        values = f"engine {self.engine:.6f}, oracle {self.oracle:.6f} (|diff| {gap})"
+        return f"{self.where}: {self.what} of token {self.token}: {values}"
 
 
-def compare_position(where: str, entry: TokenLogprobs, row: Tensor, tol: float, *, chosen: bool) -> list[Disagreement]:
+def compare_position(
+    where: str, entry: TokenLogprobs, row: Tensor, tol: float, *, chosen: bool
+) -> list[Disagreement]:
     """``entry`` (the engine's view of one position) against the oracle's log-softmax ``row`` ``[V]``.
 
     Every returned logprob must be within ``tol`` of the oracle's. For a token the engine *chose*
@@ -122,7 +103,15 @@ def compare_position(where: str, entry: TokenLogprobs, row: Tensor, tol: float, 
     if chosen and 0 <= entry.token < row.shape[0]:
         best = float(row.max())
         if float(row[entry.token]) < best - tol:
-            out.append(Disagreement(where, entry.token, float(row[entry.token]), best, "chosen token (oracle's argmax scores higher)"))
+            out.append(
+                Disagreement(
+                    where,
+                    entry.token,
+                    float(row[entry.token]),
+                    best,
+                    "chosen token (oracle's argmax scores higher)",
+                )
+            )
     return out
 
 

@@ -1,6 +1,6 @@
 """Long-context checkpoints of the engine tier: tiny width, released geometry, real lengths.
 
-The engine checkpoints of :mod:`~infer_ref.conformance.engines.checkpoints` stress config fields at
+The engine checkpoints of :mod:`~infer_ref.conformance.engines.workloads.checkpoints` stress config fields at
 small sizes (windows of 40, a RoPE threshold of 64 positions). The bugs engines ship at released
 sizes hide elsewhere: a window of 512 or 1024 positions, a block table of hundreds of blocks, Llama
 3's RoPE scaling around its ``original_max_position_embeddings`` of 8192. These checkpoints keep the
@@ -16,7 +16,7 @@ in about 7 s on one core) and take the rest from the released configs:
 - Qwen 3's attention (q/k norms, base 1,000,000) at the same lengths.
 
 They are written in the t4 config style only, as the released checkpoints ship. Each init was
-chosen by measurement (``python -m infer_ref.conformance.engines.long_checkpoints``, figures in
+chosen by measurement (``python -m infer_ref.conformance.engines.workloads.long_checkpoints``, figures in
 docs/engines.md, "Long contexts"): greedy steps decided by clear margins and the far context, not
 only the window, moving the last position's logprobs.
 """
@@ -24,7 +24,7 @@ only the window, moving the last position's logprobs.
 from __future__ import annotations
 
 from infer_ref.conformance.checkpoints.golden_models import SyntheticInit
-from infer_ref.conformance.engines.checkpoints import EngineCheckpoint, Style
+from infer_ref.conformance.engines.workloads.checkpoints import EngineCheckpoint, Style
 
 LONG_STYLE: Style = "t4"
 

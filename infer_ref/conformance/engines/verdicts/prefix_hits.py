@@ -20,18 +20,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from math import gcd
 
+from infer_ref.conformance.engines.ledger import PrefixHit
+
 
 @dataclass(frozen=True)
-class PrefixHit:
-    """One extending request: ``shared`` prompt tokens were computed before, ``cached`` were reported served."""
+class CountedPair:
+    """A request sent on an emptied cache, then one sharing ``shared`` tokens with it: the
+    cached-token counts the engine reported for each (None: not reported)."""
 
     shared: int
-    cached: int
-
-
-def common_prefix(a: Sequence[int], b: Sequence[int]) -> int:
-    """How many leading ids ``a`` and ``b`` share: what a prompt ``b`` sent after ``a`` was computed can be served from cache."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    first: int | None  # nothing could be served: anything but 0 or None is a count not to believe
+    second: int | None
 
 
 def granularity(hits: Sequence[PrefixHit]) -> int | None:
@@ -51,9 +50,12 @@ def shortfalls(hits: Sequence[PrefixHit]) -> list[str] | None:
     block = granularity(hits)
     if block is None:
         return None
-    return [f"request {i}: {h.cached} of {h.shared} shared prompt tokens served from cache, at least "
-            f"{expected_hit(h.shared, block)} expected (hits come in multiples of {block})"
-            for i, h in enumerate(hits) if h.cached < expected_hit(h.shared, block)]  # fmt: skip
+    return [
+        f"request {i}: {h.cached} of {h.shared} shared prompt tokens served from cache, at least "
+        f"{expected_hit(h.shared, block)} expected (hits come in multiples of {block})"
+        for i, h in enumerate(hits)
+        if h.cached < expected_hit(h.shared, block)
+    ]
 
 
 def summary(hits: Sequence[PrefixHit]) -> str:
@@ -63,5 +65,7 @@ def summary(hits: Sequence[PrefixHit]) -> str:
     hit = sum(h.cached > 0 for h in hits)
     block = granularity(hits)
     granule = f", in multiples of {block} tokens" if block else ""
-    return (f"prefix cache hits observed: {hit} of {len(hits)} extending requests hit, "
-            f"{served} of {shared} shared prompt tokens served from cache{granule}")
+    return (
+        f"prefix cache hits observed: {hit} of {len(hits)} extending requests hit, "
+        f"{served} of {shared} shared prompt tokens served from cache{granule}"
+    )

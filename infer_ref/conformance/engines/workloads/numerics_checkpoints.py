@@ -42,8 +42,8 @@ import torch
 from torch import Tensor
 
 from infer_ref.conformance.checkpoints.golden_models import SyntheticInit
-from infer_ref.conformance.engines.checkpoints import EngineCheckpoint, Style, WeightEdit
-from infer_ref.conformance.engines.long_checkpoints import GEMMA3_W512, LLAMA3_ROPE8192
+from infer_ref.conformance.engines.workloads.checkpoints import EngineCheckpoint, Style, WeightEdit
+from infer_ref.conformance.engines.workloads.long_checkpoints import GEMMA3_W512, LLAMA3_ROPE8192
 
 NUMERICS_STYLE: Style = "t5"
 LOW_DTYPES = (torch.bfloat16, torch.float16)
@@ -95,7 +95,8 @@ _POST_NORMS = ("post_attention_layernorm.weight", "post_feedforward_layernorm.we
 
 
 def one_plus_w_weights(name: str, dim: int, dtype: torch.dtype) -> Tensor:
-    """The norm weight ``[dim]`` of the coherent-norm checkpoint for ``dtype`` (cycling through its values)."""
+    """The norm weight ``[dim]`` of the coherent-norm checkpoint for ``dtype`` (cycling through its
+    values)."""
     values = _POST_W[dtype] if name.endswith(_POST_NORMS) else _PRE_W[dtype]
     return torch.tensor([values[i % len(values)] for i in range(dim)], dtype=torch.float32)
 

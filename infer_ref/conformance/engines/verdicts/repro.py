@@ -159,32 +159,55 @@ def run(engine, requests):
 
 def generic_snippet(start: EngineStart) -> str:
     """A repro script's ``start_engine`` and ``run`` for any factory or endpoint, through the protocol."""
-    return _GENERIC.format(factory=start.factory, options=start.options, kwargs=start.kwargs, endpoint=start.endpoint)
+    return _GENERIC.format(
+        factory=start.factory, options=start.options, kwargs=start.kwargs, endpoint=start.endpoint
+    )
 
 
 def repro_dir() -> Path:
     return Path(os.environ.get(REPRO_DIR_ENV, "engine-repros"))
 
 
-def write_repro(
-    handle: EngineHandle,
-    test: str,
-    model_dir: Path,
-    requests: Sequence[EngineRequest],
-    schedules: Sequence[Sequence[Sequence[int]]],
-    summary: str,
-    tolerance: float,
-    selects: str,
-    start: EngineStart | None = None,
-) -> str:
+@dataclass(frozen=True)
+class Case:
+    """Where a verdict is given, and what its repro needs: the test, the checkpoint folder, the
+    engine that answered, the pytest options that select that engine (``TierSettings.selects``),
+    and how it was started (for the script of an engine without ``repro_snippet()``)."""
+
+    test: str
+    model_dir: Path
+    handle: EngineHandle
+    selects: str
+    start: EngineStart | None = None
+
+    @property
+    def where(self) -> str:
+        """``test[checkpoint]``: how the ledger names where a difference was seen."""
+        return f"{self.test}[{self.model_dir.name}]"
+
+
+@dataclass(frozen=True)
+class Replay:
+    """What a repro script sends and how it judges: ``requests``, each of ``schedules`` a list of
+    groups of request indices sent together (a group runs after the one before it), compared at
+    ``tolerance`` nats."""
+
+    requests: Sequence[EngineRequest]
+    schedules: Sequence[Sequence[Sequence[int]]]
+    tolerance: float
+
+
+def write_repro(case: Case, replay: Replay, summary: str) -> str:
     """Write the repro script of one failure; the ``repro:`` line(s) to put in the test's message.
 
-    ``selects`` holds the pytest options that select the engine (``EngineTier.selects``); ``start``
-    how the engine was started, for the script of an engine without ``repro_snippet()``. The pytest
-    command that runs this test on this engine and checkpoint is always given; a script too where one
-    can be written (the adapter's own snippet, else one through the protocol)."""
-    command = (f"repro: pytest --pyargs infer_ref.conformance.engines.tests -p no:xdist -k '{test}' {selects} "
-               f"--ir-model-dir={shlex.quote(str(model_dir))}")
+    The pytest command that runs this test on this engine and checkpoint is always given; a script
+    too where one can be written (the adapter's own snippet, else one through the protocol)."""
+    test, model_dir, handle, selects, start = case.test, case.model_dir, case.handle, case.selects, case.start
+    requests, schedules, tolerance = replay.requests, replay.schedules, replay.tolerance
+    command = (
+        f"repro: pytest --pyargs infer_ref.conformance.engines.tests -p no:xdist -k '{test}' {selects} "
+        f"--ir-model-dir={shlex.quote(str(model_dir))}"
+    )
     snippet_of = getattr(handle, "repro_snippet", None)
     own = snippet_of() if callable(snippet_of) else None
     through_protocol = start is not None and bool(start.factory or start.endpoint)
@@ -196,12 +219,20 @@ def write_repro(
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{test}-{model_dir.name}")[:120] + ".py"
     path = folder / name
     needs, _, source = snippet.partition("\n")
-    path.write_text(_TEMPLATE.format(
-        test=test, engine=handle.name, model_dir=str(Path(model_dir).resolve()), summary=summary.splitlines()[0][:300],
-        filename=path.name, needs=needs.removeprefix("# needs: "), tolerance=tolerance,
-        requests=json.dumps([_request_dict(r) for r in requests]), schedules=[list(map(list, s)) for s in schedules],
-        snippet=source.strip(),
-    ))  # fmt: skip
+    path.write_text(
+        _TEMPLATE.format(
+            test=test,
+            engine=handle.name,
+            model_dir=str(Path(model_dir).resolve()),
+            summary=summary.splitlines()[0][:300],
+            filename=path.name,
+            needs=needs.removeprefix("# needs: "),
+            tolerance=tolerance,
+            requests=json.dumps([_request_dict(r) for r in requests]),
+            schedules=[list(map(list, s)) for s in schedules],
+            snippet=source.strip(),
+        )
+    )
     script = f"repro: python {path.resolve()}"
     return script if own else f"{command}\n{script}"  # the report quotes the last repro line: the script
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from infer_ref.conformance.engines.notes import write_notes
 from infer_ref.conformance.engines.protocol import CAPABILITIES
-from infer_ref.conformance.engines.tier_notes import write_notes
 from infer_ref.conformance.report import Report
 
 ROOT = Path(__file__).resolve().parents[2]
