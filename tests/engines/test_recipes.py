@@ -6,6 +6,7 @@ the two neighbours; the bfloat16 normaliser of hidden 304 is 17.375)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from infer_ref.conformance.engines.workloads.numerics_checkpoints import (
     LLAMA3_RMS_ANCHOR,
     NUMERICS_STYLE,
 )
+from infer_ref.conformance.profiles import one_thread
 from infer_ref.loader import load_model
 
 RECIPES = {r.name: r for r in (*LEGITIMATE, *BUGS)}
@@ -36,11 +38,11 @@ SAME_MATH_IN_FLOAT64 = ("eager_attention", "rms_norm_low_precision", "rope_inv_f
 
 
 @pytest.fixture(scope="module")
-def folders(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    torch.set_num_threads(1)
+def folders(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Path]]:
     specs = (LLAMA3_RMS_ANCHOR, GEMMA3_HIDDEN304)
-    written = write_all(tmp_path_factory.mktemp("numerics"), specs=specs, styles=(NUMERICS_STYLE,))
-    return {spec.architecture["model_type"]: folder for spec, folder in zip(specs, written, strict=True)}
+    with one_thread():  # the module on one thread
+        written = write_all(tmp_path_factory.mktemp("numerics"), specs=specs, styles=(NUMERICS_STYLE,))
+        yield {spec.architecture["model_type"]: folder for spec, folder in zip(specs, written, strict=True)}
 
 
 def _logits(folder: Path, dtype: torch.dtype, recipe: Recipe | None) -> torch.Tensor:
