@@ -10,7 +10,9 @@
 - ``gpu``: ``pytest -m gpu`` with a worker per core (the kernels' tests compile for minutes: with
   fewer workers it does not fit);
 - ``engine``: the engine tier on CUDA for infer_ref's Engine in bfloat16 (``infer-ref conformance
-  --engine infer_ref``), one process, beside the two above (it would not fit after them);
+  --engine infer_ref``), one process on four threads, beside ``pytest -m gpu`` (it would not fit
+  after it); the README's command runs alone before both (its workers take every core: beside it,
+  the engine tier's oracle threads slowed both, 392 s and 476 s instead of 121 s and 193 s alone);
 - ``golden``: ``infer-ref golden verify`` of the CUDA golden files on CUDA, after the engine tier;
 - ``bench``: the benchmark gate ``pytest -m benchmark tests/benchmarks``, alone (timings), saved
   with ``--benchmark-save`` and compared with ``--benchmark-compare`` against the committed
@@ -114,7 +116,8 @@ def machine_id() -> str:
 
 
 def stages(work: Path, out: Path, standin: bool, fail: str | None) -> tuple[list[Stage], list[Stage], Stage]:
-    """(the main lane, the lane beside it, the benchmark stage after both)."""
+    """(the main lane: the README's command alone, then pytest -m gpu; the lane beside pytest -m gpu; the
+    benchmark stage after both)."""
     py = sys.executable
     pytest_cmd = [py, "-m", "pytest", "-p", "no:cacheprovider"]
     cli = [py, "-m", "infer_ref.cli"]
@@ -138,6 +141,7 @@ def stages(work: Path, out: Path, standin: bool, fail: str | None) -> tuple[list
         Stage("engine", "engine tier: infer_ref's Engine on CUDA in bfloat16",
               [*cli, "conformance", "--engine", "infer_ref", "--dtype", "bfloat16", "--engine-option", "device=cuda",
                "--", f"--junitxml={work / 'engine.xml'}", "-q"],
+              env={"OMP_NUM_THREADS": "4"},  # the oracle's float64 threads, beside pytest -m gpu's workers
               junit=work / "engine.xml", cwd=work),  # from outside the checkout, as an engine team runs it
         Stage("golden", f"golden verify of the {len(golden_files)} CUDA golden files on CUDA",
               [*cli, "golden", "verify", *golden_files, "--device", "cuda", "--json", str(work / "golden.json")],
@@ -281,9 +285,11 @@ def run(out: Path, budget: float, standin: bool, fail: str | None, install_s: fl
         work = Path(tmp)
         main, beside, bench = stages(work, out, standin, fail)
         runner = Runner(work, out, time.monotonic() + budget, info)
+        readme, after_readme = main[0], main[1:]
+        runner.run(readme)  # alone: its workers take every core
         side = threading.Thread(target=runner.lane, args=(beside,))
         side.start()
-        runner.lane(main)
+        runner.lane(after_readme)
         side.join()
         runner.run(bench)
         saved = sorted((work / "benchmarks").glob("*/*_gpu-ci.json"))
