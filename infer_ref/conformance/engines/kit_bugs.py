@@ -29,6 +29,7 @@ from infer_ref.attention import HeadTransform, cached_attention
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.conformance.engines.adapters.infer_ref_engine import InferRefEngine
 from infer_ref.conformance.engines.mutants import ModelPatch, PlantedBug, planted_factory
+from infer_ref.conformance.engines.recipes import replace_attend
 from infer_ref.conformance.mutants import (
     BUG_CLASSES,
     EXTRA_BUG_CLASSES,
@@ -66,26 +67,20 @@ def _attend_with(
 ) -> ModelPatch:
     """A patch replacing each attention's ``attend`` by one whose head transform is ``transform_qkv``."""
 
-    def patch(model: Any) -> None:
-        for block in model.layers:
-            attn = block.self_attn
+    def attend(
+        self: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        transform: HeadTransform,
+        step: Any,
+        kv_cache: Any,
+        layer_idx: int,
+    ) -> Tensor:
+        q, k, v = transform_qkv(self, q, k, v, transform)
+        return cached_attention(kv_cache, layer_idx, q, k, v, step.mask(layer_idx), self.scale)
 
-            def attend(
-                self: Any,
-                q: Tensor,
-                k: Tensor,
-                v: Tensor,
-                transform: HeadTransform,
-                step: Any,
-                kv_cache: Any,
-                layer_idx: int,
-            ) -> Tensor:
-                q, k, v = transform_qkv(self, q, k, v, transform)
-                return cached_attention(kv_cache, layer_idx, q, k, v, step.mask(layer_idx), self.scale)
-
-            attn.attend = types.MethodType(attend, attn)
-
-    return patch
+    return lambda model: replace_attend(model, attend)
 
 
 def _v_rotated(

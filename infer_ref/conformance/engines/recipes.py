@@ -61,34 +61,40 @@ def patched(model: Any, recipe: Recipe) -> Any:
 # -- attention ------------------------------------------------------------------------------------
 
 
+# (the attention module, q, k, v, its head transform, the step, the KV cache, the layer) -> its output:
+# what an attention block's ``attend`` computes once its projections are made
+Attend = Callable[[Any, Tensor, Tensor, Tensor, HeadTransform, Any, Any, int], Tensor]
+
+
+def replace_attend(model: Any, attend: Attend) -> None:
+    """Every attention block of the loaded ``model`` computes ``attend`` (bound to the block) in place
+    of its own: nothing global is touched."""
+    for block in model.layers:
+        block.self_attn.attend = types.MethodType(attend, block.self_attn)
+
+
 def _with_attention(core: Callable[[Tensor, Tensor, Tensor, Tensor | None, float], Tensor]) -> ModelPatch:
     """A patch whose attention, after the head transform, is ``core(q, k, v, mask, scale)`` (no cache:
     the recipes are measured on full forwards)."""
 
-    def patch(model: Any) -> None:
-        for block in model.layers:
-            attn = block.self_attn
+    def attend(
+        self: Any,
+        q: Tensor,
+        k: Tensor,
+        v: Tensor,
+        transform: HeadTransform,
+        step: Any,
+        kv_cache: Any,
+        layer_idx: int,
+    ) -> Tensor:
+        if kv_cache is not None:
+            raise ValueError("recipe attention patches are for full forwards without a cache")
+        q, k = transform.apply(q, k)
+        groups = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)  # [B, H, S, D]
+        return core(q, k, v, step.mask(layer_idx), self.scale)
 
-            def attend(
-                self: Any,
-                q: Tensor,
-                k: Tensor,
-                v: Tensor,
-                transform: HeadTransform,
-                step: Any,
-                kv_cache: Any,
-                layer_idx: int,
-            ) -> Tensor:
-                if kv_cache is not None:
-                    raise ValueError("recipe attention patches are for full forwards without a cache")
-                q, k = transform.apply(q, k)
-                groups = q.shape[1] // k.shape[1]
-                k, v = k.repeat_interleave(groups, 1), v.repeat_interleave(groups, 1)  # [B, H, S, D]
-                return core(q, k, v, step.mask(layer_idx), self.scale)
-
-            attn.attend = types.MethodType(attend, attn)
-
-    return patch
+    return lambda model: replace_attend(model, attend)
 
 
 def _scores(q: Tensor, k: Tensor, mask: Tensor | None, scale: float) -> Tensor:
