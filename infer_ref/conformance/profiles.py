@@ -57,13 +57,27 @@ def one_torch_thread() -> Iterator[None]:
         yield
 
 
+# Holders of one_thread() now, and the thread count before the first of them. Counted, not saved per
+# block: pytest tears fixtures of different scopes down in an order that is not always the reverse of
+# their set-up (seen with pytest 8.0: a module fixture of a conftest finalized before the test
+# module's own), and a per-block save would then restore the count another block set.
+_ONE_THREAD_HOLDERS = 0
+_THREADS_BEFORE_ONE = 0
+
+
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
-    """torch on one intra-op thread inside the block, the thread count before it restored after."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
+    """torch on one intra-op thread while any such block is open; when the last one closes (in
+    whatever order they close), the thread count before the first is restored."""
+    global _ONE_THREAD_HOLDERS, _THREADS_BEFORE_ONE
+    if _ONE_THREAD_HOLDERS == 0:
+        _THREADS_BEFORE_ONE = torch.get_num_threads()
+        torch.set_num_threads(1)
+    _ONE_THREAD_HOLDERS += 1
     try:
         yield
     finally:
-        torch.set_num_threads(before)
+        _ONE_THREAD_HOLDERS -= 1
+        if _ONE_THREAD_HOLDERS == 0:
+            torch.set_num_threads(_THREADS_BEFORE_ONE)
 

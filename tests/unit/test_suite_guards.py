@@ -80,3 +80,25 @@ def test_a_test_leaving_state_changed_fails_naming_it_and_restoring_fixtures_pas
     assert "os.environ['INFER_REF_PLANTED']: '<unset>' -> '1'" in out
     before, after = (int(n) for n in re.search(r"torch.get_num_threads\(\): (\d+) -> (\d+)", out).groups())
     assert after == before + 1
+
+
+def test_one_thread_blocks_closed_out_of_order_restore_the_count_before_the_first() -> None:
+    # pytest may finalize fixtures of two scopes in the order they were set up: the count must come
+    # back all the same (a per-block save restored the count the other block had set: 1).
+    import torch
+
+    from infer_ref.conformance.profiles import one_thread
+
+    original = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        first, second = one_thread(), one_thread()
+        first.__enter__()
+        second.__enter__()
+        assert torch.get_num_threads() == 1
+        first.__exit__(None, None, None)
+        assert torch.get_num_threads() == 1  # the second block still holds it
+        second.__exit__(None, None, None)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(original)
