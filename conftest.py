@@ -39,7 +39,12 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def _own_suite(config: pytest.Config) -> bool:
-    return config.rootpath == Path(__file__).resolve().parent
+    """This repository's own suite: not the kit judging an implementation or an engine (run from the
+    checkout too), whose state is that engine's business."""
+    judging = any(
+        config.getoption(option, default=None) for option in ("--ir-engine", "--ir-endpoint", "--ir-impl")
+    )
+    return config.rootpath == Path(__file__).resolve().parent and not judging
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -77,10 +82,14 @@ def _torch_state() -> dict[str, Any]:
         "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": cuda.matmul.allow_fp16_reduced_precision_reduction,
         "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": cuda.matmul.allow_bf16_reduced_precision_reduction,
         "torch.backends.cuda sdp backends (flash, mem_efficient, math)": (
-            cuda.flash_sdp_enabled(), cuda.mem_efficient_sdp_enabled(), cuda.math_sdp_enabled()
+            cuda.flash_sdp_enabled(),
+            cuda.mem_efficient_sdp_enabled(),
+            cuda.math_sdp_enabled(),
         ),
         "torch.backends.cudnn (allow_tf32, deterministic, benchmark)": (
-            cudnn.allow_tf32, cudnn.deterministic, cudnn.benchmark
+            cudnn.allow_tf32,
+            cudnn.deterministic,
+            cudnn.benchmark,
         ),
     }
 
