@@ -21,6 +21,7 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
 from infer_ref.conformance.engines.registry import record
+from infer_ref.conformance.engines.workers.vllm_capabilities import CAPABILITIES
 
 ENGINE = record("vllm")
 PYTHON_ENV = ENGINE.python_env
@@ -94,20 +95,4 @@ def run(llm, requests):
 
 
 # Everything the tier can ask of vLLM offline (the worker reports the same after a start).
-start_vllm.capabilities = frozenset(  # type: ignore[attr-defined]
-    {
-        "prompt_logprobs",
-        "seed",
-        "stop_strings",
-        "cached_tokens",
-        "reset_prefix_cache",
-        "chunked_prefill",
-        "kv_budget",
-        "block_size",
-        "batch",
-        "top_k_top_p",
-        "ignore_eos",
-        "prefix_caching",
-        "top_logprobs",
-    }
-)
+start_vllm.capabilities = frozenset({*CAPABILITIES, "prefix_caching"})  # type: ignore[attr-defined]

@@ -24,23 +24,9 @@ os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 # A sibling module (the script's folder is on sys.path), imported after the environment is set.
+from vllm_capabilities import CAPABILITIES
 from vllm_options import declined_dtype, llm_kwargs
 from worker_loop import NotInstalled, Refused, serve
-
-CAPABILITIES = (
-    "prompt_logprobs",
-    "seed",
-    "stop_strings",
-    "cached_tokens",
-    "reset_prefix_cache",
-    "chunked_prefill",
-    "kv_budget",
-    "block_size",
-    "batch",
-    "top_k_top_p",
-    "ignore_eos",
-    "top_logprobs",
-)
 
 _engine: dict[str, Any] = {}  # "llm": the vllm.LLM, "vllm": the module
 
