@@ -30,7 +30,7 @@ from torch import Tensor
 from infer_ref.attention import HeadTransform, cached_attention
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.conformance.engines.adapters.infer_ref_engine import InferRefEngine
-from infer_ref.conformance.engines.mutants import ModelPatch, PlantedBug, planted_factory
+from infer_ref.conformance.engines.mutants import RECIPE_BUG_CLASSES, ModelPatch, PlantedBug, planted_factory
 from infer_ref.conformance.engines.recipes import (
     embed_normaliser_bf16,
     replace_attend,
@@ -181,10 +181,6 @@ class GlobalFromSlidingView(PagedKVCache):
 
 # -- the mutants ---------------------------------------------------------------------------------
 
-# A low-precision class of no kit mutant (the kit's attention is torch's SDPA, which it does not knob):
-# judged by the engine tier's recipe verdict on the numerics checkpoints alone.
-SOFTMAX_SUM_LOW_PRECISION = "attention softmax sum accumulated in low precision"
-
 KIT_BUG_MUTANTS = (
     PlantedBug(
         "engine_rope_no_offset",
@@ -290,7 +286,7 @@ KIT_BUG_MUTANTS = (
     ),
     PlantedBug(
         "engine_softmax_sum_low_precision",
-        SOFTMAX_SUM_LOW_PRECISION,
+        RECIPE_BUG_CLASSES[0],
         doc="Attention's softmax sum accumulated key by key in the model dtype.",
         model_patch=with_attention(softmax_accumulated_low),
     ),
