@@ -127,11 +127,12 @@ def _closed_port() -> int:
 
 @pytest.mark.kit_run
 def test_a_closed_endpoint_judges_nothing_and_exits_7(tmp_path: Path) -> None:
+    # pytest itself (the command refuses a closed port before pytest starts: test_preflight.py)
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     report = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "infer_ref.cli", "conformance", "--endpoint", url, "--model-dir", str(LLAMA),
-         "--report", str(report)],
+        [sys.executable, "-m", "pytest", "--pyargs", "infer_ref.conformance.engines.tests", f"--ir-endpoint={url}",
+         f"--ir-model-dir={LLAMA}", f"--ir-report={report}", "-p", "no:cacheprovider"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     output = proc.stdout + proc.stderr
@@ -142,3 +143,17 @@ def test_a_closed_endpoint_judges_nothing_and_exits_7(tmp_path: Path) -> None:
     written = json.loads(report.read_text())
     assert written["verdict"] == NOTHING_JUDGED and written["totals"]["counts"]["failed"] == 0
     assert written["totals"]["counts"]["not judged"] > 0 and "Connection refused" in written["not_judged"]
+
+
+def test_the_command_refuses_a_closed_endpoint_in_one_line_before_pytest(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "infer_ref.cli", "conformance", "--endpoint", url, "--model-dir", str(LLAMA),
+         "--report", str(tmp_path / "r.json")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == EXIT_NOT_JUDGED and proc.stdout == "", proc.stdout[-3000:]
+    assert proc.stderr.splitlines() == [f"infer-ref: error: --endpoint {url}: nothing accepts connections at "
+                                        f"127.0.0.1:{url.split(':')[2].split('/')[0]} (Connection refused): start the "
+                                        "server first, or pass the URL it listens on"]  # fmt: skip
+    assert not (tmp_path / "r.json").exists()  # nothing was judged, so no report claims anything
