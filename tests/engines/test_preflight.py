@@ -77,7 +77,7 @@ def test_the_engine_started_by_the_check_is_the_tiers_first_start_not_a_second(t
 def test_a_kept_start_for_other_settings_is_stopped_not_adopted(tmp_path: Path) -> None:
     preflight.start_first(_settings("counting", tmp_path), [tmp_path])
     other = EngineSession(TierSettings(engine=f"{__name__}:counting", dtype="bfloat16", model_dirs=(tmp_path,)))
-    assert other.started == {} and STOPS == [tmp_path.name]
+    assert other.started == {} and [tmp_path.name] == STOPS
 
 
 def test_a_factory_that_raises_everywhere_is_refused_in_one_line_with_exit_7(tmp_path: Path) -> None:
