@@ -27,7 +27,9 @@ from infer_ref.fileio import replace_between_markers
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "engine-results"
-LARGEST = re.compile(r"^largest difference from the oracle: (?P<nats>[0-9.e+-]+) nats .*; tolerance (?P<tolerance>[0-9.e+-]+) ")
+LARGEST = re.compile(
+    r"^largest difference from the oracle: (?P<nats>[0-9.e+-]+) nats .*; tolerance (?P<tolerance>[0-9.e+-]+) "
+)
 
 
 def _report(path: Path) -> dict:
@@ -58,7 +60,9 @@ def oracle_distances(results: Path = RESULTS) -> str:
             within.append(f"{engine} {nats}")
             continue
         failed = report.get("totals", {}).get("counts", {}).get("failed", 0)
-        past.append(f"{engine} {nats} ({f'{failed} failed' if failed else 'expected failures, its xfails file'})")
+        past.append(
+            f"{engine} {nats} ({f'{failed} failed' if failed else 'expected failures, its xfails file'})"
+        )
     text = ", ".join(within)
     if past:
         text += "; past it: " + ", ".join(past)
@@ -97,7 +101,9 @@ def block_in(page: Path, name: str) -> str:
 
 def stale_blocks(root: Path = ROOT) -> list[str]:
     """The blocks whose page does not hold what the committed results give, as ``page: name``."""
-    return [f"{page}: {name}" for name, (page, make) in BLOCKS.items() if block_in(root / page, name) != make()]
+    return [
+        f"{page}: {name}" for name, (page, make) in BLOCKS.items() if block_in(root / page, name) != make()
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -76,7 +76,9 @@ def test_the_engine_started_by_the_check_is_the_tiers_first_start_not_a_second(t
 
 def test_a_kept_start_for_other_settings_is_stopped_not_adopted(tmp_path: Path) -> None:
     preflight.start_first(_settings("counting", tmp_path), [tmp_path])
-    other = EngineSession(TierSettings(engine=f"{__name__}:counting", dtype="bfloat16", model_dirs=(tmp_path,)))
+    other = EngineSession(
+        TierSettings(engine=f"{__name__}:counting", dtype="bfloat16", model_dirs=(tmp_path,))
+    )
     assert other.started == {} and [tmp_path.name] == STOPS
 
 
@@ -105,23 +107,33 @@ def _closed_port() -> int:
 
 def test_an_endpoint_where_nothing_listens_is_refused_at_once() -> None:
     url = f"http://127.0.0.1:{_closed_port()}/v1"
-    with pytest.raises(EngineUnavailable, match=rf"^--endpoint {url}: nothing accepts connections at 127\.0\.0\.1:\d+ \(Connection refused\)"):
+    with pytest.raises(
+        EngineUnavailable,
+        match=rf"^--endpoint {url}: nothing accepts connections at 127\.0\.0\.1:\d+ \(Connection refused\)",
+    ):
         preflight.check_reachable(url)
 
 
-@pytest.mark.parametrize("url", ["127.0.0.1:8000/v1", "ftp://127.0.0.1/v1", "http:///v1", "http://127.0.0.1:99999/v1"])
+@pytest.mark.parametrize(
+    "url", ["127.0.0.1:8000/v1", "ftp://127.0.0.1/v1", "http:///v1", "http://127.0.0.1:99999/v1"]
+)
 def test_an_endpoint_that_is_no_http_url_is_a_usage_error(url: str) -> None:
     with pytest.raises(UsageError, match="^--endpoint "):
         preflight.check_reachable(url)
 
 
-def test_a_port_that_accepts_but_never_answers_http_is_refused_after_the_short_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_port_that_accepts_but_never_answers_http_is_refused_after_the_short_timeout(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     monkeypatch.setattr(preflight, "HTTP_TIMEOUT_S", 0.3)
     with socket.socket() as mute:
         mute.bind(("127.0.0.1", 0))
         mute.listen()
         url = f"http://127.0.0.1:{mute.getsockname()[1]}/v1"
-        with pytest.raises(EngineUnavailable, match="accepts connections but GET .*/v1/models got no HTTP answer within 0.3 s"):
+        with pytest.raises(
+            EngineUnavailable,
+            match="accepts connections but GET .*/v1/models got no HTTP answer within 0.3 s",
+        ):
             preflight.check_reachable(url)
 
 
@@ -137,7 +149,9 @@ def test_a_server_that_answers_http_passes_even_with_an_error_status() -> None:
     server = http.server.HTTPServer(("127.0.0.1", 0), _NotFound)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        preflight.check_reachable(f"http://127.0.0.1:{server.server_address[1]}/v1")  # what it serves: the tests judge
+        preflight.check_reachable(
+            f"http://127.0.0.1:{server.server_address[1]}/v1"
+        )  # what it serves: the tests judge
     finally:
         server.shutdown()
         server.server_close()
@@ -168,8 +182,12 @@ def test_a_package_the_interpreter_finds_passes_without_importing_it(monkeypatch
         pytest.skip("no second interpreter to ask")
     monkeypatch.setenv("INFER_REF_VLLM_PYTHON", other)
     preflight.check_installed("vllm")  # another interpreter, asked in a child process
-    monkeypatch.setitem(preflight.BY_NAME, "vllm", dataclasses.replace(found, module="no_such_engine_package"))
-    with pytest.raises(EngineUnavailable, match=f"not installed in {other}: no module named 'no_such_engine_package'"):
+    monkeypatch.setitem(
+        preflight.BY_NAME, "vllm", dataclasses.replace(found, module="no_such_engine_package")
+    )
+    with pytest.raises(
+        EngineUnavailable, match=f"not installed in {other}: no module named 'no_such_engine_package'"
+    ):
         preflight.check_installed("vllm")
 
 

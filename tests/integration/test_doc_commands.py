@@ -50,7 +50,9 @@ def _ours(prefix: tuple[str, ...]) -> list[tuple[str, list[str]]]:
 INFER_REF = _ours(("infer-ref",))
 SCRIPTS = [(w, words) for w, words in documented_commands()
            if words[0] in ("python", "python3", "bash") and len(words) > 1 and words[1].startswith("scripts/")]  # fmt: skip
-MODULES = [(w, words) for w, words in documented_commands() if words[:2] in (["python", "-m"], ["python3", "-m"])]
+MODULES = [
+    (w, words) for w, words in documented_commands() if words[:2] in (["python", "-m"], ["python3", "-m"])
+]
 
 
 # modules the docs run in another Python: each engine's venv (its registry record), the mutation tool
