@@ -7,8 +7,9 @@ transformers' (infer_ref's model computes it bit for bit). Engines legitimately 
 weight (the two orders of Llama's norm rounding: the canonical one rounds ``x * rstd`` first), a
 float32 residual stream, fused residual-add + RMSNorm kernels (the norm reading the float32 sum;
 the projection's product added unrounded and the sum rounded once), Gemma's embedding normaliser
-kept in float32 (llama.cpp, on purpose), and stochastic rounding of every projection (a Monte-Carlo-arithmetic stand-in for the
-accumulation orders of other kernels). Their spread is what a correct engine may do.
+kept in float32 (llama.cpp, on purpose), and stochastic rounding of every projection (a
+Monte-Carlo-arithmetic stand-in for the accumulation orders of other kernels). Their spread is what
+a correct engine may do.
 
 The bugs (:data:`BUGS`) each round one quantity once in the wrong dtype, the way engines shipped
 them: RMSNorm's mean square and rsqrt in the activation dtype, Gemma's ``1 + w`` in the weight
@@ -37,6 +38,7 @@ from torch import Tensor
 from infer_ref.attention import HeadTransform
 from infer_ref.conformance.mutants import Knobs, _gemma_embed_unrounded, _patch_precision
 from infer_ref.models.common import DecodeLinear, Normed, RMSNorm
+from infer_ref.norm import rms_norm
 
 ModelPatch = Callable[[Any], None]
 _GEMMA, _PRE_NORM = ("gemma3_text",), ("llama", "qwen3")
@@ -159,6 +161,13 @@ def logits_in_float32(model: Any) -> None:
     model.logits = types.MethodType(logits, model)
 
 
+def _replace_modules(model: Any, kind: type, forward: Callable[..., Tensor]) -> None:
+    """Every module of ``kind`` in the loaded ``model`` computes ``forward`` (bound to it)."""
+    for module in model.modules():
+        if isinstance(module, kind):
+            module.forward = types.MethodType(forward, module)  # type: ignore[attr-defined]
+
+
 def residual_in_float32(model: Any) -> None:
     """The residual stream kept in float32: each projection reads its input rounded to the weights'
     dtype, and the residual add happens in float32 (llama.cpp's f32 activations between kernels)."""
@@ -170,9 +179,7 @@ def residual_in_float32(model: Any) -> None:
             y = out_norm(y)
         return y if residual is None else residual.float() + y.float()
 
-    for module in model.modules():
-        if isinstance(module, DecodeLinear):
-            module.forward = types.MethodType(forward, module)  # type: ignore[method-assign]
+    _replace_modules(model, DecodeLinear, forward)
 
 
 def _wide(dtype: torch.dtype) -> torch.dtype:
@@ -227,19 +234,13 @@ def fused_add_norm(
             latest[:] = [(stored, total)]
             return stored
 
-        def norm_forward(self: Any, x: Tensor, own: Callable[[Tensor], Tensor]) -> Tensor:
+        def norm_forward(self: Any, x: Tensor) -> Tensor:
             if norm_reads_wide_sum and latest and x is latest[0][0]:
                 return _norm_of_wide(self, latest[0][1], x.dtype)
-            return own(x)
+            return rms_norm(x, self.weight, self.eps, unit_offset=self.unit_offset)  # the module's own
 
-        for module in model.modules():
-            if isinstance(module, DecodeLinear):
-                module.forward = types.MethodType(forward, module)  # type: ignore[method-assign]
-            elif isinstance(module, RMSNorm):  # Gemma's too: the stream's norms
-                own = module.forward
-                module.forward = types.MethodType(  # type: ignore[method-assign]
-                    lambda self, x, own=own: norm_forward(self, x, own), module
-                )
+        _replace_modules(model, DecodeLinear, forward)
+        _replace_modules(model, RMSNorm, norm_forward)  # Gemma's too: the stream's norms
 
     return patch
 
@@ -260,9 +261,7 @@ def _rms_variance_sequential_low(self: Any, x: Tensor) -> Tensor:
 
 
 def rms_variance_sequential_low(model: Any) -> None:
-    for module in model.modules():
-        if isinstance(module, RMSNorm):
-            module.forward = types.MethodType(_rms_variance_sequential_low, module)  # type: ignore[method-assign]
+    _replace_modules(model, RMSNorm, _rms_variance_sequential_low)
 
 
 def embed_normaliser_in_float32(model: Any) -> None:
@@ -310,9 +309,7 @@ def stochastic_rounding(seed: int) -> ModelPatch:
                 y = out_norm(y)
             return y if residual is None else residual + y
 
-        for module in model.modules():
-            if isinstance(module, DecodeLinear):
-                module.forward = types.MethodType(forward, module)  # type: ignore[method-assign]
+        _replace_modules(model, DecodeLinear, forward)
 
     return patch
 
