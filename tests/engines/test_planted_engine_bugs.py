@@ -116,12 +116,15 @@ def _recipe_verdict(engine: str, dtype: str, *, long_context: bool = False) -> s
         ("engine_gemma_one_plus_w_low_precision", ("gemma3-numerics-one-plus-w",)),
         ("engine_rms_norm_low_precision", ("gemma3-numerics-one-plus-w",)),
         ("engine_softmax_sum_low_precision", ("llama3-numerics-softmax-sink",)),
+        ("engine_rms_variance_sequential_low_precision", ("llama3-numerics-softmax-sink",)),
+        ("engine_fused_add_norm_truncated", ("llama3-numerics-softmax-sink",)),
     ],
 )
 def test_recipe_verdict_fails_recipe_errors_and_passes_correct_recipes(planted: str, fails_on: tuple[str, ...], dtype: str) -> None:
     """On the numerics checkpoints the signed statistics fail a recipe error planted in the Engine (on
     the coherent-norm checkpoint, whose norms all round one way; on the sink checkpoint, whose softmax
-    sums all lose the same terms), and pass the unbroken Engine and Gemma's normaliser kept in float32
+    sums all lose the same terms and whose constant query channel dwarfs the others in every mean
+    square and every stream), and pass the unbroken Engine and Gemma's normaliser kept in float32
     (docs/low-precision.md, "Recipe errors")."""
     _assert_recipe_verdict(planted, dtype, fails_on)
 

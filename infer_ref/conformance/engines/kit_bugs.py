@@ -33,8 +33,11 @@ from infer_ref.conformance.engines.adapters.infer_ref_engine import InferRefEngi
 from infer_ref.conformance.engines.mutants import RECIPE_BUG_CLASSES, ModelPatch, PlantedBug, planted_factory
 from infer_ref.conformance.engines.recipes import (
     embed_normaliser_bf16,
+    fused_add_norm,
     replace_attend,
+    rms_variance_sequential_low,
     softmax_accumulated_low,
+    truncate_toward_zero,
     with_attention,
 )
 from infer_ref.conformance.mutants import (
@@ -295,6 +298,18 @@ KIT_BUG_MUTANTS = (
         BUG_CLASSES[12],
         doc="Gemma's embedding normaliser rounded to bfloat16 whatever the dtype.",
         model_patch=embed_normaliser_bf16,
+    ),
+    PlantedBug(
+        "engine_rms_variance_sequential_low_precision",
+        EXTRA_BUG_CLASSES[0],
+        doc="RMSNorm's mean square accumulated channel by channel in the model dtype.",
+        model_patch=rms_variance_sequential_low,
+    ),
+    PlantedBug(
+        "engine_fused_add_norm_truncated",
+        RECIPE_BUG_CLASSES[1],
+        doc="A fused residual add + RMSNorm storing the stream truncated toward zero at every call.",
+        model_patch=fused_add_norm(truncate_toward_zero, product_wide=False, norm_reads_wide_sum=True),
     ),
 )
 

@@ -53,8 +53,9 @@ def test_recipe_statistics_within_calibrated_spread(
     the chosen token's signed error, each with its standard error, judged against the calibration.
 
     Guards: *RMSNorm accumulated or scaled in low precision*, *Gemma's 1 + w formed in low precision*,
-    *attention softmax sum accumulated in low precision*, *embed scale not rounded to dtype* (Gemma's
-    normaliser rounded in bfloat16 in a float16 engine)."""
+    *attention softmax sum accumulated in low precision*, *residual stream truncated by a fused add +
+    norm*, *embed scale not rounded to dtype* (Gemma's normaliser rounded in bfloat16 in a float16
+    engine)."""
     _judge_numerics(
         model_dir, engines, started, "test_recipe_statistics_within_calibrated_spread", TIER_JUDGED
     )
