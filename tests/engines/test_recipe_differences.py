@@ -99,7 +99,7 @@ def test_the_generated_block_carries_each_reports_figures(tmp_path: Path) -> Non
     assert "| `llama.cpp-bfloat16.json` | llama.cpp 0.3.36 | bfloat16 | 1 passed, 1 failed |" in text
     assert (
         "| llama.cpp 0.3.36 | bfloat16 | gemma3-numerics-hidden304-t5 | 1400 | **+4.0 (t +21)** | -0.8 (t -19) | "
-        "(+0.4 (t +2)) |  | embed_normaliser_float32 (kept in float32) |"
+        "(+0.4 (t +2)) | – | embed_normaliser_float32 (kept in float32) |"
     ) in text
     assert "llama-tiny" not in text  # a distribution row of another verdict is not the recipe verdict's
 

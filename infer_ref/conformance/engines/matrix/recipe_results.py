@@ -50,7 +50,7 @@ def counts(report: dict[str, Any]) -> str:
 def cell(stat: dict[str, Any] | None) -> str:
     """``+0.9 (t +21)``; bold where it deviates, in parentheses where reported but not judged."""
     if stat is None:
-        return ""
+        return "–"
     text = f"{stat['spreads']:+.1f} (t {stat['t']:+.0f})"
     if stat["deviates"]:
         return f"**{text}**"
@@ -64,7 +64,8 @@ def block(reports: Sequence[tuple[str, dict[str, Any]]], results: Path) -> str:
         "(one report per engine and dtype). Each statistic in calibrated spreads from the correct "
         "recipes' centre, t in its own standard errors; judged ones plain, **bold** where beyond the "
         "margin (3 spreads and |t| > 5, outside the centre-to-exact range), (reported, not judged) in "
-        "parentheses.",
+        "parentheses; – not computed (the KL trend on the long prompts only; the slope and KL of an "
+        "engine that returns the chosen token alone, judged on its signed error).",
         "",
         "| report | engine | dtype | tests |",
         "|---|---|---|---|",
@@ -77,15 +78,15 @@ def block(reports: Sequence[tuple[str, dict[str, Any]]], results: Path) -> str:
         "declared recipe difference |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for _, report in reports:
-        for row in sorted(recipe_rows(report), key=lambda r: r["checkpoint"]):
-            stats = row["recipe_statistics"]
-            declared = "; ".join(f"{n} ({why})" for n, why in row.get("recipe_differences", {}).items())
-            cells = " | ".join(cell(stats.get(s)) for s in STATISTICS)
-            lines.append(
-                f"| {engine_of(report)} | {row['dtype']} | {row['checkpoint']} | {row['positions']} | "
-                f"{cells} | {declared or 'none'} |"
-            )
+    rows = [(engine_of(report), row) for _, report in reports for row in recipe_rows(report)]
+    for engine, row in sorted(rows, key=lambda er: (er[0], er[1]["dtype"], er[1]["checkpoint"])):
+        stats = row["recipe_statistics"]
+        declared = "; ".join(f"{n} ({why})" for n, why in row.get("recipe_differences", {}).items())
+        cells = " | ".join(cell(stats.get(s)) for s in STATISTICS)
+        lines.append(
+            f"| {engine} | {row['dtype']} | {row['checkpoint']} | {row['positions']} | "
+            f"{cells} | {declared or 'none'} |"
+        )
     return "\n".join(lines)
 
 

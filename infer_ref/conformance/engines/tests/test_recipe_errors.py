@@ -95,7 +95,10 @@ def _judge_numerics(
         oracle = oracle_logprobs(model_dir, request.prompt)  # [T, V]: row i predicts position i + 1
         assert out.prompt_logprobs is not None, f"request {r}: no prompt logprobs returned"
         positions += [(r, p, e, oracle[p - 1]) for p, e in enumerate(out.prompt_logprobs) if e is not None]
-    stats = run_statistics(positions, work.long)
+    # An engine without top-k alternatives (OpenVINO GenAI: "only single top logprob") is judged on
+    # the chosen token's signed error alone, the one calibrated statistic its answers give.
+    chosen_only = "top_logprobs" not in engines.capabilities
+    stats = run_statistics(positions, work.long, chosen_only=chosen_only)
     calibration = calibration_for(spec_of_folder(model_dir.name).name, engines.settings.dtype)
     everything = judge_run(stats, calibration)
     judged = {name: j for name, j in everything.items() if name in judged_names}
@@ -115,6 +118,7 @@ def _judge_numerics(
     signed = {
         k: v
         for name in ("slope", "chosen_error")
+        if name in stats
         for k, v in ((name, stats[name].value), (f"{name}_se", stats[name].se))
     }
     engines.ledger.distributions.append(
@@ -149,6 +153,7 @@ def _judge_numerics(
             "the engine declares a recipe difference here (inside the correct recipes' spread, which "
             "holds it): " + "; ".join(f"{name} ({why})" for name, why in differences.items())
         )
+    assert judged, f"no statistic of {', '.join(judged_names)} could be computed from the engine's answers"
     assert not failures, (
         f"a recipe error on {model_dir.name} in {engines.settings.dtype} ({len(positions)} positions):\n"
         + "\n".join(failures)
