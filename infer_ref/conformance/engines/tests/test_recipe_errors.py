@@ -150,8 +150,9 @@ def _judge_numerics(
     )
     if failures and differences:
         failures.append(
-            "the engine declares a recipe difference here (inside the correct recipes' spread, which "
-            "holds it): " + "; ".join(f"{name} ({why})" for name, why in differences.items())
+            "the engine declares a recipe difference here, which the correct recipes' spread already "
+            "holds (a deviation past the margin is more than it): "
+            + "; ".join(f"{name} ({why})" for name, why in differences.items())
         )
     assert judged, f"no statistic of {', '.join(judged_names)} could be computed from the engine's answers"
     assert not failures, (
@@ -161,8 +162,8 @@ def _judge_numerics(
 
 
 def _recipe_differences_here(engines: EngineSession, model_dir: Path) -> dict[str, str]:
-    """The legitimate recipes the engine declares it differs in that change results on this
-    checkpoint in this dtype (its family, the dtype the recipe differs in), each with why."""
+    """The legitimate recipes the engine declares it differs in that apply to this checkpoint in
+    this dtype (its family, a dtype the recipe differs in), each with why."""
     model_type = json.loads((model_dir / "config.json").read_text())["model_type"]
     recipes = {recipe.name: recipe for recipe in LEGITIMATE}
     return {
