@@ -25,6 +25,7 @@ from infer_ref.conformance import blame, tiers
 from infer_ref.conformance.blame.probes import ProbeResult, Runner
 from infer_ref.conformance.blame.suite import run_probes
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES
+from infer_ref.conformance.xfail_files import matches
 from infer_ref.errors import EXIT_NOT_JUDGED  # neither conforms (0) nor does not (1): docs/errors.md
 
 OUTCOMES = ("passed", "failed", "xfailed", "not supported", "not judged", "skipped")
@@ -298,6 +299,8 @@ class Collector:
         self.config = config
         self.xfails = list(xfails or [])
         self.used_xfails: set[str] = set()
+        # Entries whose tests -k/-m left out: not run here, so neither used nor stale.
+        self.deselected_xfails: set[str] = set()
         self.after_loss = 0  # failures in a process whose CUDA context an earlier test lost
         self.adapter = adapter
         self.failed_guards: dict[str, list[str]] = {}  # failed test (not a refusal) -> the bug classes it guards
@@ -310,6 +313,10 @@ class Collector:
             dtype=str(config.getoption("--ir-dtype")),
             capabilities=capabilities,
         )
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            self.deselected_xfails.update(e for e in self.xfails if matches(item.nodeid, e))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props: dict[str, Any] = dict(report.user_properties)
@@ -367,7 +374,8 @@ class Collector:
             return
         if self.after_loss:
             self._note(f"{self.after_loss} failure(s) came after a CUDA device-side assert in the same process: rerun them alone before reading them as findings")
-        self.report.stale_xfails = [e for e in self.xfails if e not in self.used_xfails]
+        ran_or_left_out = self.used_xfails | self.deselected_xfails
+        self.report.stale_xfails = [e for e in self.xfails if e not in ran_or_left_out]
         self.report.verdict = verdict_of(self.report)
         self.report.verdict_kind = verdict_kind_of(self.report)
         self.report.expected_failures = expected_failures_of(self.report)
