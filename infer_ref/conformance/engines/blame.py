@@ -204,7 +204,7 @@ PROFILES: dict[str, Profile] = {
     "seeded tokens depend on preemption or the batch": Profile(
         "only seeded sampled requests under preemption or in a batch",
         {SEED_PREEMPTED: ALWAYS, SEED_BATCH: RARELY},
-        needs=("seed",),
+        needs=("seed", "batch"),  # preemption too needs requests that compete for the KV cache
     ),
     "EOS ignored or only partly honoured": Profile("only where an EOS ends generation", {EOS: ALWAYS}),
     "window off-by-one": Profile(
