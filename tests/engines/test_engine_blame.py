@@ -275,3 +275,9 @@ def test_the_blame_modules_import_no_engine(module: str) -> None:
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
     imported |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     assert not {m for m in imported if m.startswith(("torch", "infer_ref.engine", "transformers"))}, imported
+
+
+def test_a_case_id_that_k_cannot_take_reruns_every_case_of_the_test() -> None:
+    """pytest's -k takes no spaces or parentheses: such an id gives the function's name (its cases all run)."""
+    command = pyargs_command("t/test_cache.py::test_x[a (b)]", "--ir-impl=a:B")
+    assert command == "pytest --pyargs infer_ref.conformance.tests.test_cache -p no:xdist -k test_x --ir-impl=a:B"

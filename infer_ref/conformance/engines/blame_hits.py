@@ -16,6 +16,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ class PlantedRun:
     returncode: int
     report: dict[str, Any]
     output: str
+    failed: list[str]  # the failed test cases, ``test_x[checkpoint]``
 
     @property
     def named(self) -> str:
@@ -50,13 +52,21 @@ class PlantedRun:
 def run_planted(bug: PlantedBug, workdir: Path, *extra: str) -> PlantedRun:
     """``infer-ref conformance --engine infer_ref.conformance.engines.mutants:NAME`` on the bug's
     checkpoint, the default workload, from ``workdir``."""
-    report = workdir / f"{bug.name}.json"
+    report, junit = workdir / f"{bug.name}.json", workdir / f"{bug.name}.xml"
     command = [sys.executable, "-m", "infer_ref.cli", "conformance", "--engine",
                f"infer_ref.conformance.engines.mutants:{bug.name}", "--model-dir", str(FIXTURE_CHECKPOINTS / bug.checkpoint),
-               "--report", str(report), *extra]  # fmt: skip
+               "--report", str(report), *extra, "--", f"--junitxml={junit}"]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, cwd=workdir, timeout=900)
     data = json.loads(report.read_text()) if report.is_file() else {}
-    return PlantedRun(bug, done.returncode, data, done.stdout + done.stderr)
+    return PlantedRun(bug, done.returncode, data, done.stdout + done.stderr, failed_tests(junit))
+
+
+def failed_tests(junit: Path) -> list[str]:
+    """``test_x[checkpoint]`` of every failed test case in a JUnit XML report."""
+    if not junit.is_file():
+        return []
+    cases = ET.parse(junit).getroot().iter("testcase")
+    return [str(c.get("name")) for c in cases if c.find("failure") is not None or c.find("error") is not None]
 
 
 def row(run: PlantedRun) -> str:
