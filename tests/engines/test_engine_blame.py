@@ -280,4 +280,23 @@ def test_the_blame_modules_import_no_engine(module: str) -> None:
 def test_a_case_id_that_k_cannot_take_reruns_every_case_of_the_test() -> None:
     """pytest's -k takes no spaces or parentheses: such an id gives the function's name (its cases all run)."""
     command = pyargs_command("t/test_cache.py::test_x[a (b)]", "--ir-impl=a:B")
-    assert command == "pytest --pyargs infer_ref.conformance.tests.test_cache -p no:xdist -k test_x --ir-impl=a:B"
+    assert (
+        command
+        == "pytest --pyargs infer_ref.conformance.tests.test_cache -p no:xdist -k test_x --ir-impl=a:B"
+    )
+
+
+def test_tracebacks_pass_through_to_the_engine_tier_and_are_refused_elsewhere() -> None:
+    from infer_ref.cli.conformance import check_engine_args, pytest_args
+    from infer_ref.cli.main import build_parser
+    from infer_ref.cli.options import UsageError
+
+    parser = build_parser()
+    plain = pytest_args(parser.parse_args(["conformance", "--engine", "infer_ref"]), [])
+    assert (
+        "--ir-tracebacks" not in plain and "-rEsxX" in plain
+    )  # failures listed by the report, not FAILED lines
+    flagged = pytest_args(parser.parse_args(["conformance", "--engine", "infer_ref", "--tracebacks"]), [])
+    assert "--ir-tracebacks" in flagged and "-rfEsxX" in flagged
+    with pytest.raises(UsageError, match="--tracebacks belongs to the engine tier"):
+        check_engine_args(parser.parse_args(["conformance", "--tracebacks"]))
