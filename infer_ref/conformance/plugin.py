@@ -216,7 +216,8 @@ def _engine_tier_blame(collector: ir_report.Collector, config: pytest.Config) ->
     collector.engine_blame = blame.blame_report
     if not config.getoption("--ir-tracebacks"):
         collector.terminal_lines = failures.terminal_lines
-        config.option.tbstyle = "no"
+        if config.option.tbstyle == "auto":  # a --tb the user gave stands
+            config.option.tbstyle = "no"
 
 
 def _versions(with_hypothesis: bool = True) -> str:

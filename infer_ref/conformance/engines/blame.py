@@ -323,9 +323,7 @@ def narrow(
     best = ranked[0]
     tied = [n for n in ranked[1:] if math.isclose(scores[n], scores[best], rel_tol=1e-9)]
     blame.most_likely = best
-    blame.why = why_named(
-        best, exhibitable[best], judged, [exhibitable[n] for n in ranked[1:3] if n not in tied]
-    )
+    blame.why = why_named(exhibitable[best], judged, [exhibitable[n] for n in ranked[1:3] if n not in tied])
     if tied:
         blame.why += f"; not separated by the tier's tests from: {', '.join(tied)}"
     for name in tied:
@@ -345,7 +343,7 @@ def _families(judged: Sequence[Judged]) -> str:
     return f" on {', '.join(names)}" if names else ""
 
 
-def why_named(name: str, profile: Profile, judged: Sequence[Judged], runners_up: Sequence[Profile]) -> str:
+def why_named(profile: Profile, judged: Sequence[Judged], runners_up: Sequence[Profile]) -> str:
     """``where``; the failed tests; the passed tests that set it apart from the runners-up."""
     failed = list(dict.fromkeys(_short(j.test) for j in judged if j.failed))
     separating = [
@@ -371,15 +369,11 @@ def why_less_likely(profile: Profile, best: Profile, judged: Sequence[Judged]) -
 
 
 def _how_often(chance: float) -> str:
-    return (
-        next(
-            word
-            for level, word in ((ALWAYS, "always"), (OFTEN, "often"), (RARELY, "rarely"))
-            if chance >= level
-        )
-        if chance > NEVER
-        else "never"
-    )
+    if chance >= ALWAYS:
+        return "always"
+    if chance >= OFTEN:
+        return "often"
+    return "rarely" if chance > NEVER else "never"
 
 
 def engine_capabilities(report: Report, observed: Sequence[Observed]) -> frozenset[str] | None:
