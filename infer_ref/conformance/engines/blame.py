@@ -79,7 +79,7 @@ class Profile:
     windowed: bool = False
 
     def chance(self, test: str, family: str | None) -> float:
-        if self.windowed and family is not None and not has_windows(family):
+        if self.windowed and family is not None and without_windows(family):
             return NEVER
         return self.fails.get(test, NEVER)
 
@@ -246,9 +246,10 @@ PROFILES: dict[str, Profile] = {
 }
 
 
-def has_windows(family: str) -> bool:
-    """Whether a checkpoint folder's name says sliding-window layers (the kit's Gemma 3 checkpoints)."""
-    return "gemma" in family.lower()
+def without_windows(family: str) -> bool:
+    """Whether a checkpoint folder's name says a family with no sliding-window layers (the kit's Llama
+    and Qwen 3 checkpoints); a name that says neither is not known to lack them."""
+    return family.lower().startswith(("llama", "qwen"))
 
 
 def test_name(nodeid: str) -> str:
