@@ -46,6 +46,13 @@ class NonFiniteError(DataError):
     """A NaN or infinity where it would decide an answer (logits, weights, golden log-probs)."""
 
 
+class EngineUnavailable(InferRefError, RuntimeError):
+    """``infer-ref conformance``: the engine cannot be started or reached (not installed, nothing
+    answers at the endpoint, its factory raised at the start): nothing could be judged."""
+
+    exit_code = EXIT_NOT_JUDGED
+
+
 class OverwriteRefused(InferRefError, FileExistsError):
     """An output file exists and overwriting was not asked for."""
 

@@ -24,6 +24,7 @@ import importlib.util
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from infer_ref.cli.options import (
     DTYPES,
@@ -34,7 +35,8 @@ from infer_ref.cli.options import (
     check_user_adapter,
     user_object,
 )
-from infer_ref.conformance.engines.registry import ENGINES, known_engine
+from infer_ref.conformance.engines import preflight
+from infer_ref.conformance.engines.registry import BY_NAME, ENGINES, known_engine
 from infer_ref.errors import (
     EXIT_FAILED_CHECK,
     EXIT_INTERNAL,
@@ -44,6 +46,9 @@ from infer_ref.errors import (
     EXIT_USAGE,
 )
 from infer_ref.paths import require_config
+
+if TYPE_CHECKING:
+    from infer_ref.conformance.engines.settings import TierSettings
 
 PLUGIN = "infer_ref.conformance.plugin"
 DEFAULT_IMPL = "infer_ref.conformance.adapters.reference:INFER_REF"
@@ -218,21 +223,54 @@ def run_conformance(args: argparse.Namespace, extra: Sequence[str] = ()) -> int:
     if args.numprocesses and importlib.util.find_spec("xdist") is None:
         raise UsageError("-n needs pytest-xdist: pip install pytest-xdist")
     check_user_modules(args)
+    if args.endpoint:  # an engine that cannot be reached or started: one line, exit 7 (docs/errors.md)
+        preflight.check_reachable(args.endpoint)
+    if args.engine:
+        preflight.check_installed(args.engine)
     import pytest
 
-    if (args.engine or args.endpoint) and not args.model_dir:
-        _write_engine_checkpoints(args.long_context)
-    return conformance_exit_status(int(pytest.main(pytest_args(args, extra))))
+    from infer_ref.conformance.engines.session import stop_kept
+
+    if args.engine or args.endpoint:
+        model_dirs = [Path(d) for d in args.model_dir] if args.model_dir else _write_engine_checkpoints(args.long_context)
+        if _starts_here(args):
+            preflight.start_first(_tier_settings(args), model_dirs)
+    try:
+        return conformance_exit_status(int(pytest.main(pytest_args(args, extra))))
+    finally:
+        stop_kept()
 
 
-def _write_engine_checkpoints(long_context: bool) -> None:
+def _starts_here(args: argparse.Namespace) -> bool:
+    """Whether the pre-flight starts the engine: one that runs in this Python (infer_ref, transformers,
+    a user's factory), in a run without xdist workers (each of which starts its own)."""
+    record = BY_NAME.get(args.engine)
+    return bool(args.engine) and not args.numprocesses and (record is None or record.python_env is None)
+
+
+def _tier_settings(args: argparse.Namespace) -> TierSettings:
+    """The engine tier's settings that :func:`pytest_args` selects (the pre-flight starts that engine)."""
+    from infer_ref.conformance.engines.settings import TierSettings
+
+    return TierSettings(
+        engine=args.engine,
+        endpoint=args.endpoint,
+        dtype=args.dtype or "float32",
+        model_dirs=tuple(Path(d) for d in args.model_dir or ()),
+        consistency_given=args.consistency_tolerance,
+        engine_options=tuple(args.engine_option or ()),
+        long_context=bool(args.long_context),
+    )
+
+
+def _write_engine_checkpoints(long_context: bool) -> list[Path]:
     """The kit's engine checkpoints, written on first use before pytest starts (so the progress
     lines reach the terminal, not pytest's capture); a later run finds them cached."""
     import sys
 
     from infer_ref.conformance.engines.workloads.folders import default_model_dirs
 
-    default_model_dirs(progress=lambda line: print(line, file=sys.stderr, flush=True), long_context=long_context)
+    return list(default_model_dirs(progress=lambda line: print(line, file=sys.stderr, flush=True), long_context=long_context))
 
 
 # pytest's exit codes -> the command's (docs/errors.md). The report plugin already turns a run with no

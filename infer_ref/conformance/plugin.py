@@ -282,9 +282,8 @@ def engine_tier_header(config: pytest.Config) -> list[str]:
         f"infer_ref engine tier: {f'endpoint {endpoint}' if endpoint else f'engine {engine}'}, dtype {dtype}"
         + (", the long-context workload" if long_context else ""),
         "  checkpoints: " + (", ".join(str(d) for d in settings.model_dirs) if settings.model_dirs else kit),
-        # pytest counts the other workload's tests as "deselected" in its own lines: said here, where they are read
-        "  workload: " + ("long contexts; the default workload's tests are deselected (run without --long-context)"
-                          if long_context else "default; the long-context tests are deselected (--long-context runs them)"),
+        "  workload: " + ("long contexts (the default workload is a run without --long-context)"
+                          if long_context else "default (the long-context workload is a run of its own: --long-context)"),
         f"  tolerances: {flat:g} nats from the float64 oracle (transformers){grows if long_context else ''}; "
         f"{spread} between two schedules of the engine",
         f"  versions (the oracle's side): {_versions(with_hypothesis=False)}",

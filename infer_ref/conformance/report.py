@@ -34,6 +34,9 @@ OUTCOMES = ("passed", "failed", "xfailed", "not supported", "not judged", "skipp
 # nothing about the engine was learnt, so it is neither passed nor failed.
 NOT_JUDGED = "not judged:"
 NOTHING_JUDGED, PARTLY_JUDGED = "nothing judged", "not everything judged"
+# The verdict's kind (the JSON report's ``verdict_kind``): what the run showed, beside its tolerance
+# tier (``verdict``). A pass with tests not supported conforms only on what it supports, and says so.
+CONFORMS, CONFORMS_ON_SUPPORTED, DOES_NOT_CONFORM = "conforms", "conforms on what it supports", "does not conform"
 
 
 def bug_classes_of(item: pytest.Item, known: Sequence[str]) -> list[str]:
@@ -102,6 +105,9 @@ class Report:
     # bfloat16/float16 engine tier: per agreement test and checkpoint, the distribution summary
     # (infer_ref.conformance.engines.verdicts.distribution.Summary fields), its thresholds and what exceeded them
     distributions: list[dict] = field(default_factory=list)
+    verdict_kind: str = ""  # CONFORMS, CONFORMS_ON_SUPPORTED, DOES_NOT_CONFORM, NOTHING_JUDGED or PARTLY_JUDGED
+    # why tests were not supported, grouped: the capabilities (or the implementation's reason) -> tests
+    not_supported_reasons: dict[str, int] = field(default_factory=dict)
     # engine tier (infer_ref.conformance.engines.blame): the bug class the outcomes point to and why,
     # the classes the engine cannot exhibit (class -> the capabilities it lacks), one line per failed
     # test (what differed) and the one command that reruns the most telling failure
@@ -123,9 +129,7 @@ class Report:
             "",
             f"totals: {_counts(self.totals)}",
             "",
-            f"verdict: **{self.verdict}**" + (f" ({self.precision_tests} tests beyond the exact tier, within float32 intermediates)" if self.precision_tests else "")
-            + (f"; **{self.expected_failures}**" if self.expected_failures else "")
-            + (f"; {self.totals.counts['not judged']} tests not judged: {self.not_judged}" if self.not_judged else ""),
+            verdict_line(self),
             "",
             *_table("capability", self.by_capability, self.capabilities),
             "",
@@ -174,9 +178,46 @@ class Report:
                       + "; ".join(f"{name} (lacks {why})" for name, why in self.cannot_exhibit.items())]
         return lines
 
-    def verdict_line(self) -> str:
-        """The verdict line of the report (markdown)."""
-        return next(line for line in self.to_markdown().splitlines() if line.startswith("verdict:"))
+
+def verdict_line(report: Report) -> str:
+    """The report's headline: the verdict, what it covers (passed of all tests) and what was not
+    judged: tests not supported, grouped by why and counted, and tests whose engine never answered."""
+    counts, total = report.totals.counts, sum(report.totals.counts.values())
+    kind = report.verdict_kind or verdict_kind_of(report)
+    if kind in (CONFORMS, CONFORMS_ON_SUPPORTED):
+        line = f"verdict: **{kind}: {counts['passed']} of {total} tests passed** ({report.verdict})"
+    elif kind == DOES_NOT_CONFORM:
+        line = f"verdict: **{report.verdict}**: {counts['failed']} of {total} tests failed"
+    else:
+        line = f"verdict: **{report.verdict}**"
+    if report.precision_tests:
+        line += f" ({report.precision_tests} tests beyond the exact tier, within float32 intermediates)"
+    if report.expected_failures:
+        line += f"; **{report.expected_failures}**"
+    if report.not_judged:
+        line += f"; {counts['not judged']} tests not judged: {report.not_judged}"
+    if report.not_supported_reasons:
+        line += "; not supported: " + not_supported_summary(report.not_supported_reasons)
+    if counts["skipped"]:
+        line += f"; {counts['skipped']} skipped (their reasons are in pytest's summary)"
+    return line
+
+
+def not_supported_summary(reasons: dict[str, int]) -> str:
+    """``reason -> tests`` as ``12 (batch), 3 (prefix_caching)``, the largest groups first."""
+    ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    return ", ".join(f"{n} ({why})" for why, n in ranked)
+
+
+# "not supported by NAME (cap, cap)", "not supported by NAME (cap: why; ...)", "unsupported by NAME: why",
+# "unsupported by NAME for every draw: why": the part after the name is the group.
+_NOT_SUPPORTED = re.compile(r"^(?:not supported|unsupported) by .*?(?: for every draw)?(?:: | \()(?P<why>.*?)\)?$", re.DOTALL)
+
+
+def not_supported_reason(skip: str) -> str:
+    """What a "not supported" skip says is missing, without the implementation's name (grouping key)."""
+    found = _NOT_SUPPORTED.match(skip.strip())
+    return " ".join((found.group("why") if found else skip).split())
 
 
 def _counts(t: Tally) -> str:
@@ -239,6 +280,17 @@ def verdict_of(report: Report) -> str:
     if report.dtype != "float64" or report.adapter.startswith("engine tier"):  # the engine tier has its own tolerances
         return f"within the {report.dtype} tolerances"
     return tiers.FLOAT32_STEPS if report.precision_tests else tiers.EXACT
+
+
+def verdict_kind_of(report: Report) -> str:
+    """What the verdict claims: a failure does not conform; a run with no failure conforms, on what
+    it supports where some tests were not supported; what was not judged never reads as either."""
+    verdict = report.verdict or verdict_of(report)
+    if verdict == tiers.WRONG:
+        return DOES_NOT_CONFORM
+    if verdict in (NOTHING_JUDGED, PARTLY_JUDGED):
+        return verdict
+    return CONFORMS_ON_SUPPORTED if report.totals.counts["not supported"] else CONFORMS
 
 
 def expected_failures_of(report: Report) -> str:
@@ -366,6 +418,11 @@ class Collector:
             self.report.not_judged = self.report.not_judged or reason
             if reason not in self.report.not_judged_reasons and len(self.report.not_judged_reasons) < 50:
                 self.report.not_judged_reasons.append(reason)
+        if outcome == "not supported":
+            why = not_supported_reason(skip_reason(report))
+            reasons = self.report.not_supported_reasons
+            if why in reasons or len(reasons) < 50:
+                reasons[why] = reasons.get(why, 0) + 1
         self.report.totals.add(outcome, repro, unsupported)
         if self.engine_blame is not None:
             self.observed.append(observed(report, outcome, props))
@@ -395,6 +452,7 @@ class Collector:
             self._note(f"{self.after_loss} failure(s) came after a CUDA device-side assert in the same process: rerun them alone before reading them as findings")
         self.report.stale_xfails = [e for e in self.xfails if e not in self.used_xfails]
         self.report.verdict = verdict_of(self.report)
+        self.report.verdict_kind = verdict_kind_of(self.report)
         self.report.expected_failures = expected_failures_of(self.report)
         self._blame()
         if self.report.stale_xfails and session.exitstatus == 0:

@@ -37,13 +37,15 @@ print(json.dumps({"code": code, "output": err.getvalue(), "heavy": heavy}))
 
 
 def _imports(*args: str, cwd: Path) -> dict[str, object]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "INFER_REF_MODELS": "", "HEAVY": " ".join(HEAVY)}
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("INFER_REF_") and k.endswith("_PYTHON"))}  # no engine venv
+    env |= {"PYTHONPATH": str(ROOT), "INFER_REF_MODELS": "", "HEAVY": " ".join(HEAVY)}
     proc = subprocess.run([sys.executable, "-c", PROBE, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=300)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
 
 
 ERRORS_DOC = ROOT / "docs" / "errors.md"
+BROKEN_ENGINE = 'def start(model_dir, options):\n    raise RuntimeError("no accelerator on this machine")\n'
 TABLE_HEADER = "| command | exit | the line begins | answered before importing |"
 
 
@@ -75,6 +77,9 @@ def test_every_documented_usage_error_is_one_line_before_torch_or_pytest(
         pytest.skip("the row refuses CUDA on a machine without it")
     (tmp_path / "empty-folder").mkdir()
     (tmp_path / "existing.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "checkpoint").mkdir()
+    (tmp_path / "checkpoint" / "config.json").write_text("{}", encoding="utf-8")
+    (tmp_path / "broken_engine.py").write_text(BROKEN_ENGINE, encoding="utf-8")
     seen = _imports(*args, cwd=tmp_path)
     output = str(seen["output"]).splitlines()
     assert seen["code"] == code, seen

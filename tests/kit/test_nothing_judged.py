@@ -111,12 +111,12 @@ def test_the_engine_tier_header_names_the_engine_and_its_tolerances_not_the_adap
     assert not any("cache contract" in line or "hypothesis profile" in line or "dtype: float64" in line for line in lines)
 
 
-@pytest.mark.parametrize(("long_context", "deselected"), [(False, "the long-context tests are deselected (--long-context runs them)"),
-                                                        (True, "the default workload's tests are deselected")])
-def test_the_engine_tier_header_says_whose_tests_pytest_counts_as_deselected(long_context: bool, deselected: str) -> None:
+@pytest.mark.parametrize(("long_context", "other"), [(False, "the long-context workload is a run of its own: --long-context"),
+                                                   (True, "the default workload is a run without --long-context")])
+def test_the_engine_tier_header_names_the_workload_and_how_to_run_the_other(long_context: bool, other: str) -> None:
     config = _option({"--ir-engine": "infer_ref", "--ir-engine-dtype": "float32", "--ir-long-context": long_context})
     [workload] = [line for line in engine_tier_header(config) if line.startswith("  workload: ")]  # type: ignore[arg-type]
-    assert deselected in workload, workload
+    assert other in workload and "deselected" not in workload, workload
 
 
 def _closed_port() -> int:
@@ -127,11 +127,12 @@ def _closed_port() -> int:
 
 @pytest.mark.kit_run
 def test_a_closed_endpoint_judges_nothing_and_exits_7(tmp_path: Path) -> None:
+    # pytest itself (the command refuses a closed port before pytest starts: test_preflight.py)
     url = f"http://127.0.0.1:{_closed_port()}/v1"
     report = tmp_path / "r.json"
     proc = subprocess.run(
-        [sys.executable, "-m", "infer_ref.cli", "conformance", "--endpoint", url, "--model-dir", str(LLAMA),
-         "--report", str(report)],
+        [sys.executable, "-m", "pytest", "--pyargs", "infer_ref.conformance.engines.tests", f"--ir-endpoint={url}",
+         f"--ir-model-dir={LLAMA}", f"--ir-report={report}", "-p", "no:cacheprovider"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
     )  # fmt: skip
     output = proc.stdout + proc.stderr
@@ -142,3 +143,38 @@ def test_a_closed_endpoint_judges_nothing_and_exits_7(tmp_path: Path) -> None:
     written = json.loads(report.read_text())
     assert written["verdict"] == NOTHING_JUDGED and written["totals"]["counts"]["failed"] == 0
     assert written["totals"]["counts"]["not judged"] > 0 and "Connection refused" in written["not_judged"]
+
+
+def test_the_command_refuses_a_closed_endpoint_in_one_line_before_pytest(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    proc = subprocess.run(
+        [sys.executable, "-m", "infer_ref.cli", "conformance", "--endpoint", url, "--model-dir", str(LLAMA),
+         "--report", str(tmp_path / "r.json")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.returncode == EXIT_NOT_JUDGED and proc.stdout == "", proc.stdout[-3000:]
+    assert proc.stderr.splitlines() == [f"infer-ref: error: --endpoint {url}: nothing accepts connections at "
+                                        f"127.0.0.1:{url.split(':')[2].split('/')[0]} (Connection refused): start the "
+                                        "server first, or pass the URL it listens on"]  # fmt: skip
+    assert not (tmp_path / "r.json").exists()  # nothing was judged, so no report claims anything
+
+
+def _collected(*options: str) -> tuple[set[str], str]:
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "--pyargs",
+         "infer_ref.conformance.engines.tests", "--ir-engine=infer_ref", *options],
+        capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    return {line for line in done.stdout.splitlines() if "::" in line}, done.stdout
+
+
+@pytest.mark.kit_run  # two child processes collecting the tier
+def test_each_workload_collects_only_its_own_tests_and_nothing_reads_deselected() -> None:
+    # old: "collected 205 items / 64 deselected / 141 selected" in every run's header
+    default, out = _collected()
+    long, long_out = _collected("--ir-long-context")
+    assert "deselected" not in out and "deselected" not in long_out, (out[-500:], long_out[-500:])
+    assert default and long and not default & long
+    assert all("test_long_context.py" not in node for node in default)
+    assert any("test_recipe_statistics_at_long_distances" in node for node in long)  # a long test outside that module

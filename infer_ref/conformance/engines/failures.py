@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from infer_ref.conformance.report import Observed, Report, pyargs_command
+from infer_ref.conformance.report import Observed, Report, pyargs_command, verdict_line
 
 MOST_FAILURES_LISTED = 8  # the rest counted: the --report file lists every table
 LINE_WIDTH = 220
@@ -69,8 +69,7 @@ def terminal_lines(report: Report) -> list[str]:
     """The engine tier's report in the terminal: totals, the verdict, the named bug class and why,
     the failures one line each, one repro command (and its script), the other candidates and the
     classes the engine cannot exhibit; the full tables go to ``--report FILE``."""
-    verdict = next(line for line in report.to_markdown().splitlines() if line.startswith("verdict:"))
-    lines = [f"totals: {_counts(report)}", verdict.replace("**", "")]
+    lines = [f"totals: {_counts(report)}", verdict_line(report).replace("**", "")]
     if report.most_likely:
         lines.append(f"most likely bug class: {report.most_likely} ({report.most_likely_why})")
     if report.failures:

@@ -82,6 +82,7 @@ class EngineSession:
 
     def __post_init__(self) -> None:
         settings = self.settings
+        self._adopt_kept()
         if settings.endpoint is None:
             engine = settings.engine or DEFAULT_ENGINE
             self.factory = load_factory(engine)
@@ -98,6 +99,16 @@ class EngineSession:
             settings.consistency  # noqa: B018 -- a given tolerance out of range is refused before any start
         except ValueError as e:
             raise EngineStartError(str(e)) from None
+
+    def _adopt_kept(self) -> None:
+        """The engines the command's pre-flight started for these very settings (:func:`keep_started`):
+        this session's first starts, so that checking the engine before pytest costs no second start."""
+        settings, started = _KEPT.pop("session", (None, {}))
+        if settings == self.settings:
+            self.started.update(started)
+            self.ledger.engine_name = next((h.name for h in started.values()), self.ledger.engine_name)
+        else:
+            _stop(started)
 
     @property
     def name(self) -> str:
@@ -272,10 +283,31 @@ class EngineSession:
         self.ledger.not_continued += [f"{model_dir.name}: {why}" for why in reasons]
 
     def stop_all(self) -> None:
-        for handle in self.started.values():
-            with contextlib.suppress(Exception):  # stopping the others matters more than one complaint
-                handle.stop()
-        self.started.clear()
+        _stop(self.started)
+
+
+def _stop(started: dict[tuple[str, str], EngineHandle]) -> None:
+    for handle in started.values():
+        with contextlib.suppress(Exception):  # stopping the others matters more than one complaint
+            handle.stop()
+    started.clear()
+
+
+# The engines a pre-flight started (infer_ref.conformance.engines.preflight), with the settings they
+# were started for, until the tier's session of the same process adopts them.
+_KEPT: dict[str, tuple[TierSettings, dict[tuple[str, str], EngineHandle]]] = {}
+
+
+def keep_started(session: EngineSession) -> None:
+    """Keep ``session``'s started engines for the next :class:`EngineSession` of the same settings."""
+    stop_kept()
+    _KEPT["session"] = (session.settings, dict(session.started))
+    session.started.clear()
+
+
+def stop_kept() -> None:
+    """Stop the engines a pre-flight kept that no session adopted (pytest selected no test that starts one)."""
+    _stop(_KEPT.pop("session", (None, {}))[1])
 
 
 def _one_line(e: BaseException) -> str:

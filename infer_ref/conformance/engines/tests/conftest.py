@@ -3,6 +3,7 @@ folders (one test per folder), and capability skips (``@pytest.mark.ir_engine_re
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Generator, Iterator
 from pathlib import Path
 
@@ -89,7 +90,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         engines = _session(config)
     except EngineStartError as e:
         raise pytest.UsageError(str(e)) from None
-    _select_workload(config, items)
     for item in items:
         if "model_dir" not in getattr(item, "fixturenames", ()):
             continue  # not an engine-tier test
@@ -102,18 +102,22 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             )
 
 
-def _select_workload(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``--ir-long-context`` runs the long-context tests alone; without it they are not collected
-    (deselected: they are another workload, not a test of this run that was skipped)."""
-    long_context = TierSettings.of(config).long_context
-    kept: list[pytest.Item] = []
-    other: list[pytest.Item] = []
-    for item in items:
-        of_this_run = (item.get_closest_marker("ir_long_context") is not None) == long_context
-        (kept if of_this_run or "model_dir" not in getattr(item, "fixturenames", ()) else other).append(item)
-    if other:
-        config.hook.pytest_deselected(items=other)
-        items[:] = kept
+@pytest.hookimpl(tryfirst=True)
+def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: object) -> list[pytest.Item] | None:
+    """``--ir-long-context`` runs the long-context tests alone; without it they are not collected.
+    Not deselected: they are another workload, and pytest's "N deselected" in every run's header
+    read as tests left out of this one."""
+    if not (isinstance(collector, (pytest.Module, pytest.Class)) and inspect.isfunction(obj)):
+        return None
+    if not collector.funcnamefilter(name):
+        return None
+    if "model_dir" not in inspect.signature(obj).parameters:
+        return None  # not an engine-tier test
+    marks = getattr(obj, "pytestmark", [])
+    module_marks = getattr(getattr(collector, "module", None), "pytestmark", [])
+    every = [*marks, *(module_marks if isinstance(module_marks, list) else [module_marks])]
+    long_test = any(mark.name == "ir_long_context" for mark in every)
+    return [] if long_test != TierSettings.of(collector.config).long_context else None
 
 
 def _record(item: pytest.Item, needed: list[str]) -> None:

@@ -1,0 +1,128 @@
+"""The docs' engine-tier figures, generated from the committed engine results (docs/engine-results).
+
+    python scripts/doc_figures.py            # print every block
+    python scripts/doc_figures.py --write    # rewrite them in the docs
+    python scripts/doc_figures.py --check    # exit 1 naming each block that is stale
+
+``oracle-distances`` (docs/conformance.md): the largest distance from the float64 oracle each
+float32 engine's recorded run saw, against the tolerance it was judged at (the report's notes).
+``engine-run-times`` (docs/engines.md): how long each recorded run took and when (its JUnit file),
+the default and the long-context workload. A new recorded run (``python -m
+infer_ref.conformance.engines.matrix --engines ... --out docs/engine-results``) changes them:
+``--write`` after it; ``tests/unit/test_doc_figures.py`` fails while a block is stale.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from infer_ref.conformance.engines.matrix.main import engines_in
+from infer_ref.conformance.engines.matrix.results import read_run
+from infer_ref.fileio import replace_between_markers
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "docs" / "engine-results"
+LARGEST = re.compile(
+    r"^largest difference from the oracle: (?P<nats>[0-9.e+-]+) nats .*; tolerance (?P<tolerance>[0-9.e+-]+) "
+)
+
+
+def _report(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _largest_from_oracle(report: dict) -> tuple[str, str] | None:
+    """(nats, tolerance) of the report's "largest difference from the oracle" note, if it has one."""
+    for note in report.get("notes", []):
+        found = LARGEST.match(note)
+        if found:
+            return found.group("nats"), found.group("tolerance")
+    return None
+
+
+def oracle_distances(results: Path = RESULTS) -> str:
+    """docs/conformance.md's row: each float32 engine's largest distance from the oracle, within
+    the tolerance, or past it (only where its xfails file lists the tests)."""
+    within, past, tolerances = [], [], set()
+    for engine in engines_in(results):
+        report = _report(results / f"{engine}.json")
+        largest = _largest_from_oracle(report)
+        if report.get("dtype") != "float32" or largest is None:
+            continue
+        nats, tolerance = largest
+        tolerances.add(tolerance)
+        if float(nats) <= float(tolerance):
+            within.append(f"{engine} {nats}")
+            continue
+        failed = report.get("totals", {}).get("counts", {}).get("failed", 0)
+        past.append(
+            f"{engine} {nats} ({f'{failed} failed' if failed else 'expected failures, its xfails file'})"
+        )
+    text = ", ".join(within)
+    if past:
+        text += "; past it: " + ", ".join(past)
+    return "\n".join([
+        "| dtype | tolerance (nats) | largest distance from the oracle in each engine's recorded run (docs/engine-results) |",
+        "|---|---:|---|",
+        f"| float32 | {' / '.join(sorted(tolerances))} | {text} |",
+    ])  # fmt: skip
+
+
+def engine_run_times(results: Path = RESULTS) -> str:
+    """docs/engines.md's table: each recorded run's time and date (JUnit), both workloads."""
+    rows = ["| engine | default workload | long contexts |", "|---|---|---|"]
+    for engine in engines_in(results):
+        default = read_run(results / f"{engine}.xml").removeprefix("ran ") or "not recorded"
+        long = read_run(results / "long" / f"{engine}.xml").removeprefix("ran ") or "not recorded"
+        rows.append(f"| {engine} | {default} | {long} |")
+    return "\n".join(rows)
+
+
+# block name -> (the page it is in, what makes it)
+BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
+    "oracle-distances": ("docs/conformance.md", oracle_distances),
+    "engine-run-times": ("docs/engines.md", engine_run_times),
+}
+
+
+def block_in(page: Path, name: str) -> str:
+    """The text between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in ``page`` (no newlines around)."""
+    text = page.read_text(encoding="utf-8")
+    start, end = f"<!-- {name}:start -->", f"<!-- {name}:end -->"
+    if start not in text or end not in text:
+        raise SystemExit(f"{page}: no {start} ... {end} block")
+    return text.split(start, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def stale_blocks(root: Path = ROOT) -> list[str]:
+    """The blocks whose page does not hold what the committed results give, as ``page: name``."""
+    return [
+        f"{page}: {name}" for name, (page, make) in BLOCKS.items() if block_in(root / page, name) != make()
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--write", action="store_true", help="rewrite the blocks in the docs")
+    parser.add_argument("--check", action="store_true", help="exit 1 when a block is stale")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = stale_blocks()
+        for block in stale:
+            print(f"stale: {block} (python scripts/doc_figures.py --write)", file=sys.stderr)
+        return 1 if stale else 0
+    for name, (page, make) in BLOCKS.items():
+        if args.write:
+            replace_between_markers(ROOT / page, name, make())
+        else:
+            print(f"{page}, {name}:\n{make()}\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
