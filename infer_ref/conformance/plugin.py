@@ -87,6 +87,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ir-engine-option", action="append", default=None, metavar="KEY=VALUE",
                     help="engine tier: a keyword of the engine's factory (llama.cpp: kv_cache_type=float16, threads=2; "
                          "repeatable)")
+    group.addoption("--ir-tracebacks", action="store_true", default=False,
+                    help="engine tier: print pytest's tracebacks of the failures (default: each failure in a line, "
+                         "the report and one repro command)")
     group.addoption("--ir-consistency-tolerance", default=None, type=float, metavar="NATS",
                     help="engine tier: self-consistency tolerance for an engine whose spread is not in the kit's table "
                          "(default: the measured one, else the oracle's)")
@@ -183,6 +186,7 @@ def pytest_configure(config: pytest.Config) -> None:
         collector = ir_report.Collector(config, spec, adapter, capabilities, xfails if isinstance(xfails, list) else None)
         if engine_tier(config):
             _name_the_engine(collector.report, config)
+            _engine_tier_blame(collector, config)
             if config.pluginmanager.hasplugin("xdist"):  # the workers' notes come to the controller
                 from infer_ref.conformance.engines.notes import TierNotes
 
@@ -202,6 +206,18 @@ def _name_the_engine(report: ir_report.Report, config: pytest.Config) -> None:
     report.adapter, report.version = "engine tier:", described["version"]
     report.device, report.dtype = "the engine's", settings.dtype
     report.capabilities = {}
+
+
+def _engine_tier_blame(collector: ir_report.Collector, config: pytest.Config) -> None:
+    """The engine tier's report narrows its failures to one bug class and prints each failure in a
+    line with one repro command; pytest's tracebacks (the kit's own source) only with --ir-tracebacks."""
+    from infer_ref.conformance.engines import blame, failures
+
+    collector.engine_blame = blame.blame_report
+    if not config.getoption("--ir-tracebacks"):
+        collector.terminal_lines = failures.terminal_lines
+        if config.option.tbstyle == "auto":  # a --tb the user gave stands
+            config.option.tbstyle = "no"
 
 
 def _versions(with_hypothesis: bool = True) -> str:
