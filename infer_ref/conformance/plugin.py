@@ -34,6 +34,7 @@ from infer_ref.conformance.assertions import NOTES, set_run_context
 from infer_ref.conformance.interface.adapter import DEFAULT_IMPL, IMPL_ENV_VAR, Adapter, load_adapter
 from infer_ref.conformance.interface.contract import UNSUPPORTED_SEEN, Unsupported
 from infer_ref.conformance.profiles import load_default_profile
+from infer_ref.conformance.rerun import ENGINE_TESTS
 from infer_ref.conformance.tiers import PRECISION_NOTES, set_strict_float64
 from infer_ref.conformance.xfail_files import MAY_PASS, matches, xfail_entries
 from infer_ref.paths import FIXTURE_CHECKPOINTS
@@ -94,8 +95,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="engine tier: self-consistency tolerance for an engine whose spread is not in the kit's table "
                          "(default: the measured one, else the oracle's)")
 
-
-ENGINE_TESTS = "infer_ref.conformance.engines.tests"
 
 
 def engine_tier(config: pytest.Config) -> bool:

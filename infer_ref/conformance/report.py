@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import re
-import shlex
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -26,6 +25,7 @@ from infer_ref.conformance import blame, tiers
 from infer_ref.conformance.blame.probes import ProbeResult, Runner
 from infer_ref.conformance.blame.suite import run_probes
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES
+from infer_ref.conformance.rerun import pyargs_command
 from infer_ref.conformance.xfail_files import matches
 from infer_ref.errors import EXIT_NOT_JUDGED  # neither conforms (0) nor does not (1): docs/errors.md
 
@@ -334,21 +334,6 @@ def repro_of(report: pytest.TestReport, impl: str) -> str:
     found = re.findall(r"^(?:E\s+)?\s*repro: (.+)$", text, flags=re.MULTILINE)
     selects = impl if impl.startswith("--ir-") else f"--ir-impl={impl}"  # the engine tier names its engine itself
     return found[-1] if found else pyargs_command(report.nodeid, selects)
-
-
-ENGINE_TESTS, ADAPTER_TESTS = "infer_ref.conformance.engines.tests", "infer_ref.conformance.tests"
-
-
-def pyargs_command(nodeid: str, selects: str) -> str:
-    """The pytest command that reruns one test wherever the kit is installed (a wheel, a checkout):
-    its module by package name (``--pyargs``), the test by its name and parameters (``-k``); a node
-    id's path holds where pytest ran from, which another machine does not have."""
-    path, _, name = nodeid.partition("::")
-    engine_tier = selects.startswith(("--ir-engine", "--ir-endpoint"))
-    module = f"{ENGINE_TESTS if engine_tier else ADAPTER_TESTS}.{Path(path).stem}"
-    if not re.fullmatch(r"[\w:+\-.\[\]\\/]+", name):  # -k takes no spaces or parentheses: then every case
-        name = name.partition("[")[0]
-    return f"pytest --pyargs {module} -p no:xdist -k {shlex.quote(name)} {selects}"
 
 
 def observed(report: pytest.TestReport, outcome: str, props: dict[str, Any]) -> Observed:

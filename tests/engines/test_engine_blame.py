@@ -26,7 +26,8 @@ from infer_ref.conformance.engines.blame import (
 from infer_ref.conformance.engines.failures import failure_lines, repro_command, terminal_lines, what_differed
 from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES, LONG_CONTEXT_BUG_CLASSES
 from infer_ref.conformance.engines.protocol import CAPABILITIES
-from infer_ref.conformance.report import Observed, Report, Tally, pyargs_command
+from infer_ref.conformance.report import Observed, Report, Tally
+from infer_ref.conformance.rerun import pyargs_command
 
 EVERY = frozenset(CAPABILITIES)
 STALE = "preemption resumes from a stale position"

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from infer_ref.conformance.report import Observed, Report, pyargs_command, verdict_line
+from infer_ref.conformance.report import Observed, Report, verdict_line
+from infer_ref.conformance.rerun import pyargs_command
 
 MOST_FAILURES_LISTED = 8  # the rest counted: the --report file lists every table
 LINE_WIDTH = 220
