@@ -303,3 +303,67 @@ def test_tracebacks_pass_through_to_the_engine_tier_and_are_refused_elsewhere() 
     assert "--ir-tracebacks" in flagged and "-rfEsxX" in flagged
     with pytest.raises(UsageError, match="--tracebacks belongs to the engine tier"):
         check_engine_args(parser.parse_args(["conformance", "--tracebacks"]))
+
+
+def test_every_numerics_checkpoint_a_profile_is_made_for_exists() -> None:
+    """A renamed numerics checkpoint would leave a recipe class shown nowhere (then never named)."""
+    from infer_ref.conformance.engines.workloads.numerics_checkpoints import NUMERICS_CHECKPOINTS
+
+    names = [c.name for c in NUMERICS_CHECKPOINTS]
+    for cls, profile in PROFILES.items():
+        for key in profile.made_for:
+            part = key.partition("/")[0]
+            assert any(part in name for name in names), (cls, part)
+
+
+RECIPE = "test_recipe_statistics_within_calibrated_spread"
+ONE_PLUS_W, ANCHOR, SINK, H304 = "one-plus-w", "rms-anchor", "softmax-sink", "hidden304"
+
+# Which numerics checkpoints the recipe test failed on, each recipe bug planted in the Engine and run
+# alone (`infer-ref conformance --engine infer_ref.conformance.engines.kit_bugs:NAME --dtype D -k
+# test_recipe_statistics`), the others passing; rms-anchor is judged in bfloat16 only.
+RECIPE_RUNS = [
+    ("engine_gemma_one_plus_w_low_precision", "bfloat16", {ONE_PLUS_W}),
+    ("engine_gemma_one_plus_w_low_precision", "float16", {ONE_PLUS_W}),
+    ("engine_rms_norm_low_precision", "bfloat16", {ONE_PLUS_W, ANCHOR, SINK}),
+    ("engine_rms_variance_sequential_low_precision", "bfloat16", {ONE_PLUS_W, ANCHOR, SINK}),
+    ("engine_rms_variance_sequential_low_precision", "float16", {ONE_PLUS_W, H304, SINK}),
+    ("engine_fused_add_norm_truncated", "bfloat16", {ANCHOR, SINK}),
+    ("engine_fused_add_norm_truncated", "float16", {H304, SINK}),
+    ("engine_softmax_sum_low_precision", "bfloat16", {SINK}),
+    ("engine_softmax_sum_low_precision", "float16", {SINK}),
+    ("engine_embed_normaliser_bf16", "float16", {H304}),
+]
+
+
+def _recipe_judged(dtype: str, failed: set[str]) -> list[Judged]:
+    one_plus_w = f"gemma3-numerics-one-plus-w-{'bf16' if dtype == 'bfloat16' else 'fp16'}-t5"
+    names = {
+        ONE_PLUS_W: one_plus_w,
+        SINK: "llama3-numerics-softmax-sink-t5",
+        H304: "gemma3-numerics-hidden304-t5",
+    }
+    if dtype == "bfloat16":
+        names[ANCHOR] = "llama3-numerics-rms-anchor-t5"
+    return [Judged(RECIPE, name, part in failed, dtype) for part, name in names.items()]
+
+
+@pytest.mark.parametrize(("planted", "dtype", "failed"), RECIPE_RUNS)
+def test_a_recipe_error_is_named_by_the_numerics_checkpoints_it_fails_on(
+    planted: str, dtype: str, failed: set[str]
+) -> None:
+    """Run alone (``-k test_recipe_statistics``), the recipe test fails on the checkpoints built for
+    one class and passes on the others: that class is named, the planted one (a recipe class failing
+    ALWAYS on every checkpoint was outscored by the classes whose profiles never fail the test)."""
+    from infer_ref.conformance.engines.kit_bugs import KIT_BUG_MUTANTS
+
+    expected = next(m.bug_class for m in KIT_BUG_MUTANTS if m.name == planted)
+    assert narrow(_recipe_judged(dtype, failed), EVERY).most_likely == expected
+
+
+def test_rms_norm_in_float16_and_gemmas_one_plus_w_are_not_told_apart() -> None:
+    """RMSNorm in the low dtype fails only the 1 + w checkpoint in float16, as Gemma's 1 + w does: the
+    norm is named "less likely", never left out."""
+    found = narrow(_recipe_judged("float16", {ONE_PLUS_W}), EVERY)
+    assert found.most_likely == "Gemma's 1 + w formed in low precision"
+    assert "RMSNorm accumulated or scaled in low precision" in found.others

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from infer_ref.conformance.engines.blame_hits import row, run_planted
+from infer_ref.conformance.engines.kit_bugs import KIT_BUG_MUTANTS
 from infer_ref.conformance.engines.mutants import (
     ENGINE_BUG_CLASSES,
     ENGINE_MUTANTS,
@@ -155,6 +156,10 @@ def _assert_recipe_verdict(planted: str, dtype: str, fails_on: tuple[str, ...]) 
     assert done.returncode == (1 if fails_on else 0), done.stdout[-3000:]
     assert all(any(f in line for line in failed) for f in fails_on), done.stdout[-3000:]
     assert not fails_on or "spreads" in done.stdout, done.stdout[-3000:]
+    if fails_on:  # the blame names the planted class (in float16 a norm in the low dtype fails where 1 + w does)
+        bug_class = next(m.bug_class for m in KIT_BUG_MUTANTS if m.name == planted)
+        named = "Gemma's 1 + w" if (planted, dtype) == ("engine_rms_norm_low_precision", "float16") else bug_class
+        assert f"most likely bug class: {named}" in done.stdout, done.stdout[-3000:]
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])

@@ -77,11 +77,26 @@ class Profile:
     fails: Mapping[str, float]
     needs: tuple[str, ...] = ()
     windowed: bool = False
+    # Where the recipe tests see the class: parts of the numerics checkpoints' folder names, alone or
+    # with the dtype ("hidden304/float16") -> the chance there. A recipe error is everywhere, but only
+    # on a checkpoint built for it coherent and large enough to fail the recipe tests (RARELY elsewhere).
+    # Empty: every checkpoint alike. Measured: planted in the Engine, each dtype (docs/low-precision.md).
+    made_for: Mapping[str, float] = field(default_factory=dict)
 
-    def chance(self, test: str, family: str | None) -> float:
+    def chance(self, test: str, family: str | None, dtype: str | None = None) -> float:
         if self.windowed and family is not None and without_windows(family):
             return NEVER
-        return self.fails.get(test, NEVER)
+        chance = self.fails.get(test, NEVER)
+        if self.made_for and family is not None and chance > NEVER:
+            return min(chance, self._made_for(family, dtype))
+        return chance
+
+    def _made_for(self, family: str, dtype: str | None) -> float:
+        for key, chance in self.made_for.items():
+            part, _, only_in = key.partition("/")
+            if part in family and (not only_in or only_in == dtype):
+                return chance
+        return RARELY
 
 
 _ORACLE_ALL = {GENERATED: OFTEN, PROMPT: OFTEN, CONVERSATION: OFTEN, LONG: OFTEN, LONG_CONVERSATION: OFTEN}
@@ -235,27 +250,50 @@ PROFILES: dict[str, Profile] = {
         "only past position 8192 (the long-context workload)", {LONG: ALWAYS, LONG_CONVERSATION: OFTEN}
     ),
     "RMSNorm accumulated or scaled in low precision": Profile(
-        "only in bfloat16/float16, in the signed statistics", {RECIPE: ALWAYS}, needs=("prompt_logprobs",)
+        "only in bfloat16/float16, in the signed statistics",
+        {RECIPE: ALWAYS},
+        needs=("prompt_logprobs",),
+        made_for={
+            "one-plus-w": ALWAYS,
+            "rms-anchor": ALWAYS,  # every mean square just below a rounding midpoint
+            "softmax-sink/bfloat16": ALWAYS,  # a constant channel dominating every mean square
+            "softmax-sink/float16": OFTEN,  # the variance summed channel by channel: yes; scaled: no
+            "hidden304/float16": OFTEN,
+        },
     ),
     "Gemma's 1 + w formed in low precision": Profile(
-        "only in bfloat16/float16, on Gemma's norms", {RECIPE: ALWAYS}, needs=("prompt_logprobs",)
+        "only in bfloat16/float16, on Gemma's norms",
+        {RECIPE: ALWAYS},
+        needs=("prompt_logprobs",),
+        made_for={"one-plus-w": ALWAYS},  # norm weights whose 1 + w all round one way
     ),
     "RoPE frequencies or angles held in low precision": Profile(
-        "only in bfloat16/float16, at long distances", {RECIPE_LONG: ALWAYS}, needs=("prompt_logprobs",)
+        "only in bfloat16/float16, at long distances",
+        {RECIPE_LONG: ALWAYS},
+        needs=("prompt_logprobs",),
+        made_for={"rope-long": ALWAYS},  # query-key distances near 1000, base 1e4, no window
     ),
     "attention softmax sum accumulated in low precision": Profile(
         "only in bfloat16/float16, behind an attention sink (or at long distances in float16)",
         {RECIPE: ALWAYS, RECIPE_LONG: OFTEN},
         needs=("prompt_logprobs",),
+        made_for={
+            "softmax-sink": ALWAYS,
+            "rope-long/float16": OFTEN,
+        },  # the sink's sums all lose the same terms
     ),
     "residual stream truncated by a fused add + norm": Profile(
-        "only in bfloat16/float16, in the signed statistics", {RECIPE: ALWAYS}, needs=("prompt_logprobs",)
+        "only in bfloat16/float16, in the signed statistics",
+        {RECIPE: ALWAYS},
+        needs=("prompt_logprobs",),
+        made_for={"rms-anchor": ALWAYS, "softmax-sink": ALWAYS, "hidden304/float16": ALWAYS},
     ),
     "embed scale not rounded to dtype": Profile(
         "only in float16, on a Gemma checkpoint whose sqrt(hidden) is inexact (Gemma's normaliser "
         "rounded to bfloat16)",
         {RECIPE: ALWAYS},
         needs=("prompt_logprobs",),
+        made_for={"hidden304/float16": ALWAYS, "hidden304": OFTEN},  # sqrt(304) is inexact in both dtypes
     ),
 }
 
@@ -278,9 +316,10 @@ class Judged:
     test: str
     family: str | None
     failed: bool
+    dtype: str | None = None  # the run's (a recipe class shows on some checkpoints in one dtype only)
 
 
-def judged_tests(observed: Sequence[Observed]) -> list[Judged]:
+def judged_tests(observed: Sequence[Observed], dtype: str | None = None) -> list[Judged]:
     """The passed and failed tests, one per test and checkpoint (a test's cases of one checkpoint,
     such as max_tokens 1, 2 and 7, are one piece of evidence); refusals (the engine raised) and
     tests not judged or not supported are no evidence."""
@@ -290,14 +329,14 @@ def judged_tests(observed: Sequence[Observed]) -> list[Judged]:
             continue
         key = (test_name(o.nodeid), o.family)
         outcome[key] = outcome.get(key, False) or o.outcome == "failed"
-    return [Judged(test, family, failed) for (test, family), failed in outcome.items()]
+    return [Judged(test, family, failed, dtype) for (test, family), failed in outcome.items()]
 
 
 def log_likelihood(profile: Profile, judged: Sequence[Judged]) -> float:
     """log P(the outcomes | one bug of the class)."""
     total = 0.0
     for j in judged:
-        p = profile.chance(j.test, j.family)
+        p = profile.chance(j.test, j.family, j.dtype)
         total += math.log(p if j.failed else 1.0 - p)
     return total
 
@@ -344,7 +383,9 @@ def narrow(
     for name in tied:
         blame.others[name] = (AS_LIKELY, "the tier's tests do not separate it from the class named")
     for name in ranked[1:]:
-        if name not in tied and any(exhibitable[name].chance(j.test, j.family) > NEVER for j in failed):
+        if name not in tied and any(
+            exhibitable[name].chance(j.test, j.family, j.dtype) > NEVER for j in failed
+        ):
             blame.others[name] = (LESS_LIKELY, why_less_likely(exhibitable[name], exhibitable[best], judged))
     return blame
 
@@ -365,7 +406,10 @@ def why_named(profile: Profile, judged: Sequence[Judged], runners_up: Sequence[P
         j
         for j in judged
         if not j.failed
-        and any(r.chance(j.test, j.family) >= OFTEN > profile.chance(j.test, j.family) for r in runners_up)
+        and any(
+            r.chance(j.test, j.family, j.dtype) >= OFTEN > profile.chance(j.test, j.family, j.dtype)
+            for r in runners_up
+        )
     ]
     passed = list(dict.fromkeys(_short(j.test) for j in separating))
     text = f"{profile.where}; failed{_families(judged)}: {', '.join(failed)}"
@@ -376,11 +420,11 @@ def why_less_likely(profile: Profile, best: Profile, judged: Sequence[Judged]) -
     """The outcome that counts most against ``profile`` beside the named class's ``best``."""
 
     def against(j: Judged) -> float:
-        p, q = profile.chance(j.test, j.family), best.chance(j.test, j.family)
+        p, q = profile.chance(j.test, j.family, j.dtype), best.chance(j.test, j.family, j.dtype)
         return math.log(q if j.failed else 1 - q) - math.log(p if j.failed else 1 - p)
 
     j = max(judged, key=against)
-    return f"`{_short(j.test)}` {'failed' if j.failed else 'passed'}, which its bugs {_how_often(profile.chance(j.test, j.family))} fail"
+    return f"`{_short(j.test)}` {'failed' if j.failed else 'passed'}, which its bugs {_how_often(profile.chance(j.test, j.family, j.dtype))} fail"
 
 
 def _how_often(chance: float) -> str:
@@ -411,7 +455,7 @@ def blame_report(report: Report, observed: Sequence[Observed]) -> None:
     """Fill the engine tier's blame into ``report`` (the Collector calls it before the report is
     written): the named class, the others, the classes it cannot exhibit (their rows leave the
     bug-class table: nothing of them was judged), one line per failure and the repro command."""
-    blame = narrow(judged_tests(observed), engine_capabilities(report, observed))
+    blame = narrow(judged_tests(observed, report.dtype), engine_capabilities(report, observed))
     report.most_likely, report.most_likely_why = blame.most_likely, blame.why
     report.blame = OrderedDict(
         (c, {"verdict": verdict, "why": why}) for c, (verdict, why) in blame.others.items()
