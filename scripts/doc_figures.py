@@ -7,7 +7,9 @@
 ``oracle-distances`` (docs/conformance.md): the largest distance from the float64 oracle each
 float32 engine's recorded run saw, against the tolerance it was judged at (the report's notes).
 ``engine-run-times`` (docs/engines.md): how long each recorded run took and when (its JUnit file),
-the default and the long-context workload. A new recorded run (``python -m
+the default and the long-context workload; ``long-context-counts`` (docs/engines.md): each engine's
+counts on the long-context workload; ``recorded-run(s)-...`` (docs/engines.md's investigations): one
+engine's recorded run in a line, its counts, requests left out and time. A new recorded run (``python -m
 infer_ref.conformance.engines.matrix --engines ... --out docs/engine-results``) changes them:
 ``--write`` after it; ``tests/unit/test_doc_figures.py`` fails while a block is stale.
 """
@@ -73,6 +75,46 @@ def oracle_distances(results: Path = RESULTS) -> str:
     ])  # fmt: skip
 
 
+COUNTED = (("passed", "passed"), ("xfailed", "expected failures"), ("failed", "failed"),
+           ("not supported", "not supported"), ("not judged", "not judged"), ("skipped", "skipped"))  # fmt: skip
+LEFT_OUT = re.compile(r"^requests left out because .*?: (?P<left>[0-9]+ of [0-9]+) ")
+
+
+def recorded_run(engine: str, results: Path = RESULTS) -> str:
+    """One line for docs/engines.md's investigations: what ``engine``'s recorded run
+    (``results/ENGINE.json`` and ``.xml``) counted, how many requests it left out, how long it ran."""
+    report = _report(results / f"{engine}.json")
+    if not report:
+        raise SystemExit(f"{results / engine}.json: no recorded run of {engine}")
+    counts = report.get("totals", {}).get("counts", {})
+    said = [f"{counts[key]} {words}" for key, words in COUNTED if counts.get(key)] or ["no tests"]
+    left = [found.group("left") for note in report.get("notes", []) if (found := LEFT_OUT.match(note))]
+    if left:
+        said.append(f"requests left out (an answer not readable as token ids): {left[0]}")
+    ran = read_run(results / f"{engine}.xml")
+    return f"`docs/engine-results/{engine}`: {', '.join(said)}" + (f"; {ran}." if ran else ".")
+
+
+def recorded_runs(*engines: str) -> Callable[[], str]:
+    """A block of :func:`recorded_run` lines, one per engine."""
+    return lambda: "\n".join(recorded_run(engine) for engine in engines)
+
+
+def long_context_counts(results: Path = RESULTS / "long") -> str:
+    """docs/engines.md's long-context table: each engine's counts and largest distance from the
+    oracle, from its recorded run of that workload."""
+    columns = [words for _, words in COUNTED if words != "skipped"]
+    rows = [f"| engine | {' | '.join(columns)} | largest distance from the oracle (nats) |",
+            "|---|" + "---:|" * len(columns) + "---|"]  # fmt: skip
+    for engine in engines_in(results):
+        report = _report(results / f"{engine}.json")
+        counts = report.get("totals", {}).get("counts", {})
+        largest = _largest_from_oracle(report)
+        cells = [str(counts.get(key, 0)) for key, words in COUNTED if words != "skipped"]
+        rows.append(f"| {engine} | {' | '.join(cells)} | {largest[0] if largest else '–'} |")
+    return "\n".join(rows)
+
+
 def engine_run_times(results: Path = RESULTS) -> str:
     """docs/engines.md's table: each recorded run's time and date (JUnit), both workloads."""
     rows = ["| engine | default workload | long contexts |", "|---|---|---|"]
@@ -87,6 +129,13 @@ def engine_run_times(results: Path = RESULTS) -> str:
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "oracle-distances": ("docs/conformance.md", oracle_distances),
     "engine-run-times": ("docs/engines.md", engine_run_times),
+    "long-context-counts": ("docs/engines.md", long_context_counts),
+    "recorded-run-llama.cpp-server": ("docs/engines.md", recorded_runs("llama.cpp-server")),
+    "recorded-runs-llama.cpp-low-precision": (
+        "docs/engines.md",
+        recorded_runs("llama.cpp-float16", "llama.cpp-bfloat16"),
+    ),
+    "recorded-run-openvino": ("docs/engines.md", recorded_runs("openvino")),
 }
 
 

@@ -63,6 +63,38 @@ def test_the_run_times_come_from_the_junit_files_of_both_workloads(
     ]
 
 
+def test_a_recorded_run_line_says_what_its_report_counted_left_out_and_how_long_it_ran(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    _result(tmp_path, "llama.cpp-server", 5.02, failed=1)
+    report = json.loads((tmp_path / "llama.cpp-server.json").read_text())
+    report["totals"]["counts"] = {"passed": 34, "failed": 1, "xfailed": 2, "not supported": 100, "skipped": 0}
+    report["notes"].append(
+        "requests left out because llama.cpp-server's answer cannot be read back as token ids: 356 of 600 (286x ...)"
+    )
+    (tmp_path / "llama.cpp-server.json").write_text(json.dumps(report))
+    assert script.recorded_run("llama.cpp-server", tmp_path) == (
+        "`docs/engine-results/llama.cpp-server`: 34 passed, 2 expected failures, 1 failed, 100 not supported, "
+        "requests left out (an answer not readable as token ids): 356 of 600; ran 95 s on 2026-01-02."
+    )
+    with pytest.raises(SystemExit, match="no recorded run of vllm"):
+        script.recorded_run("vllm", tmp_path)
+
+
+def test_the_long_context_table_counts_each_engines_recorded_run_of_that_workload(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    _result(tmp_path, "infer_ref", 2.51e-3)
+    _result(tmp_path, "ctranslate2", 47, failed=0)
+    report = json.loads((tmp_path / "ctranslate2.json").read_text())
+    report["totals"]["counts"] = {"passed": 0, "xfailed": 12, "not supported": 24}
+    (tmp_path / "ctranslate2.json").write_text(json.dumps(report))
+    assert script.long_context_counts(tmp_path).splitlines()[2:] == [
+        "| infer_ref | 0 | 0 | 0 | 0 | 0 | 0.00251 |",
+        "| ctranslate2 | 0 | 12 | 0 | 24 | 0 | 47 |",
+    ]
+
+
 def test_a_block_that_no_longer_matches_its_results_is_named_stale(
     script: ModuleType, tmp_path: Path
 ) -> None:
@@ -70,9 +102,9 @@ def test_a_block_that_no_longer_matches_its_results_is_named_stale(
         (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / page, tmp_path / page)
     page = tmp_path / "docs" / "engines.md"
-    page.write_text(
-        page.read_text().replace("| infer_ref | ", "| infer_ref | 155 s; ")
-    )  # a typed figure, edited by hand
+    block = script.block_in(page, "engine-run-times")
+    edited = block.replace("| infer_ref | ", "| infer_ref | 155 s; ")  # a typed figure, edited by hand
+    page.write_text(page.read_text().replace(block, edited))
     assert script.stale_blocks(tmp_path) == ["docs/engines.md: engine-run-times"]
 
 
