@@ -25,6 +25,7 @@ from pathlib import Path
 
 from infer_ref.conformance.engines.matrix.main import engines_in
 from infer_ref.conformance.engines.matrix.results import read_run
+from infer_ref.conformance.tiers import EXACT_FLOAT64
 from infer_ref.fileio import replace_between_markers
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -139,6 +140,33 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
 }
 
 
+# A tolerance the docs quote is the code's constant: (page, constant's name, its value); the page
+# must write it as "VALUE (`NAME`".
+QUOTED: tuple[tuple[str, str, float], ...] = (
+    ("README.md", "EXACT_FLOAT64", EXACT_FLOAT64),
+    ("CONTRIBUTING.md", "EXACT_FLOAT64", EXACT_FLOAT64),
+)
+
+
+def pages() -> set[str]:
+    """Every page a block or a quoted constant is in."""
+    return {page for page, _ in BLOCKS.values()} | {page for page, _, _ in QUOTED}
+
+
+def written(value: float) -> str:
+    """``1e-09`` as the docs write it, ``1e-9``."""
+    return re.sub(r"e([+-])0+(?=[0-9])", r"e\1", f"{value:g}")
+
+
+def misquoted_constants(root: Path = ROOT) -> list[str]:
+    """The pages that do not quote a constant as the code defines it, as ``page: NAME is VALUE``."""
+    return [
+        f"{page}: {name} is {written(value)}"
+        for page, name, value in QUOTED
+        if f"{written(value)} (`{name}`" not in (root / page).read_text(encoding="utf-8")
+    ]
+
+
 def block_in(page: Path, name: str) -> str:
     """The text between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->`` in ``page`` (no newlines around)."""
     text = page.read_text(encoding="utf-8")
@@ -149,10 +177,12 @@ def block_in(page: Path, name: str) -> str:
 
 
 def stale_blocks(root: Path = ROOT) -> list[str]:
-    """The blocks whose page does not hold what the committed results give, as ``page: name``."""
-    return [
+    """The blocks whose page does not hold what the committed results give, as ``page: name``, and
+    the constants a page quotes otherwise than the code defines them."""
+    stale = [
         f"{page}: {name}" for name, (page, make) in BLOCKS.items() if block_in(root / page, name) != make()
     ]
+    return stale + misquoted_constants(root)
 
 
 def main(argv: list[str] | None = None) -> int:

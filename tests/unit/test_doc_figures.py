@@ -98,7 +98,7 @@ def test_the_long_context_table_counts_each_engines_recorded_run_of_that_workloa
 def test_a_block_that_no_longer_matches_its_results_is_named_stale(
     script: ModuleType, tmp_path: Path
 ) -> None:
-    for page in {page for page, _ in script.BLOCKS.values()}:
+    for page in script.pages():
         (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(ROOT / page, tmp_path / page)
     page = tmp_path / "docs" / "engines.md"
@@ -106,6 +106,17 @@ def test_a_block_that_no_longer_matches_its_results_is_named_stale(
     edited = block.replace("| infer_ref | ", "| infer_ref | 155 s; ")  # a typed figure, edited by hand
     page.write_text(page.read_text().replace(block, edited))
     assert script.stale_blocks(tmp_path) == ["docs/engines.md: engine-run-times"]
+
+
+def test_a_tolerance_quoted_otherwise_than_the_code_defines_it_is_named(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    for page in script.pages():
+        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / page, tmp_path / page)
+    readme = tmp_path / "README.md"
+    readme.write_text(readme.read_text().replace("1e-9 (`EXACT_FLOAT64`", "1e-13 (`EXACT_FLOAT64`"))
+    assert script.stale_blocks(tmp_path) == ["README.md: EXACT_FLOAT64 is 1e-9"]
 
 
 def test_the_engine_matrix_page_and_picture_are_what_its_recorded_command_draws(
