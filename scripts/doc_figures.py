@@ -17,11 +17,14 @@ infer_ref.conformance.engines.matrix --engines ... --out docs/engine-results``) 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from infer_ref.conformance.engines.matrix.main import engines_in
 from infer_ref.conformance.engines.matrix.results import read_run
@@ -30,6 +33,7 @@ from infer_ref.fileio import replace_between_markers
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "engine-results"
+MUTATION_RECORD = ROOT / "benchmarks" / "log" / "mutation.json"
 LARGEST = re.compile(
     r"^largest difference from the oracle: (?P<nats>[0-9.e+-]+) nats .*; tolerance (?P<tolerance>[0-9.e+-]+) "
 )
@@ -126,6 +130,42 @@ def engine_run_times(results: Path = RESULTS) -> str:
     return "\n".join(rows)
 
 
+def _mutation_script() -> ModuleType:
+    """scripts/mutation.py (no package: loaded by path), whose table writer the mutation blocks use."""
+    spec = importlib.util.spec_from_file_location("mutation_script", ROOT / "scripts" / "mutation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mutation_scores(record: Path = MUTATION_RECORD) -> str:
+    """docs/mutation.md's score tables, per part and per module, from a full run's committed record
+    (``scripts/mutation.py figures --json``), or what to run where none is committed."""
+    if not record.is_file():
+        return (
+            f"No full run is recorded in `{record.relative_to(record.parents[2])}`. A full run records it:\n\n"
+            "```bash\n"
+            'OUT=results JOBS=30 scripts/mutation_background.sh   # call again until it prints "done"\n'
+            "cp results/figures.json benchmarks/log/mutation.json  # figures --json: the run's record\n"
+            "python scripts/doc_figures.py --write                 # these tables, from that record\n"
+            "```"
+        )
+    run = json.loads(record.read_text(encoding="utf-8"))
+    markdown = _mutation_script().markdown
+    parts = {part: Counter(row) for part, row in run["parts"].items()}
+    modules = {module: Counter(row) for module, row in run["modules"].items()}
+    return "\n".join([
+        f"The full run recorded in `benchmarks/log/mutation.json`: tree {run['tree']}, {run['date']}.",
+        "", markdown(parts), "", "Per module:", "", markdown(modules, by_module=True),
+    ])  # fmt: skip
+
+
+def mutation_equivalents() -> str:
+    """How many mutants scripts/mutation_equivalent.txt lists (docs/mutation.md)."""
+    return f"`scripts/mutation.py` reads this file; it lists {len(_mutation_script().equivalent())} mutants."
+
+
 # block name -> (the page it is in, what makes it)
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "oracle-distances": ("docs/conformance.md", oracle_distances),
@@ -137,6 +177,8 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
         recorded_runs("llama.cpp-float16", "llama.cpp-bfloat16"),
     ),
     "recorded-run-openvino": ("docs/engines.md", recorded_runs("openvino")),
+    "mutation-scores": ("docs/mutation.md", mutation_scores),
+    "mutation-equivalents": ("docs/mutation.md", mutation_equivalents),
 }
 
 

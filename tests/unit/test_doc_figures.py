@@ -95,6 +95,24 @@ def test_the_long_context_table_counts_each_engines_recorded_run_of_that_workloa
     ]
 
 
+def test_the_mutation_tables_come_from_a_full_runs_record_or_say_how_to_make_one(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    record = tmp_path / "benchmarks" / "log" / "mutation.json"
+    assert "scripts/mutation_background.sh" in script.mutation_scores(record)
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({
+        "tree": "abc1234", "date": "2026-01-02",
+        "parts": {"cache": {"generated": 4, "killed": 2, "timed out": 1, "survived": 1}},
+        "modules": {"infer_ref.cache.paged": {"generated": 4, "killed": 2, "timed out": 1, "survived": 1}},
+    }))  # fmt: skip
+    lines = script.mutation_scores(record).splitlines()
+    assert lines[0] == "The full run recorded in `benchmarks/log/mutation.json`: tree abc1234, 2026-01-02."
+    # score = (killed + timed out) / generated = 3 / 4
+    assert "| cache | 4 | 2 | 1 | 0 | 1 | 0 | 0 | 0 | 75.0% |" in lines
+    assert "| `infer_ref.cache.paged` | 4 | 2 | 1 | 0 | 1 | 0 | 0 | 0 | 75.0% |" in lines
+
+
 def test_a_block_that_no_longer_matches_its_results_is_named_stale(
     script: ModuleType, tmp_path: Path
 ) -> None:
