@@ -28,6 +28,11 @@ from types import ModuleType
 
 from infer_ref.conformance.engines.matrix.main import engines_in
 from infer_ref.conformance.engines.matrix.results import read_run
+from infer_ref.conformance.engines.verdicts.tolerances import (
+    MEASURED_SPREAD,
+    agreement_tolerance,
+    consistency_tolerance,
+)
 from infer_ref.conformance.tiers import EXACT_FLOAT64
 from infer_ref.fileio import replace_between_markers
 
@@ -130,6 +135,17 @@ def engine_run_times(results: Path = RESULTS) -> str:
     return "\n".join(rows)
 
 
+def consistency_tolerances() -> str:
+    """docs/conformance.md's self-consistency table: each engine's measured spread between two
+    schedules (the registry's ``spread``) and the tolerance the tier judges it at."""
+    rows = ["| engine, dtype | largest difference between two schedules | tolerance |", "|---|---:|---:|"]
+    for (engine, dtype), spread in MEASURED_SPREAD.items():
+        tolerance = consistency_tolerance(engine, dtype).value
+        capped = " (the agreement tolerance)" if tolerance == agreement_tolerance(dtype) else ""
+        rows.append(f"| {engine}, {dtype} | {spread:.3g} | {tolerance:.3g}{capped} |")
+    return "\n".join(rows)
+
+
 def _mutation_script() -> ModuleType:
     """scripts/mutation.py (no package: loaded by path), whose table writer the mutation blocks use."""
     spec = importlib.util.spec_from_file_location("mutation_script", ROOT / "scripts" / "mutation.py")
@@ -177,6 +193,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
         recorded_runs("llama.cpp-float16", "llama.cpp-bfloat16"),
     ),
     "recorded-run-openvino": ("docs/engines.md", recorded_runs("openvino")),
+    "consistency-tolerances": ("docs/conformance.md", consistency_tolerances),
     "mutation-scores": ("docs/mutation.md", mutation_scores),
     "mutation-equivalents": ("docs/mutation.md", mutation_equivalents),
 }

@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from infer_ref.conformance.engines.matrix.main import main as draw_matrix
+from infer_ref.conformance.engines.verdicts import tolerances
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -111,6 +112,19 @@ def test_the_mutation_tables_come_from_a_full_runs_record_or_say_how_to_make_one
     # score = (killed + timed out) / generated = 3 / 4
     assert "| cache | 4 | 2 | 1 | 0 | 1 | 0 | 0 | 0 | 75.0% |" in lines
     assert "| `infer_ref.cache.paged` | 4 | 2 | 1 | 0 | 1 | 0 | 0 | 0 | 75.0% |" in lines
+
+
+def test_the_self_consistency_table_is_four_times_each_spread_at_least_the_floor_at_most_the_oracles(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spreads = {("x", "float32"): 1e-5, ("y", "float16"): 0.1, ("z", "float32"): 0.0}
+    monkeypatch.setattr(script, "MEASURED_SPREAD", spreads)
+    monkeypatch.setattr(tolerances, "MEASURED_SPREAD", spreads)
+    assert script.consistency_tolerances().splitlines()[2:] == [
+        "| x, float32 | 1e-05 | 4e-05 |",  # 4 x 1e-5
+        "| y, float16 | 0.1 | 0.15 (the agreement tolerance) |",  # 4 x 0.1 capped at float16's 0.15
+        "| z, float32 | 0 | 1e-05 |",  # bit for bit: the floor
+    ]
 
 
 def test_a_block_that_no_longer_matches_its_results_is_named_stale(
