@@ -1,4 +1,4 @@
-"""The docs' engine-tier figures, generated from the committed engine results (docs/engine-results).
+"""The docs' figures, generated from committed results (docs/engine-results, benchmarks/log) and the code.
 
     python scripts/doc_figures.py            # print every block
     python scripts/doc_figures.py --write    # rewrite them in the docs
@@ -9,7 +9,11 @@ float32 engine's recorded run saw, against the tolerance it was judged at (the r
 ``engine-run-times`` (docs/engines.md): how long each recorded run took and when (its JUnit file),
 the default and the long-context workload; ``long-context-counts`` (docs/engines.md): each engine's
 counts on the long-context workload; ``recorded-run(s)-...`` (docs/engines.md's investigations): one
-engine's recorded run in a line, its counts, requests left out and time. A new recorded run (``python -m
+engine's recorded run in a line, its counts, requests left out and time; ``consistency-tolerances``
+(docs/conformance.md): each engine's measured spread between two schedules and its tolerance (the
+registry); ``mutation-scores`` and ``mutation-equivalents`` (docs/mutation.md): a full mutation run's
+committed record and the equivalents file. Constants the docs quote (``QUOTED``) are checked against
+the code. A new recorded run (``python -m
 infer_ref.conformance.engines.matrix --engines ... --out docs/engine-results``) changes them:
 ``--write`` after it; ``tests/unit/test_doc_figures.py`` fails while a block is stale.
 """
