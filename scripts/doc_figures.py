@@ -164,7 +164,8 @@ def mutation_scores(record: Path = MUTATION_RECORD) -> str:
     (``scripts/mutation.py figures --json``), or what to run where none is committed."""
     if not record.is_file():
         return (
-            f"No full run is recorded in `{record.relative_to(record.parents[2])}`. A full run records it:\n\n"
+            f"No full run is recorded ({record.relative_to(record.parents[2])} is not committed). A full run "
+            "records it:\n\n"
             "```bash\n"
             'OUT=results JOBS=30 scripts/mutation_background.sh   # call again until it prints "done"\n'
             "cp results/figures.json benchmarks/log/mutation.json  # figures --json: the run's record\n"

@@ -127,12 +127,17 @@ def test_the_self_consistency_table_is_four_times_each_spread_at_least_the_floor
     ]
 
 
+def _copy_pages(script: ModuleType, root: Path) -> None:
+    """Every page with a generated block or a quoted constant, copied under ``root`` to be edited."""
+    for page in script.pages():
+        (root / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / page, root / page)
+
+
 def test_a_block_that_no_longer_matches_its_results_is_named_stale(
     script: ModuleType, tmp_path: Path
 ) -> None:
-    for page in script.pages():
-        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / page, tmp_path / page)
+    _copy_pages(script, tmp_path)
     page = tmp_path / "docs" / "engines.md"
     block = script.block_in(page, "engine-run-times")
     edited = block.replace("| infer_ref | ", "| infer_ref | 155 s; ")  # a typed figure, edited by hand
@@ -143,9 +148,7 @@ def test_a_block_that_no_longer_matches_its_results_is_named_stale(
 def test_a_tolerance_quoted_otherwise_than_the_code_defines_it_is_named(
     script: ModuleType, tmp_path: Path
 ) -> None:
-    for page in script.pages():
-        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / page, tmp_path / page)
+    _copy_pages(script, tmp_path)
     readme = tmp_path / "README.md"
     readme.write_text(readme.read_text().replace("1e-9 (`EXACT_FLOAT64`", "1e-13 (`EXACT_FLOAT64`"))
     assert script.stale_blocks(tmp_path) == ["README.md: EXACT_FLOAT64 is 1e-9"]
