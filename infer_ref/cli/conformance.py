@@ -80,6 +80,9 @@ def add_conformance_command(commands: argparse._SubParsersAction) -> None:
                    help="engine tier: the long-context workload instead of the default one: prompts to 8193 positions "
                         "crossing windows of 512/1024, Llama 3's RoPE threshold 8192 and block boundaries, on the kit's "
                         "long checkpoints (or --model-dir); 3 to 5 minutes an engine on 2 cores, text-prompt engines included")
+    p.add_argument("--tracebacks", action="store_true",
+                   help="engine tier: print pytest's tracebacks of the failures (default: each failure in a line, the "
+                        "likely bug class and one repro command)")
     p.add_argument("--consistency-tolerance", type=float, default=None, metavar="NATS",
                    help="engine tier: self-consistency tolerance for an engine the kit has not measured (default: the oracle's)")
     p.add_argument("--xfails", action="append", default=None, metavar="FILE",
@@ -104,10 +107,13 @@ def pytest_args(args: argparse.Namespace, extra: Sequence[str]) -> list[str]:
         out += ["--ir-long-context"] if args.long_context else []
         if args.consistency_tolerance is not None:
             out += [f"--ir-consistency-tolerance={args.consistency_tolerance!r}"]
+        out += ["--ir-tracebacks"] if args.tracebacks else []
     else:
         out = ["--pyargs", "infer_ref.conformance.tests", f"--ir-impl={args.impl}", f"--ir-device={args.device}",
                f"--ir-dtype={args.dtype or 'float64'}"]
-    out += ["-p", "no:cacheprovider", "-rfEsxX",
+    # The engine tier's report lists each failure with what differed: pytest's FAILED lines would repeat them.
+    engine_tier = bool(args.engine or args.endpoint)
+    out += ["-p", "no:cacheprovider", "-rEsxX" if engine_tier and not args.tracebacks else "-rfEsxX",
             "-W", "ignore::pytest.PytestAssertRewriteWarning"]  # the command itself imported infer_ref first
     out += ["-p", "no:benchmark"]  # the kit times nothing: pytest-benchmark's "defaults" header line is noise here
     # A plain checkout on PYTHONPATH has no entry point; an install made before the kit moved names
@@ -134,6 +140,9 @@ def check_engine_args(args: argparse.Namespace) -> None:
         raise UsageError("--engine starts an engine, --endpoint judges a running one: give one of them")
     if args.endpoint and not args.model_dir:
         raise UsageError("--endpoint needs --model-dir DIR: the folder the server serves (the oracle reads it)")
+    if args.tracebacks and not (args.engine or args.endpoint):
+        raise UsageError("--tracebacks belongs to the engine tier (the adapter tier prints them always): add --engine "
+                         "ENGINE or --endpoint URL")
     if args.engine_option and not args.engine:
         raise UsageError("--engine-option sets a keyword of an engine the tier starts: add --engine ENGINE")
     if args.long_context and not (args.engine or args.endpoint):

@@ -9,7 +9,6 @@ implementation (the ``ci`` profile is derandomized, so the same examples are dra
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -17,6 +16,7 @@ import torch
 from torch import Tensor
 
 from infer_ref.conformance import tiers
+from infer_ref.conformance.rerun import ADAPTER_TESTS, rerun_command
 
 _CONTEXT: dict[str, str] = {}
 
@@ -27,21 +27,24 @@ def set_run_context(**values: str) -> None:
 
 
 def repro_command() -> str:
-    """``pytest '<node id>' --ir-impl=... --hypothesis-profile=...`` for the test now running."""
+    """``pytest --pyargs <module> -k <test> --ir-impl=... --hypothesis-profile=...`` for the test now
+    running: a command that works from a wheel install as from a checkout (:mod:`.rerun`)."""
     current = os.environ.get("PYTEST_CURRENT_TEST", "")
-    node = current.rsplit(" (", 1)[0] if current else "<test id>"
-    parts = ["pytest", shlex.quote(node), "-p", "no:xdist"]
+    node = current.rsplit(" (", 1)[0] if current else ""
+    options = []
     if "impl" in _CONTEXT:
-        parts.append(f"--ir-impl={_CONTEXT['impl']}")
+        options.append(f"--ir-impl={_CONTEXT['impl']}")
     for option in ("device", "dtype"):
         if _CONTEXT.get(option) not in (None, "cpu", "float64"):
-            parts.append(f"--ir-{option}={_CONTEXT[option]}")
+            options.append(f"--ir-{option}={_CONTEXT[option]}")
     if tiers.strict_float64():
-        parts.append("--ir-strict-float64")
+        options.append("--ir-strict-float64")
     from hypothesis import settings
 
-    parts.append(f"--hypothesis-profile={settings.get_current_profile_name()}")
-    return " ".join(parts)
+    options.append(f"--hypothesis-profile={settings.get_current_profile_name()}")
+    if not node:  # called outside a running test
+        return f"pytest --pyargs {ADAPTER_TESTS} -p no:xdist -k '<test id>' {' '.join(options)}"
+    return rerun_command(node, " ".join(options))
 
 
 def _format_params(params: Mapping[str, Any] | None) -> str:

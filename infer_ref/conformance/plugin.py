@@ -34,6 +34,7 @@ from infer_ref.conformance.assertions import NOTES, set_run_context
 from infer_ref.conformance.interface.adapter import DEFAULT_IMPL, IMPL_ENV_VAR, Adapter, load_adapter
 from infer_ref.conformance.interface.contract import UNSUPPORTED_SEEN, Unsupported
 from infer_ref.conformance.profiles import load_default_profile
+from infer_ref.conformance.rerun import ENGINE_TESTS
 from infer_ref.conformance.tiers import PRECISION_NOTES, set_strict_float64
 from infer_ref.conformance.xfail_files import MAY_PASS, matches, xfail_entries
 from infer_ref.paths import FIXTURE_CHECKPOINTS
@@ -87,12 +88,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--ir-engine-option", action="append", default=None, metavar="KEY=VALUE",
                     help="engine tier: a keyword of the engine's factory (llama.cpp: kv_cache_type=float16, threads=2; "
                          "repeatable)")
+    group.addoption("--ir-tracebacks", action="store_true", default=False,
+                    help="engine tier: print pytest's tracebacks of the failures (default: each failure in a line, "
+                         "the report and one repro command)")
     group.addoption("--ir-consistency-tolerance", default=None, type=float, metavar="NATS",
                     help="engine tier: self-consistency tolerance for an engine whose spread is not in the kit's table "
                          "(default: the measured one, else the oracle's)")
 
-
-ENGINE_TESTS = "infer_ref.conformance.engines.tests"
 
 
 def engine_tier(config: pytest.Config) -> bool:
@@ -183,6 +185,7 @@ def pytest_configure(config: pytest.Config) -> None:
         collector = ir_report.Collector(config, spec, adapter, capabilities, xfails if isinstance(xfails, list) else None)
         if engine_tier(config):
             _name_the_engine(collector.report, config)
+            _engine_tier_blame(collector, config)
             if config.pluginmanager.hasplugin("xdist"):  # the workers' notes come to the controller
                 from infer_ref.conformance.engines.notes import TierNotes
 
@@ -202,6 +205,18 @@ def _name_the_engine(report: ir_report.Report, config: pytest.Config) -> None:
     report.adapter, report.version = "engine tier:", described["version"]
     report.device, report.dtype = "the engine's", settings.dtype
     report.capabilities = {}
+
+
+def _engine_tier_blame(collector: ir_report.Collector, config: pytest.Config) -> None:
+    """The engine tier's report narrows its failures to one bug class and prints each failure in a
+    line with one repro command; pytest's tracebacks (the kit's own source) only with --ir-tracebacks."""
+    from infer_ref.conformance.engines import blame, failures
+
+    collector.engine_blame = blame.blame_report
+    if not config.getoption("--ir-tracebacks"):
+        collector.terminal_lines = failures.terminal_lines
+        if config.option.tbstyle == "auto":  # a --tb the user gave stands
+            config.option.tbstyle = "no"
 
 
 def _versions(with_hypothesis: bool = True) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import re
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,8 @@ from infer_ref.conformance import blame, tiers
 from infer_ref.conformance.blame.probes import ProbeResult, Runner
 from infer_ref.conformance.blame.suite import run_probes
 from infer_ref.conformance.checkpoints.snapshots import FAMILIES
+from infer_ref.conformance.rerun import pyargs_command
+from infer_ref.conformance.xfail_files import matches
 from infer_ref.errors import EXIT_NOT_JUDGED  # neither conforms (0) nor does not (1): docs/errors.md
 
 OUTCOMES = ("passed", "failed", "xfailed", "not supported", "not judged", "skipped")
@@ -56,6 +58,21 @@ class Tally:
         self.unsupported_draws += unsupported
         if outcome == "failed" and self.first_failure is None:
             self.first_failure = repro
+
+
+@dataclass(frozen=True)
+class Observed:
+    """One judged test as the report saw it (the engine tier's blame reads these): its node id, its
+    outcome, the bug classes it guards, the capabilities it needs, its checkpoint folder (engine
+    tier), and its text: a failure's message or a skip's reason."""
+
+    nodeid: str
+    outcome: str
+    bug_classes: tuple[str, ...]
+    capabilities: tuple[str, ...]
+    family: str | None
+    text: str
+    refusal: bool = False  # failed because the implementation raised (no wrong value to blame)
 
 
 @dataclass
@@ -92,6 +109,15 @@ class Report:
     verdict_kind: str = ""  # CONFORMS, CONFORMS_ON_SUPPORTED, DOES_NOT_CONFORM, NOTHING_JUDGED or PARTLY_JUDGED
     # why tests were not supported, grouped: the capabilities (or the implementation's reason) -> tests
     not_supported_reasons: dict[str, int] = field(default_factory=dict)
+    # engine tier (infer_ref.conformance.engines.blame): the bug class the outcomes point to and why,
+    # the classes the engine cannot exhibit (class -> the capabilities it lacks), one line per failed
+    # test (what differed) and the one command that reruns the most telling failure
+    most_likely: str = ""
+    most_likely_why: str = ""
+    cannot_exhibit: dict[str, str] = field(default_factory=OrderedDict)
+    failures: list[str] = field(default_factory=list)
+    repro: str = ""
+    repro_script: str = ""  # the standalone script the same failure wrote, where it wrote one
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2)
@@ -116,7 +142,9 @@ class Report:
             lines += ["", *_table("checkpoint", self.by_family, None)]
         if self.stale_xfails:
             lines += ["", "stale xfail entries (they fail the run): " + ", ".join(f"`{s}`" for s in self.stale_xfails)]
-        if self.blame:
+        if self.most_likely or self.cannot_exhibit:
+            lines += ["", *self.engine_blame_lines()]
+        if self.blame and not self.most_likely:
             lines += ["", "blame (the bug classes of the failed tests, narrowed by follow-up probes; one bug assumed):",
                       *(f"- **{b['verdict']}**: {name} ({b['why']})" for name, b in self.blame.items())]
         if self.probes:
@@ -133,6 +161,23 @@ class Report:
         if self.notes:
             lines += ["", "notes:", *(f"- {n}" for n in self.notes)]
         return "\n".join(lines) + "\n"
+
+    def engine_blame_lines(self) -> list[str]:
+        """The engine tier's blame: the most likely class and why, the failures one line each, the
+        repro, the other candidates, the classes the engine cannot exhibit."""
+        lines = []
+        if self.most_likely:
+            lines += [f"most likely bug class: **{self.most_likely}** ({self.most_likely_why})"]
+        lines += [f"- {f}" for f in self.failures]
+        if self.repro:
+            lines += [f"repro: `{self.repro}`" + (f" (standalone: `{self.repro_script}`)" if self.repro_script else "")]
+        others = [(name, b) for name, b in self.blame.items() if name != self.most_likely]
+        if others:
+            lines += ["other candidates (one bug assumed):", *(f"- {b['verdict']}: {name} ({b['why']})" for name, b in others)]
+        if self.cannot_exhibit:
+            lines += ["cannot exhibit (the engine lacks what the class needs; not judged): "
+                      + "; ".join(f"{name} (lacks {why})" for name, why in self.cannot_exhibit.items())]
+        return lines
 
 
 def verdict_line(report: Report) -> str:
@@ -288,7 +333,25 @@ def repro_of(report: pytest.TestReport, impl: str) -> str:
     # a message's lines as pytest prints them: "E   repro: ..." (an AssertionError's), or bare (pytest.fail's)
     found = re.findall(r"^(?:E\s+)?\s*repro: (.+)$", text, flags=re.MULTILINE)
     selects = impl if impl.startswith("--ir-") else f"--ir-impl={impl}"  # the engine tier names its engine itself
-    return found[-1] if found else f"pytest '{report.nodeid}' -p no:xdist {selects}"
+    return found[-1] if found else pyargs_command(report.nodeid, selects)
+
+
+def observed(report: pytest.TestReport, outcome: str, props: dict[str, Any]) -> Observed:
+    """What the engine tier's blame reads of one test: a failure's message (``ir_failure``, recorded
+    by the tier's conftest; else pytest's text of it) or a skip's reason."""
+    if outcome == "failed":
+        text = str(props.get("ir_failure") or report.longrepr or "")
+    else:
+        text = skip_reason(report) if report.skipped else ""
+    return Observed(
+        nodeid=report.nodeid,
+        outcome=outcome,
+        bug_classes=tuple(props.get("ir_bug_classes", ())),
+        capabilities=tuple(props.get("ir_capabilities", ())),
+        family=str(props["ir_family"]) if "ir_family" in props else None,
+        text=text[:4000],
+        refusal="ir_refusal" in props,
+    )
 
 
 class Collector:
@@ -298,10 +361,16 @@ class Collector:
         self.config = config
         self.xfails = list(xfails or [])
         self.used_xfails: set[str] = set()
+        # Entries whose tests -k/-m left out: not run here, so neither used nor stale.
+        self.deselected_xfails: set[str] = set()
         self.after_loss = 0  # failures in a process whose CUDA context an earlier test lost
         self.adapter = adapter
         self.failed_guards: dict[str, list[str]] = {}  # failed test (not a refusal) -> the bug classes it guards
         self.passed_guards: dict[str, list[str]] = {}  # passed test -> the bug classes it guards
+        # The engine tier's blame and terminal summary (set by the plugin: this layer knows no engine)
+        self.observed: list[Observed] = []
+        self.engine_blame: Callable[[Report, Sequence[Observed]], None] | None = None
+        self.terminal_lines: Callable[[Report], list[str]] | None = None
         self.report = Report(
             impl=impl,
             adapter=adapter.name,
@@ -310,6 +379,10 @@ class Collector:
             dtype=str(config.getoption("--ir-dtype")),
             capabilities=capabilities,
         )
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        for item in items:
+            self.deselected_xfails.update(e for e in self.xfails if matches(item.nodeid, e))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props: dict[str, Any] = dict(report.user_properties)
@@ -343,6 +416,8 @@ class Collector:
             if why in reasons or len(reasons) < 50:
                 reasons[why] = reasons.get(why, 0) + 1
         self.report.totals.add(outcome, repro, unsupported)
+        if self.engine_blame is not None:
+            self.observed.append(observed(report, outcome, props))
         for cap in props["ir_capabilities"] or ["(no capability)"]:
             self.report.by_capability.setdefault(cap, Tally()).add(outcome, repro, unsupported)
         if "ir_oracle" in props:
@@ -367,7 +442,8 @@ class Collector:
             return
         if self.after_loss:
             self._note(f"{self.after_loss} failure(s) came after a CUDA device-side assert in the same process: rerun them alone before reading them as findings")
-        self.report.stale_xfails = [e for e in self.xfails if e not in self.used_xfails]
+        ran_or_left_out = self.used_xfails | self.deselected_xfails
+        self.report.stale_xfails = [e for e in self.xfails if e not in ran_or_left_out]
         self.report.verdict = verdict_of(self.report)
         self.report.verdict_kind = verdict_kind_of(self.report)
         self.report.expected_failures = expected_failures_of(self.report)
@@ -386,6 +462,9 @@ class Collector:
         """Narrow the failed tests' bug classes (:mod:`infer_ref.conformance.blame`); model-level
         candidates get the follow-up probes first (the engine tier has its own classes)."""
         failed = {node: guards for node, guards in self.failed_guards.items() if guards}
+        if self.engine_blame is not None:
+            self.engine_blame(self.report, self.observed)
+            return
         if not failed or self.report.adapter.startswith("engine tier"):
             return
         results: list[ProbeResult] = []
@@ -407,5 +486,6 @@ class Collector:
         if self.report.totals == Tally():
             return
         terminalreporter.section("infer_ref conformance report")
-        for line in self.report.to_markdown().splitlines():
+        lines = self.terminal_lines(self.report) if self.terminal_lines else self.report.to_markdown().splitlines()
+        for line in lines:
             terminalreporter.write_line(line)

@@ -191,6 +191,25 @@ def test_a_package_the_interpreter_finds_passes_without_importing_it(monkeypatch
         preflight.check_installed("vllm")
 
 
+def test_a_venv_of_this_pythons_base_is_asked_itself(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A venv's python links to its base interpreter, as this one's does: resolved, the two are one
+    file, yet each finds its own packages. The engine's venv is asked, never this Python."""
+    import venv
+
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(tmp_path / "engine-venv")
+    python = tmp_path / "engine-venv" / "bin" / "python"
+    [site] = (tmp_path / "engine-venv" / "lib").glob("python3*/site-packages")
+    (site / "only_in_the_engine_venv.py").write_text("")  # a package this Python lacks
+    monkeypatch.setenv("INFER_REF_VLLM_PYTHON", str(python))
+    monkeypatch.setitem(
+        preflight.BY_NAME, "vllm", dataclasses.replace(BY_NAME["vllm"], module="only_in_the_engine_venv")
+    )
+    preflight.check_installed("vllm")  # found there, though not here
+    monkeypatch.setitem(preflight.BY_NAME, "vllm", dataclasses.replace(BY_NAME["vllm"], module="pytest"))
+    with pytest.raises(EngineUnavailable, match="no module named 'pytest'"):  # here, not there
+        preflight.check_installed("vllm")
+
+
 @pytest.mark.parametrize("engine", ["infer_ref", "transformers", "my_pkg:start"])
 def test_engines_of_this_python_are_not_import_checked_here(engine: str) -> None:
     preflight.check_installed(engine)  # they are started instead (start_first)

@@ -220,3 +220,21 @@ def test_the_report_shows_each_signed_statistic_with_its_standard_error() -> Non
     table = [line for line in report.to_markdown().splitlines() if line.startswith("| t |")]
     assert "| +2.10e-03 ± 1.5e-04 | -3.00e-03 ± 4.0e-04 |" in table[0]
     assert "| 100.0% |  | -3.00e-03 ± 4.0e-04 |" in table[1]  # no slope computed: an empty cell, not a number
+
+
+def test_an_engine_returning_the_chosen_token_alone_is_measured_on_its_signed_error() -> None:
+    """run_statistics(chosen_only=True): the chosen token's signed error alone (here every chosen
+    logprob 0.1 above the oracle's: 0.1 with SE 0); without it, the slope's need of two returned
+    tokens is named (the engine's answers cannot give the calibrated statistics)."""
+    from infer_ref.conformance.engines.numerics_workload import run_statistics
+
+    rows = torch.log_softmax(_logits(12, 9, seed=3), dim=-1)  # [12 positions, V 9]
+    positions = [
+        (p // 4, p, TokenLogprobs(p % 9, float(rows[p, p % 9]) + 0.1, ()), rows[p]) for p in range(12)
+    ]
+    stats = run_statistics(positions, long=False, chosen_only=True)
+    assert set(stats) == {"chosen_error"}
+    assert stats["chosen_error"].value == pytest.approx(0.1, abs=1e-12)
+    assert stats["chosen_error"].se == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match="slope needs two returned tokens"):
+        run_statistics(positions, long=False)

@@ -94,6 +94,18 @@ def test_repro_command_names_the_test_impl_device_dtype_and_strict(monkeypatch: 
     )
 
 
+def test_repro_command_of_a_kit_test_works_outside_a_checkout(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Run from a wheel install, the node id holds the venv's path: the command names the module by package.
+    monkeypatch.setattr(tiers, "_STRICT", {"strict": False})
+    monkeypatch.setattr(assertions, "_CONTEXT", {"impl": "pkg.mod:ADAPTER"})
+    for where in ("infer_ref/conformance/tests", "../venv/lib/python3.11/site-packages/infer_ref/conformance/tests"):
+        monkeypatch.setenv("PYTEST_CURRENT_TEST", f"{where}/test_masks.py::test_boundary_cases[1-0-None] (call)")
+        assert repro_command() == (
+            "pytest --pyargs infer_ref.conformance.tests.test_masks -p no:xdist -k 'test_boundary_cases[1-0-None]' "
+            f"--ir-impl=pkg.mod:ADAPTER {_profile()}"
+        )
+
+
 def test_repro_command_leaves_out_the_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(tiers, "_STRICT", {"strict": False})
     monkeypatch.setenv("PYTEST_CURRENT_TEST", "tests/t.py::test_y (setup)")
@@ -101,7 +113,7 @@ def test_repro_command_leaves_out_the_defaults(monkeypatch: pytest.MonkeyPatch) 
     assert repro_command() == f"pytest tests/t.py::test_y -p no:xdist {_profile()}"
     monkeypatch.delenv("PYTEST_CURRENT_TEST")  # called outside a running test
     monkeypatch.setattr(assertions, "_CONTEXT", {})
-    assert repro_command() == f"pytest '<test id>' -p no:xdist {_profile()}"
+    assert repro_command() == f"pytest --pyargs infer_ref.conformance.tests -p no:xdist -k '<test id>' {_profile()}"
 
 
 def test_set_run_context_is_what_repro_names(monkeypatch: pytest.MonkeyPatch) -> None:

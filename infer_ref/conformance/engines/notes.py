@@ -94,6 +94,7 @@ def write_notes(report: Report, states: Sequence[dict[str, Any]]) -> None:
     report.distributions += sorted(
         (d for s in states for d in s.get("distributions", ())), key=lambda d: (d["test"], d["checkpoint"])
     )
+    report.notes += [recipe_difference_note(d) for d in report.distributions if d.get("recipe_differences")]
     hits = [PrefixHit(shared, cached) for s in states for shared, cached in s["prefix_hits"]]
     if hits:
         report.notes.append(prefix_hit_summary(hits))
@@ -114,6 +115,21 @@ def spread_note(
     at = f"{where}, " if where else ""  # every difference 0: no test to name
     judged = f"tolerance {tolerance:.3g} ({source})" if tolerance != float("inf") else source
     return f"largest difference {what}: {largest:.3g} nats ({at}{comparisons} answers); {judged}"
+
+
+def recipe_difference_note(row: dict[str, Any]) -> str:
+    """One note per recipe-verdict row on which the engine declares a recipe difference: which, why,
+    and the judged statistics in calibrated spreads from the correct recipes' centre (t in their own
+    standard errors), e.g. ``recipe difference declared on gemma3-numerics-hidden304-t5 (bfloat16):
+    embed_normaliser_float32 (...); measured: slope +0.9 spreads (t +21), chosen_error -0.8 (t -19); within the margin``."""
+    declared = "; ".join(f"{name} ({why})" for name, why in row["recipe_differences"].items())
+    judged = {n: s for n, s in row["recipe_statistics"].items() if s["judged"]}
+    measured = ", ".join(f"{n} {s['spreads']:+.1f} spreads (t {s['t']:+.0f})" for n, s in judged.items())
+    outcome = "beyond the margin: " + ", ".join(row["exceeded"]) if row["exceeded"] else "within the margin"
+    return (
+        f"recipe difference declared on {row['checkpoint']} ({row['dtype']}): {declared}; "
+        f"measured: {measured}; {outcome}"
+    )
 
 
 def left_out_note(name: str, reasons: Sequence[str], requests: int) -> str:

@@ -105,14 +105,20 @@ def cluster_of(long: bool, request: int, position: int) -> tuple[int, int] | int
 
 
 def run_statistics(
-    positions: list[tuple[int, int, TokenLogprobs, Tensor]], long: bool
+    positions: list[tuple[int, int, TokenLogprobs, Tensor]], long: bool, *, chosen_only: bool = False
 ) -> dict[str, Estimate]:
     """The statistics of an engine's prompt logprobs on the numerics prompts: each position as
     ``(request, position, what the engine returned, the oracle's log-softmax row [V] there)``. The
     slope, the chosen token's signed error and the KL mean (the tier's binned KL), each with its
-    cluster-robust standard error; on long prompts the KL late/early ratio too."""
+    cluster-robust standard error; on long prompts the KL late/early ratio too.
+
+    ``chosen_only``: the engine returns the chosen token alone (no top-k alternatives): only the
+    chosen token's signed error, the one calibrated statistic its answers give (the slope needs two
+    returned tokens; a KL binned on the chosen token and the rest is not the calibration's top-5 KL)."""
     reported = [(cluster_of(long, r, p), entry, row) for r, p, entry, row in positions]
     signed = engine_signed_statistics(reported)
+    if chosen_only:
+        return {"chosen_error": _estimate(signed, "chosen_error")}
     kl = [binned_kl(entry, row) for _, entry, row in reported]
     clusters = [c for c, _, _ in reported]
     out = {

@@ -55,7 +55,9 @@ def check_installed(engine: str) -> None:
 
 def _finds(interpreter: str, module: str) -> bool:
     """Whether ``interpreter`` finds ``module`` (located, not imported: an engine's import takes seconds)."""
-    if os.path.realpath(interpreter) == os.path.realpath(sys.executable):
+    # The path as given, not resolved: a venv's python is a link to its base interpreter, so every
+    # venv of one base resolves to the same file while each finds the packages of its own prefix.
+    if os.path.abspath(interpreter) == os.path.abspath(sys.executable):
         return importlib.util.find_spec(module) is not None
     try:
         done = subprocess.run(

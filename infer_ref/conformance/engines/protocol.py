@@ -16,6 +16,11 @@ An engine that takes prompts as text only (it tokenizes them itself) says so wit
 ``takes_text_prompts`` attribute on its factory or handle: the tier then draws prompts whose text
 the folder's tokenizer turns back into the same ids (``text_stable.py``), and the adapter raises
 ``Unsupported`` for any prompt the engine's own tokenizer would change.
+
+An engine whose low-precision recipe differs on purpose from transformers' in a way the legitimate
+ensemble holds (``engines/recipes.py``, ``LEGITIMATE``) says so with a ``recipe_differences``
+attribute on its factory: ``{recipe name: why}``. The recipe verdict then names the difference, and
+its measured size, on the checkpoints where it changes results (docs/low-precision.md).
 """
 
 from __future__ import annotations

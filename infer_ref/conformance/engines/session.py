@@ -29,6 +29,7 @@ from infer_ref.conformance.engines.protocol import (
     EngineOutput,
     EngineRequest,
 )
+from infer_ref.conformance.engines.recipes import LEGITIMATE
 from infer_ref.conformance.engines.registry import ENGINES, known_engine
 from infer_ref.conformance.engines.settings import DEFAULT_ENGINE, TierSettings
 from infer_ref.conformance.engines.verdicts.repro import Case, EngineStart
@@ -61,6 +62,22 @@ def declared_capabilities(factory: object) -> frozenset[str]:
     """What a factory declares before any start (``factory.capabilities``; none declared: all)."""
     caps = getattr(factory, "capabilities", None)
     return frozenset(CAPABILITIES) if caps is None else frozenset(caps)
+
+
+def declared_recipe_differences(factory: object) -> dict[str, str]:
+    """The legitimate low-precision recipes (:data:`~infer_ref.conformance.engines.recipes.LEGITIMATE`,
+    by name) in which an engine differs from the canonical one, each with why
+    (``factory.recipe_differences``; none declared: none). The recipe verdict names them beside the
+    statistics they move, so a declared difference reads as a recipe difference of a measured size."""
+    declared = dict(getattr(factory, "recipe_differences", None) or {})
+    known = {recipe.name for recipe in LEGITIMATE}
+    unknown = sorted(set(declared) - known)
+    if unknown:
+        raise EngineStartError(
+            f"{getattr(factory, '__name__', factory)!r} declares recipe differences {', '.join(unknown)}: "
+            f"expected names of legitimate recipes ({', '.join(sorted(known))})"
+        )
+    return declared
 
 
 @dataclass
@@ -145,6 +162,13 @@ class EngineSession:
             return frozenset(self.handle(self.settings.endpoint_model_dir, "plain").capabilities)
         except EngineStartError:
             return frozenset(CAPABILITIES)  # every test then fails with the connect error, in one line
+
+    def recipe_differences(self, model_dir: Path) -> dict[str, str]:
+        """The legitimate recipes the engine declares it differs in (:func:`declared_recipe_differences`):
+        its factory's, or a server's (read from its handle)."""
+        if self.factory is not None:
+            return declared_recipe_differences(self.factory)
+        return declared_recipe_differences(self.handle(model_dir, "plain"))
 
     @property
     def ignore_eos(self) -> bool:

@@ -158,3 +158,10 @@ start_llamacpp.capabilities = frozenset(  # type: ignore[attr-defined]
         "top_logprobs",
     }
 )
+# Where llama.cpp's low-precision recipe differs from transformers' on purpose (names of
+# recipes.LEGITIMATE): its Gemma graph scales the embeddings by sqrtf(n_embd), a float32 constant,
+# on float32 activations; transformers rounds sqrt(hidden) to the dtype first
+# (ggml-org/llama.cpp#21451 proposed matching that and was declined).
+start_llamacpp.recipe_differences = {  # type: ignore[attr-defined]
+    "embed_normaliser_float32": "Gemma's sqrt(hidden) kept in float32 (llama.cpp#21451)"
+}

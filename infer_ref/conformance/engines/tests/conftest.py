@@ -4,7 +4,7 @@ folders (one test per folder), and capability skips (``@pytest.mark.ir_engine_re
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -192,6 +192,18 @@ def started(engines: EngineSession, request: pytest.FixtureRequest) -> Started:
         return handle
 
     return get
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed engine-tier test's message, for the report's one line per failure and its blame
+    (``infer_ref.conformance.engines.blame``): pytest's own text of it holds the kit's traceback."""
+    report: pytest.TestReport = yield
+    if report.failed and call.excinfo is not None and "model_dir" in getattr(item, "fixturenames", ()):
+        report.user_properties.append(("ir_failure", str(call.excinfo.value)[:4000]))
+    return report
 
 
 @pytest.hookimpl(wrapper=True)

@@ -8,6 +8,7 @@ spreads come from ``python -m infer_ref.conformance.engines.recipe_power``.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from infer_ref.conformance.engines.numerics_workload import (
     spec_of_folder,
 )
 from infer_ref.conformance.engines.protocol import EngineRequest, TokenLogprobs
+from infer_ref.conformance.engines.recipes import LEGITIMATE
 from infer_ref.conformance.engines.session import EngineSession, run
 from infer_ref.conformance.engines.tests.scenarios import Started
 from infer_ref.conformance.engines.verdicts.distribution import position_stats, summarise
@@ -93,9 +95,14 @@ def _judge_numerics(
         oracle = oracle_logprobs(model_dir, request.prompt)  # [T, V]: row i predicts position i + 1
         assert out.prompt_logprobs is not None, f"request {r}: no prompt logprobs returned"
         positions += [(r, p, e, oracle[p - 1]) for p, e in enumerate(out.prompt_logprobs) if e is not None]
-    stats = run_statistics(positions, work.long)
+    # An engine without top-k alternatives (OpenVINO GenAI: "only single top logprob") is judged on
+    # the chosen token's signed error alone, the one calibrated statistic its answers give.
+    chosen_only = "top_logprobs" not in engines.capabilities
+    stats = run_statistics(positions, work.long, chosen_only=chosen_only)
     calibration = calibration_for(spec_of_folder(model_dir.name).name, engines.settings.dtype)
-    judged = {name: j for name, j in judge_run(stats, calibration).items() if name in judged_names}
+    everything = judge_run(stats, calibration)
+    judged = {name: j for name, j in everything.items() if name in judged_names}
+    differences = _recipe_differences_here(engines, model_dir)
     failures = []
     for name, verdict in judged.items():
         if verdict.deviates:
@@ -111,6 +118,7 @@ def _judge_numerics(
     signed = {
         k: v
         for name in ("slope", "chosen_error")
+        if name in stats
         for k, v in ((name, stats[name].value), (f"{name}_se", stats[name].se))
     }
     engines.ledger.distributions.append(
@@ -124,9 +132,42 @@ def _judge_numerics(
             "exceeded": [n for n, j in judged.items() if j.deviates],
             "thresholds": {},
             "source": "recipe calibration (docs/low-precision.md, Recipe errors)",
+            "recipe_statistics": {
+                name: {
+                    "value": stats[name].value,
+                    "se": stats[name].se,
+                    "centre": calibration[name].centre,
+                    "spread": calibration[name].spread,
+                    "spreads": verdict.spreads,
+                    "t": verdict.t,
+                    "judged": name in judged,
+                    "deviates": name in judged and verdict.deviates,
+                }
+                for name, verdict in everything.items()
+            },
+            "recipe_differences": differences,
         }
     )
+    if failures and differences:
+        failures.append(
+            "the engine declares a recipe difference here, which the correct recipes' spread already "
+            "holds (a deviation past the margin is more than it): "
+            + "; ".join(f"{name} ({why})" for name, why in differences.items())
+        )
+    assert judged, f"no statistic of {', '.join(judged_names)} could be computed from the engine's answers"
     assert not failures, (
         f"a recipe error on {model_dir.name} in {engines.settings.dtype} ({len(positions)} positions):\n"
         + "\n".join(failures)
     )
+
+
+def _recipe_differences_here(engines: EngineSession, model_dir: Path) -> dict[str, str]:
+    """The legitimate recipes the engine declares it differs in that apply to this checkpoint in
+    this dtype (its family, a dtype the recipe differs in), each with why."""
+    model_type = json.loads((model_dir / "config.json").read_text())["model_type"]
+    recipes = {recipe.name: recipe for recipe in LEGITIMATE}
+    return {
+        name: why
+        for name, why in engines.recipe_differences(model_dir).items()
+        if recipes[name].applies_to(model_type, engines.settings.dtype)
+    }

@@ -20,7 +20,7 @@ as one rounding allows (docs/low-precision.md, "Recipe errors"):
   rounded to bfloat16 rounds down by ~2^-9 at every norm and position. ``rsqrt`` of it is far from
   a power of two, otherwise the canonical recipe ``w * round(x * rstd)`` would snap ``x * rstd``
   back onto the grid and be as coherent as the bug.
-- :data:`LLAMA3_ROPE_LONG`: RoPE base 1e4 unscaled, no window, 4096 positions: a frequency
+- :data:`LLAMA3_ROPE_LONG`: RoPE base 1e4 unscaled, no window, prompts of ~1000 positions: a frequency
   rounded to the dtype turns into a phase error proportional to the query-key distance (at 1000
   positions up to 0.18 rad in bfloat16 and 0.16 in float16, over the frequencies).
 - :data:`GEMMA3_HIDDEN304`: hidden size 304, whose square root (17.4356) rounds to 17.375 in
@@ -179,7 +179,9 @@ def _anchor_edit(state: dict[str, Tensor], config: Mapping[str, Any]) -> dict[st
 # The long Llama checkpoint's width, with RoPE unscaled at base 1e4 (every frequency kept as it is).
 _LLAMA_ARCH: dict[str, Any] = {
     **LLAMA3_ROPE8192.architecture,
-    "max_position_embeddings": 4096,
+    # The long-context workload starts every engine at its max_model_len (8448): an engine that
+    # checks it against the config (vLLM) refuses a smaller one. Unscaled RoPE: no value depends on it.
+    "max_position_embeddings": 32768,
     "rope_parameters": {"rope_type": "default", "rope_theta": 10_000.0},
 }
 _LLAMA_INIT = SyntheticInit(gain=2.0, embed_std=1.0, norm_jitter=0.1)
