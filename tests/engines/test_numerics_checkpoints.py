@@ -2,7 +2,9 @@
 the dtypes each is for; every Gemma norm's 1 + w rounds down by nearly one half-ulp; every Llama
 norm's mean square sits just below a bfloat16 midpoint at every position, with rsqrt far from a
 power of two; a low-precision RoPE frequency is a phase error of a sixth of a radian at a distance of 1000, and the
-far context moves the logprobs; sqrt(hidden) is inexact in both low dtypes. Each would fail if the
+far context moves the logprobs; sqrt(hidden) is inexact in both low dtypes; every query of the sink
+checkpoint scores 7.7 to 9 on its first key and 0 on every other, whose exponentials then round
+away from a running sum of 1 in both low dtypes. Each would fail if the
 design were wrong (a weight off the grid, a 1 + w that rounds up, a mean square across the midpoint)."""
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from infer_ref.conformance.engines.workloads.numerics_checkpoints import (
     GEMMA3_ONE_PLUS_W_FP16,
     LLAMA3_RMS_ANCHOR,
     LLAMA3_ROPE_LONG,
+    LLAMA3_SOFTMAX_SINK,
     NUMERICS_CHECKPOINTS,
     NUMERICS_STYLE,
+    SINK_SCORE_RANGE,
+    SINK_TOKEN,
     exact_in,
     is_exact_in,
 )
@@ -155,6 +160,53 @@ def test_sqrt_hidden_is_inexact_in_both_low_dtypes() -> None:
     rounded = {d: float(torch.tensor(exact, dtype=dt)) for d, dt in DTYPES.items()}
     assert rounded == {"bfloat16": 17.375, "float16": 17.4375}  # -0.35% and +0.011% of 17.4356
     assert all(abs(r - exact) / exact > 1e-4 for r in rounded.values())
+
+
+def test_every_query_scores_the_sink_alone_in_every_layer(folders: dict[str, Path]) -> None:
+    from infer_ref.conformance.engines import recipes
+    from infer_ref.conformance.engines.numerics_workload import prompt_set
+
+    model, config = load_model(folders[LLAMA3_SOFTMAX_SINK.name], dtype=torch.float64, device="cpu")
+    scores: list[torch.Tensor] = []  # [B, H, T, S] per layer and prompt
+
+    def recorded(
+        q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+    ) -> torch.Tensor:
+        scores.append(recipes._scores(q, k, mask, scale))
+        return recipes.eager_attention(q, k, v, mask, scale)
+
+    recipes.with_attention(recorded)(model)
+    prompts = prompt_set(LLAMA3_SOFTMAX_SINK).prompts(config.vocab_size)
+    assert all(p[0] == SINK_TOKEN and SINK_TOKEN not in p[1:] for p in prompts)
+    with torch.no_grad():
+        for ids in prompts[:8]:
+            model(torch.tensor([ids]))
+    assert len(scores) == 8 * config.num_hidden_layers
+    for s in scores:
+        sink = s[..., 1:, 0]  # every query but the sink's own, on the sink
+        assert SINK_SCORE_RANGE[0] < float(sink.min()) and float(sink.max()) < SINK_SCORE_RANGE[1]
+        others = s[..., 1:]
+        assert bool((others[torch.isfinite(others)] == 0).all())  # exactly 0: one exponential for all
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_every_non_sink_exponential_rounds_away_from_a_running_sum_of_one(dtype: torch.dtype) -> None:
+    # exp(-7.7) = 4.5e-4 is below half an ulp of 1 (2^-8 in bfloat16, 2^-11 = 4.9e-4 in float16), and
+    # exp(-9) = 1.2e-4 is not 0: a running sum in the dtype stays at 1 after 120 of them.
+    for score in SINK_SCORE_RANGE:
+        term = torch.tensor(math.exp(-score), dtype=dtype)
+        assert 0 < float(term) < HALF_ULP[dtype]
+        total = torch.ones((), dtype=dtype)
+        for _ in range(120):
+            total = total + term
+        assert float(total) == 1.0
+
+
+def test_prompts_with_a_first_token_refuse_one_outside_the_vocabulary() -> None:
+    from infer_ref.conformance.engines.numerics_workload import PromptSet
+
+    with pytest.raises(ValueError, match="first token 500 is outside the vocabulary \\[0, 439\\)"):
+        PromptSet(count=1, lengths=(4, 4), seed=0, first_token=500).prompts(439)
 
 
 @pytest.mark.parametrize("spec", NUMERICS_CHECKPOINTS, ids=lambda s: s.name)

@@ -126,12 +126,29 @@ def _recipe_verdict(engine: str, dtype: str, *, long_context: bool = False) -> s
         ("engine_embed_scale_unrounded", ()),  # Gemma's normaliser in float32: llama.cpp's recipe, not a bug
         ("engine_gemma_one_plus_w_low_precision", ("gemma3-numerics-one-plus-w",)),
         ("engine_rms_norm_low_precision", ("gemma3-numerics-one-plus-w",)),
+        ("engine_softmax_sum_low_precision", ("llama3-numerics-softmax-sink",)),
+        ("engine_rms_variance_sequential_low_precision", ("llama3-numerics-softmax-sink",)),
+        ("engine_fused_add_norm_truncated", ("llama3-numerics-softmax-sink",)),
     ],
 )
 def test_recipe_verdict_fails_recipe_errors_and_passes_correct_recipes(planted: str, fails_on: tuple[str, ...], dtype: str) -> None:
     """On the numerics checkpoints the signed statistics fail a recipe error planted in the Engine (on
-    the coherent-norm checkpoint, whose norms all round one way), and pass the unbroken Engine and
-    Gemma's normaliser kept in float32 (docs/low-precision.md, "Recipe errors")."""
+    the coherent-norm checkpoint, whose norms all round one way; on the sink checkpoint, whose softmax
+    sums all lose the same terms and whose constant query channel dwarfs the others in every mean
+    square and every stream), and pass the unbroken Engine and Gemma's normaliser kept in float32
+    (docs/low-precision.md, "Recipe errors")."""
+    _assert_recipe_verdict(planted, dtype, fails_on)
+
+
+@pytest.mark.parametrize(("dtype", "fails_on"), [("bfloat16", ()), ("float16", ("gemma3-numerics-hidden304",))])
+def test_recipe_verdict_fails_a_bfloat16_normaliser_in_float16_only(dtype: str, fails_on: tuple[str, ...]) -> None:
+    """Gemma's normaliser rounded to bfloat16 whatever the dtype: in float16 a recipe error on the
+    hidden-304 checkpoint (sqrt(304) is 17.375 in bfloat16, 17.4375 in float16), in bfloat16 the
+    canonical recipe itself, which passes."""
+    _assert_recipe_verdict("engine_embed_normaliser_bf16", dtype, fails_on)
+
+
+def _assert_recipe_verdict(planted: str, dtype: str, fails_on: tuple[str, ...]) -> None:
     engine = planted if planted == "infer_ref" else f"infer_ref.conformance.engines.kit_bugs:{planted}"
     done = _recipe_verdict(engine, dtype)
     failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED")]

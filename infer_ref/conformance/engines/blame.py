@@ -243,6 +243,20 @@ PROFILES: dict[str, Profile] = {
     "RoPE frequencies or angles held in low precision": Profile(
         "only in bfloat16/float16, at long distances", {RECIPE_LONG: ALWAYS}, needs=("prompt_logprobs",)
     ),
+    "attention softmax sum accumulated in low precision": Profile(
+        "only in bfloat16/float16, behind an attention sink (or at long distances in float16)",
+        {RECIPE: ALWAYS, RECIPE_LONG: OFTEN},
+        needs=("prompt_logprobs",),
+    ),
+    "residual stream truncated by a fused add + norm": Profile(
+        "only in bfloat16/float16, in the signed statistics", {RECIPE: ALWAYS}, needs=("prompt_logprobs",)
+    ),
+    "embed scale not rounded to dtype": Profile(
+        "only in float16, on a Gemma checkpoint whose sqrt(hidden) is inexact (Gemma's normaliser "
+        "rounded to bfloat16)",
+        {RECIPE: ALWAYS},
+        needs=("prompt_logprobs",),
+    ),
 }
 
 

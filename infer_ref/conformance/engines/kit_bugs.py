@@ -5,9 +5,11 @@ The kit plants these bugs in a model or a cache it drives itself (:mod:`infer_re
 an engine team meets them inside an engine, behind batching, paging and prefix caching. Each
 mutant here is infer_ref's Engine with one of them, planted where an engine has it:
 
-- in the **model** (RoPE, attention scale, QK-norm, the low-precision norm and RoPE steps): the
-  loaded model instance gets the kit's knobbed method (:func:`~infer_ref.conformance.mutants._patch_precision`
-  and friends), nothing global is touched;
+- in the **model** (RoPE, attention scale, QK-norm, the low-precision norm and RoPE steps, and the
+  recipe errors of :mod:`~infer_ref.conformance.engines.recipes`: the softmax sum accumulated in the
+  dtype, Gemma's normaliser rounded in bfloat16): the loaded model instance gets the kit's knobbed
+  method (:func:`~infer_ref.conformance.mutants._patch_precision` and friends) or the recipe's
+  patch, nothing global is touched;
 - in the **cache view** each engine forward sees (masks, windows, slots): a
   :class:`~infer_ref.cache.paged.PagedKVCache` subclass set as the Engine's ``cache_class``.
 
@@ -28,8 +30,16 @@ from torch import Tensor
 from infer_ref.attention import HeadTransform, cached_attention
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.conformance.engines.adapters.infer_ref_engine import InferRefEngine
-from infer_ref.conformance.engines.mutants import ModelPatch, PlantedBug, planted_factory
-from infer_ref.conformance.engines.recipes import replace_attend
+from infer_ref.conformance.engines.mutants import RECIPE_BUG_CLASSES, ModelPatch, PlantedBug, planted_factory
+from infer_ref.conformance.engines.recipes import (
+    embed_normaliser_bf16,
+    fused_add_norm,
+    replace_attend,
+    rms_variance_sequential_low,
+    softmax_accumulated_low,
+    truncate_toward_zero,
+    with_attention,
+)
 from infer_ref.conformance.mutants import (
     BUG_CLASSES,
     EXTRA_BUG_CLASSES,
@@ -276,6 +286,30 @@ KIT_BUG_MUTANTS = (
         EXTRA_BUG_CLASSES[2],
         doc="RoPE inverse frequencies rounded to the model dtype.",
         model_patch=_precision(Knobs(rope_precision="inv_freq_low")),
+    ),
+    PlantedBug(
+        "engine_softmax_sum_low_precision",
+        RECIPE_BUG_CLASSES[0],
+        doc="Attention's softmax sum accumulated key by key in the model dtype.",
+        model_patch=with_attention(softmax_accumulated_low),
+    ),
+    PlantedBug(
+        "engine_embed_normaliser_bf16",
+        BUG_CLASSES[12],
+        doc="Gemma's embedding normaliser rounded to bfloat16 whatever the dtype.",
+        model_patch=embed_normaliser_bf16,
+    ),
+    PlantedBug(
+        "engine_rms_variance_sequential_low_precision",
+        EXTRA_BUG_CLASSES[0],
+        doc="RMSNorm's mean square accumulated channel by channel in the model dtype.",
+        model_patch=rms_variance_sequential_low,
+    ),
+    PlantedBug(
+        "engine_fused_add_norm_truncated",
+        RECIPE_BUG_CLASSES[1],
+        doc="A fused residual add + RMSNorm storing the stream truncated toward zero at every call.",
+        model_patch=fused_add_norm(truncate_toward_zero, product_wide=False, norm_reads_wide_sum=True),
     ),
 )
 

@@ -52,6 +52,13 @@ LONG_CONTEXT_BUG_CLASSES = (
     "block table entries truncated to a narrow integer",
     "RoPE positions past a precomputed table clamped",
 )
+# Low-precision recipe errors of no kit mutant (the kit's attention is torch's SDPA, which it does not
+# knob): planted in the Engine only (``kit_bugs.py``), judged by the recipe verdict on the numerics
+# checkpoints.
+RECIPE_BUG_CLASSES = (
+    "attention softmax sum accumulated in low precision",
+    "residual stream truncated by a fused add + norm",
+)
 
 
 ModelPatch = Callable[[Any], None]  # applied to the loaded model instance: nothing global is touched

@@ -33,7 +33,9 @@ from infer_ref.conformance.engines.workloads.checkpoints import EngineCheckpoint
 from infer_ref.conformance.engines.workloads.numerics_checkpoints import (
     DESIGNED_FOR,
     LLAMA3_ROPE_LONG,
+    LLAMA3_SOFTMAX_SINK,
     NUMERICS_CHECKPOINTS,
+    SINK_TOKEN,
 )
 
 CALIBRATION = Path(__file__).with_name("recipe_calibration.json")
@@ -54,16 +56,27 @@ TIER_JUDGED = ("slope", "chosen_error")
 
 @dataclass(frozen=True)
 class PromptSet:
-    """``count`` prompts of lengths drawn from ``lengths`` (inclusive), from ``seed``."""
+    """``count`` prompts of lengths drawn from ``lengths`` (inclusive), from ``seed``; with a
+    ``first_token``, each starts with it and holds it nowhere else."""
 
     count: int
     lengths: tuple[int, int]
     seed: int
+    first_token: int | None = None
 
     def prompts(self, vocab_size: int) -> list[tuple[int, ...]]:
         gen = torch.Generator().manual_seed(self.seed)
         lengths = torch.randint(self.lengths[0], self.lengths[1] + 1, (self.count,), generator=gen)
-        return [tuple(torch.randint(0, vocab_size, (int(n),), generator=gen).tolist()) for n in lengths]
+        if self.first_token is None:
+            return [tuple(torch.randint(0, vocab_size, (int(n),), generator=gen).tolist()) for n in lengths]
+        if not 0 <= self.first_token < vocab_size:
+            raise ValueError(f"first token {self.first_token} is outside the vocabulary [0, {vocab_size})")
+        out = []
+        for n in lengths:
+            rest = torch.randint(0, vocab_size - 1, (int(n) - 1,), generator=gen)
+            rest = rest + (rest >= self.first_token).long()  # every id but the first token's
+            out.append((self.first_token, *rest.tolist()))
+        return out
 
     @property
     def long(self) -> bool:
@@ -72,10 +85,12 @@ class PromptSet:
 
 SHORT = PromptSet(count=24, lengths=(24, 96), seed=52)
 LONG = PromptSet(count=4, lengths=(1000, 1040), seed=53)
+# The sink's prompts: longer (the softmax-sum error grows with the number of keys), still short.
+SINK = PromptSet(count=24, lengths=(64, 120), seed=56, first_token=SINK_TOKEN)
 
 
 def prompt_set(spec: EngineCheckpoint) -> PromptSet:
-    return LONG if spec.name == LLAMA3_ROPE_LONG.name else SHORT
+    return {LLAMA3_ROPE_LONG.name: LONG, LLAMA3_SOFTMAX_SINK.name: SINK}.get(spec.name, SHORT)
 
 
 def tier_checkpoints(dtype: str, *, long_context: bool = False) -> list[EngineCheckpoint]:

@@ -122,7 +122,11 @@ def pytest_pycollect_makeitem(collector: pytest.Collector, name: str, obj: objec
 
 def _record(item: pytest.Item, needed: list[str]) -> None:
     """What the conformance report tallies: capabilities, bug classes, oracle, checkpoint."""
-    from infer_ref.conformance.engines.mutants import ENGINE_BUG_CLASSES, LONG_CONTEXT_BUG_CLASSES
+    from infer_ref.conformance.engines.mutants import (
+        ENGINE_BUG_CLASSES,
+        LONG_CONTEXT_BUG_CLASSES,
+        RECIPE_BUG_CLASSES,
+    )
     from infer_ref.conformance.mutants import ALL_BUG_CLASSES
     from infer_ref.conformance.report import bug_classes_of
 
@@ -130,7 +134,9 @@ def _record(item: pytest.Item, needed: list[str]) -> None:
     item.user_properties.append(
         (
             "ir_bug_classes",
-            bug_classes_of(item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES + LONG_CONTEXT_BUG_CLASSES),
+            bug_classes_of(
+                item, ALL_BUG_CLASSES + ENGINE_BUG_CLASSES + LONG_CONTEXT_BUG_CLASSES + RECIPE_BUG_CLASSES
+            ),
         )
     )
     oracle = item.get_closest_marker("ir_oracle")

@@ -40,7 +40,8 @@ _SUGGESTS = {
     ): "logits flatter than the correct recipes' (a norm scale rounded down: Gemma's 1 + w in the "
     "weight dtype, RMSNorm's mean square rounded in the low dtype, an embedding normaliser rounded)",
     ("slope", +1): "logits sharper than the correct recipes' (a norm scale rounded up: RMSNorm's mean square "
-    "rounded in the low dtype, an embedding normaliser rounded)",
+    "rounded in the low dtype, an embedding normaliser rounded; or attention outputs too large: a softmax "
+    "sum accumulated in the low dtype)",
     ("kl_late_early", +1): "an error growing with the query-key distance (RoPE frequencies or cos/sin tables "
     "rounded to the low dtype)",
 }
@@ -53,7 +54,10 @@ def test_recipe_statistics_within_calibrated_spread(
     """Prompt logprobs (top-5) of the numerics prompts on the plain engine: the temperature slope and
     the chosen token's signed error, each with its standard error, judged against the calibration.
 
-    Guards: *RMSNorm accumulated or scaled in low precision*, *Gemma's 1 + w formed in low precision*."""
+    Guards: *RMSNorm accumulated or scaled in low precision*, *Gemma's 1 + w formed in low precision*,
+    *attention softmax sum accumulated in low precision*, *residual stream truncated by a fused add +
+    norm*, *embed scale not rounded to dtype* (Gemma's normaliser rounded in bfloat16 in a float16
+    engine)."""
     _judge_numerics(
         model_dir, engines, started, "test_recipe_statistics_within_calibrated_spread", TIER_JUDGED
     )

@@ -26,6 +26,10 @@ as one rounding allows (docs/low-precision.md, "Recipe errors"):
 - :data:`GEMMA3_HIDDEN304`: hidden size 304, whose square root (17.4356) rounds to 17.375 in
   bfloat16 (-0.35%) and 17.4375 in float16 (+0.011%): the embedding normaliser's rounding is not a
   no-op (it is on every other Gemma checkpoint of the kit: sqrt(64) = 8).
+- :data:`LLAMA3_SOFTMAX_SINK`: every prompt starts with an attention sink whose exponential is 1
+  while every other key's is below half an ulp of 1: a softmax sum accumulated key by key in the
+  dtype never moves from 1, so every attention output is too large by the missing terms (up to 3%
+  at position 120), one way everywhere.
 
 Every weight is stored exactly representable in the dtype the checkpoint is for (both, where the
 list says so): the float64 oracle and the engine then start from the same numbers, and what
@@ -215,6 +219,77 @@ LLAMA3_ROPE_LONG = _llama(
     WeightEdit("exact-bf16-fp16", 1, lambda state, config: _all_exact_in(LOW_DTYPES)(state)),
 )
 
+# -- attention with a sink: every softmax sum starts at the sink's 1 ------------------------------
+
+# The first token of every prompt (the fixture's BOS) is an attention sink, as in trained models:
+# its key alone is nonzero, so every query's score is SINK_SCORE on it and exactly 0 on every other
+# key, and each of those keys' exponentials is exp(-SINK_SCORE) ~ 2.5e-4 of the sink's. A softmax
+# sum accumulated key by key in the dtype starts at the sink's 1, and each later term, below half an
+# ulp of 1 (2^-9 in bfloat16, 2^-11 = 4.9e-4 in float16), rounds away: the sum stays 1 while the true
+# one is 1 + t * exp(-SINK_SCORE), so every attention output of query t is (1 + t * 2.5e-4) too
+# large, one way at every position and layer. Correct recipes accumulate the sum in float32.
+SINK_TOKEN = 433  # llama-tiny's bos_token_id
+SINK_CHANNEL, QUERY_CHANNEL = 0, 1  # residual channels: the sink's key source, the queries' constant
+SINK_VALUE = 64.0  # the sink row's value in SINK_CHANNEL (0 in every other row)
+QUERY_VALUE = 64.0  # every row's value in QUERY_CHANNEL: it dominates each norm's mean square
+SINK_KEY_WEIGHT = 1.125  # k_proj's only nonzero entry per KV head (the slot below); q_proj's is 1
+SINK_SCORE_RANGE = (7.7, 9.0)  # tested: every query's score on the sink, over the numerics prompts
+_SINK_OTHERS_SUM_SQUARES = 64.0  # each embedding row's other channels: sum of squares
+_SINK_NORM_GAIN = 8.0  # x / rms(x) is ~1/8 in the other channels: the norm weights restore scale
+_SINK_WRITE_SCALE = {"o_proj.weight": 0.25, "down_proj.weight": 0.01}  # the attention path dominates
+
+
+def sink_slot(head_dim: int) -> int:
+    """The head dimension q and k use: the first of the lowest-frequency RoPE pair (rotate-half
+    layout pairs d with d + D/2), whose phase moves 1.8e-4 rad per position at base 1e4 and D = 32,
+    so the sink's score changes by less than 1e-4 relative over a prompt."""
+    return head_dim // 2 - 1
+
+
+def _sink_edit(state: dict[str, Tensor], config: Mapping[str, Any]) -> dict[str, Tensor]:
+    out = dict(state)
+    a, b = SINK_CHANNEL, QUERY_CHANNEL
+    embed = out["model.embed_tokens.weight"].clone()  # [V, E]
+    others = embed[:, 2:]
+    embed[:, 2:] = others * (_SINK_OTHERS_SUM_SQUARES / others.pow(2).sum(-1, keepdim=True)).sqrt()
+    embed[:, a] = 0.0
+    embed[SINK_TOKEN, a] = SINK_VALUE
+    embed[:, b] = QUERY_VALUE
+    out["model.embed_tokens.weight"] = embed
+    d = config["head_dim"]
+    slot = sink_slot(d)
+    for name, tensor in state.items():
+        if name.endswith("q_proj.weight"):  # [H * D, E]
+            q = torch.zeros_like(tensor)
+            q[slot::d, b] = 1.0
+            out[name] = q
+        elif name.endswith("k_proj.weight"):  # [Hkv * D, E]
+            k = torch.zeros_like(tensor)
+            k[slot::d, a] = SINK_KEY_WEIGHT
+            out[name] = k
+        elif name.endswith(tuple(_SINK_WRITE_SCALE)):  # [E, in]: rows are residual channels
+            written = tensor * _SINK_WRITE_SCALE[name.rsplit(".", 2)[-2] + ".weight"]
+            written[:2] = 0.0  # no layer writes the sink's or the queries' channel
+            out[name] = written
+        elif name.endswith("norm.weight"):
+            gained = tensor * _SINK_NORM_GAIN
+            # The input norms pass both channels to q/k at weight 1; the others (MLP, final) read neither.
+            gained[:2] = 1.0 if name.endswith("input_layernorm.weight") else 0.0
+            out[name] = gained
+    return _all_exact_in(LOW_DTYPES)(out)
+
+
+LLAMA3_SOFTMAX_SINK = _llama(
+    "llama3-numerics-softmax-sink",
+    (
+        "every prompt starts with an attention sink: each query scores 7.7 to 9 on it and exactly 0 elsewhere",
+        "every other key's exponential is below half an ulp of 1 in bfloat16 and float16",
+        "every weight exact in bfloat16 and float16",
+    ),
+    56,
+    WeightEdit("softmax-sink", 1, _sink_edit),
+)
+
 # -- Gemma 3 with an inexact sqrt(hidden) --------------------------------------------------------------
 
 GEMMA3_HIDDEN304 = EngineCheckpoint(
@@ -247,6 +322,7 @@ NUMERICS_CHECKPOINTS: tuple[EngineCheckpoint, ...] = (
     LLAMA3_RMS_ANCHOR,
     LLAMA3_ROPE_LONG,
     GEMMA3_HIDDEN304,
+    LLAMA3_SOFTMAX_SINK,
 )
 """The numerics checkpoints, each written in :data:`NUMERICS_STYLE`."""
 
@@ -257,4 +333,5 @@ DESIGNED_FOR: dict[str, tuple[str, ...]] = {
     LLAMA3_RMS_ANCHOR.name: ("bfloat16",),
     LLAMA3_ROPE_LONG.name: ("bfloat16", "float16"),
     GEMMA3_HIDDEN304.name: ("bfloat16", "float16"),
+    LLAMA3_SOFTMAX_SINK.name: ("bfloat16", "float16"),
 }
