@@ -1,4 +1,4 @@
-"""The docs' engine-tier figures, generated from the committed engine results (docs/engine-results).
+"""The docs' figures, generated from committed results (docs/engine-results, benchmarks/log) and the code.
 
     python scripts/doc_figures.py            # print every block
     python scripts/doc_figures.py --write    # rewrite them in the docs
@@ -7,7 +7,13 @@
 ``oracle-distances`` (docs/conformance.md): the largest distance from the float64 oracle each
 float32 engine's recorded run saw, against the tolerance it was judged at (the report's notes).
 ``engine-run-times`` (docs/engines.md): how long each recorded run took and when (its JUnit file),
-the default and the long-context workload. A new recorded run (``python -m
+the default and the long-context workload; ``long-context-counts`` (docs/engines.md): each engine's
+counts on the long-context workload; ``recorded-run(s)-...`` (docs/engines.md's investigations): one
+engine's recorded run in a line, its counts, requests left out and time; ``consistency-tolerances``
+(docs/conformance.md): each engine's measured spread between two schedules and its tolerance (the
+registry); ``mutation-scores`` and ``mutation-equivalents`` (docs/mutation.md): a full mutation run's
+committed record and the equivalents file. Constants the docs quote (``QUOTED``) are checked against
+the code. A new recorded run (``python -m
 infer_ref.conformance.engines.matrix --engines ... --out docs/engine-results``) changes them:
 ``--write`` after it; ``tests/unit/test_doc_figures.py`` fails while a block is stale.
 """
@@ -15,18 +21,28 @@ infer_ref.conformance.engines.matrix --engines ... --out docs/engine-results``) 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import re
 import sys
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from types import ModuleType
 
 from infer_ref.conformance.engines.matrix.main import engines_in
 from infer_ref.conformance.engines.matrix.results import read_run
+from infer_ref.conformance.engines.verdicts.tolerances import (
+    MEASURED_SPREAD,
+    agreement_tolerance,
+    consistency_tolerance,
+)
+from infer_ref.conformance.tiers import EXACT_FLOAT64
 from infer_ref.fileio import replace_between_markers
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "engine-results"
+MUTATION_RECORD = ROOT / "benchmarks" / "log" / "mutation.json"
 LARGEST = re.compile(
     r"^largest difference from the oracle: (?P<nats>[0-9.e+-]+) nats .*; tolerance (?P<tolerance>[0-9.e+-]+) "
 )
@@ -73,6 +89,46 @@ def oracle_distances(results: Path = RESULTS) -> str:
     ])  # fmt: skip
 
 
+COUNTED = (("passed", "passed"), ("xfailed", "expected failures"), ("failed", "failed"),
+           ("not supported", "not supported"), ("not judged", "not judged"), ("skipped", "skipped"))  # fmt: skip
+LEFT_OUT = re.compile(r"^requests left out because .*?: (?P<left>[0-9]+ of [0-9]+) ")
+
+
+def recorded_run(engine: str, results: Path = RESULTS) -> str:
+    """One line for docs/engines.md's investigations: what ``engine``'s recorded run
+    (``results/ENGINE.json`` and ``.xml``) counted, how many requests it left out, how long it ran."""
+    report = _report(results / f"{engine}.json")
+    if not report:
+        raise SystemExit(f"{results / engine}.json: no recorded run of {engine}")
+    counts = report.get("totals", {}).get("counts", {})
+    said = [f"{counts[key]} {words}" for key, words in COUNTED if counts.get(key)] or ["no tests"]
+    left = [found.group("left") for note in report.get("notes", []) if (found := LEFT_OUT.match(note))]
+    if left:
+        said.append(f"requests left out (an answer not readable as token ids): {left[0]}")
+    ran = read_run(results / f"{engine}.xml")
+    return f"`docs/engine-results/{engine}`: {', '.join(said)}" + (f"; {ran}." if ran else ".")
+
+
+def recorded_runs(*engines: str) -> Callable[[], str]:
+    """A block of :func:`recorded_run` lines, one per engine."""
+    return lambda: "\n".join(recorded_run(engine) for engine in engines)
+
+
+def long_context_counts(results: Path = RESULTS / "long") -> str:
+    """docs/engines.md's long-context table: each engine's counts and largest distance from the
+    oracle, from its recorded run of that workload."""
+    columns = [words for _, words in COUNTED if words != "skipped"]
+    rows = [f"| engine | {' | '.join(columns)} | largest distance from the oracle (nats) |",
+            "|---|" + "---:|" * len(columns) + "---|"]  # fmt: skip
+    for engine in engines_in(results):
+        report = _report(results / f"{engine}.json")
+        counts = report.get("totals", {}).get("counts", {})
+        largest = _largest_from_oracle(report)
+        cells = [str(counts.get(key, 0)) for key, words in COUNTED if words != "skipped"]
+        rows.append(f"| {engine} | {' | '.join(cells)} | {largest[0] if largest else '–'} |")
+    return "\n".join(rows)
+
+
 def engine_run_times(results: Path = RESULTS) -> str:
     """docs/engines.md's table: each recorded run's time and date (JUnit), both workloads."""
     rows = ["| engine | default workload | long contexts |", "|---|---|---|"]
@@ -83,11 +139,96 @@ def engine_run_times(results: Path = RESULTS) -> str:
     return "\n".join(rows)
 
 
+def consistency_tolerances() -> str:
+    """docs/conformance.md's self-consistency table: each engine's measured spread between two
+    schedules (the registry's ``spread``) and the tolerance the tier judges it at."""
+    rows = ["| engine, dtype | largest difference between two schedules | tolerance |", "|---|---:|---:|"]
+    for (engine, dtype), spread in MEASURED_SPREAD.items():
+        tolerance = consistency_tolerance(engine, dtype).value
+        capped = " (the agreement tolerance)" if tolerance == agreement_tolerance(dtype) else ""
+        rows.append(f"| {engine}, {dtype} | {spread:.3g} | {tolerance:.3g}{capped} |")
+    return "\n".join(rows)
+
+
+def _mutation_script() -> ModuleType:
+    """scripts/mutation.py (no package: loaded by path), whose table writer the mutation blocks use."""
+    spec = importlib.util.spec_from_file_location("mutation_script", ROOT / "scripts" / "mutation.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def mutation_scores(record: Path = MUTATION_RECORD) -> str:
+    """docs/mutation.md's score tables, per part and per module, from a full run's committed record
+    (``scripts/mutation.py figures --json``), or what to run where none is committed."""
+    if not record.is_file():
+        return (
+            f"No full run is recorded ({record.relative_to(record.parents[2])} is not committed). A full run "
+            "records it:\n\n"
+            "```bash\n"
+            'OUT=results JOBS=30 scripts/mutation_background.sh   # call again until it prints "done"\n'
+            "cp results/figures.json benchmarks/log/mutation.json  # figures --json: the run's record\n"
+            "python scripts/doc_figures.py --write                 # these tables, from that record\n"
+            "```"
+        )
+    run = json.loads(record.read_text(encoding="utf-8"))
+    markdown = _mutation_script().markdown
+    parts = {part: Counter(row) for part, row in run["parts"].items()}
+    modules = {module: Counter(row) for module, row in run["modules"].items()}
+    return "\n".join([
+        f"The full run recorded in `benchmarks/log/mutation.json`: tree {run['tree']}, {run['date']}.",
+        "", markdown(parts), "", "Per module:", "", markdown(modules, by_module=True),
+    ])  # fmt: skip
+
+
+def mutation_equivalents() -> str:
+    """How many mutants scripts/mutation_equivalent.txt lists (docs/mutation.md)."""
+    return f"`scripts/mutation.py` reads this file; it lists {len(_mutation_script().equivalent())} mutants."
+
+
 # block name -> (the page it is in, what makes it)
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "oracle-distances": ("docs/conformance.md", oracle_distances),
     "engine-run-times": ("docs/engines.md", engine_run_times),
+    "long-context-counts": ("docs/engines.md", long_context_counts),
+    "recorded-run-llama.cpp-server": ("docs/engines.md", recorded_runs("llama.cpp-server")),
+    "recorded-runs-llama.cpp-low-precision": (
+        "docs/engines.md",
+        recorded_runs("llama.cpp-float16", "llama.cpp-bfloat16"),
+    ),
+    "recorded-run-openvino": ("docs/engines.md", recorded_runs("openvino")),
+    "consistency-tolerances": ("docs/conformance.md", consistency_tolerances),
+    "mutation-scores": ("docs/mutation.md", mutation_scores),
+    "mutation-equivalents": ("docs/mutation.md", mutation_equivalents),
 }
+
+
+# A tolerance the docs quote is the code's constant: (page, constant's name, its value); the page
+# must write it as "VALUE (`NAME`".
+QUOTED: tuple[tuple[str, str, float], ...] = (
+    ("README.md", "EXACT_FLOAT64", EXACT_FLOAT64),
+    ("CONTRIBUTING.md", "EXACT_FLOAT64", EXACT_FLOAT64),
+)
+
+
+def pages() -> set[str]:
+    """Every page a block or a quoted constant is in."""
+    return {page for page, _ in BLOCKS.values()} | {page for page, _, _ in QUOTED}
+
+
+def written(value: float) -> str:
+    """``1e-09`` as the docs write it, ``1e-9``."""
+    return re.sub(r"e([+-])0+(?=[0-9])", r"e\1", f"{value:g}")
+
+
+def misquoted_constants(root: Path = ROOT) -> list[str]:
+    """The pages that do not quote a constant as the code defines it, as ``page: NAME is VALUE``."""
+    return [
+        f"{page}: {name} is {written(value)}"
+        for page, name, value in QUOTED
+        if f"{written(value)} (`{name}`" not in (root / page).read_text(encoding="utf-8")
+    ]
 
 
 def block_in(page: Path, name: str) -> str:
@@ -100,10 +241,12 @@ def block_in(page: Path, name: str) -> str:
 
 
 def stale_blocks(root: Path = ROOT) -> list[str]:
-    """The blocks whose page does not hold what the committed results give, as ``page: name``."""
-    return [
+    """The blocks whose page does not hold what the committed results give, as ``page: name``, and
+    the constants a page quotes otherwise than the code defines them."""
+    stale = [
         f"{page}: {name}" for name, (page, make) in BLOCKS.items() if block_in(root / page, name) != make()
     ]
+    return stale + misquoted_constants(root)
 
 
 def main(argv: list[str] | None = None) -> int:

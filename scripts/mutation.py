@@ -3,7 +3,8 @@
     python scripts/mutation.py run [--part P ...] [--slice K] [--jobs 2]
                                                                mutate and test, part by part, slice by slice
     python scripts/mutation.py run --whole --jobs 30           every mutant in one mutmut run (many cores)
-    python scripts/mutation.py figures [--modules] [--json F]  the table per part (and module), from mutants/
+    python scripts/mutation.py figures [--modules] [--json F]  the table per part (and module), from mutants/;
+                                                               --json: the run's record (docs/mutation.md's tables)
     python scripts/mutation.py survivors [--part P]            survivors not listed as equivalent
     python scripts/mutation.py check --floor F [--endings 7]   CI's bounded check (a fixed sample)
 
@@ -14,7 +15,7 @@ Install it with ``pip install -e '.[mutation]'``. Run from the repository root.
 A part is a set of mutmut mutant-name globs, run in slices: slice K of N holds the mutants whose number
 is K modulo N, so every function's mutants are spread evenly over the slices and a slice needs no earlier
 run to be named. SLICES gives each part enough slices for one to finish within an hour on 2 cores
-(docs/mutation.md has the measured times). The
+(each slice prints its time). The
 equivalent mutants (no test can tell them from the original) are listed with their reasons in
 scripts/mutation_equivalent.txt: they count neither as killed nor as survived.
 """
@@ -47,8 +48,9 @@ PARTS: dict[str, list[str]] = {
     "checkers": ["infer_ref.conformance.*"],
 }
 
-# How many slices each part runs in, so that one slice finishes within an hour on 2 cores: the measured
-# minutes per part are in docs/mutation.md ("How long"). A slice is a residue of the mutant's number mod N.
+# How many slices each part runs in, so that one slice finishes within an hour on 2 cores (chosen from
+# the per-mutant times of a full run; each slice prints its time). A slice is a residue of the mutant's
+# number mod N.
 SLICES: dict[str, int] = {"cache-paged": 2, "cache": 1, "engine": 1, "attention": 1, "checkers": 1}
 
 # mutmut's exit codes, grouped into the columns of docs/mutation.md. Anything else (a crash of the
@@ -203,14 +205,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def record(parts: dict[str, Counter[str]], modules: dict[str, Counter[str]]) -> dict:
+    """The run's record (``figures --json F``; committed as benchmarks/log/mutation.json, docs/mutation.md's
+    tables are generated from it by scripts/doc_figures.py): the tree mutated, the day, the counts per part
+    and per module."""
+    tree = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+    return {
+        "tree": tree.stdout.strip() or "unknown",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "parts": {part: dict(row) for part, row in parts.items()},
+        "modules": {module: dict(row) for module, row in modules.items()},
+    }
+
+
 def cmd_figures(args: argparse.Namespace) -> int:
     table = figures()
     print(markdown(table))
+    modules = figures(by_module=True) if args.modules or args.json else {}
     if args.modules:
         print()
-        print(markdown(figures(by_module=True), by_module=True))
+        print(markdown(modules, by_module=True))
     if args.json:
-        Path(args.json).write_text(json.dumps({p: dict(r) | {"score": score(r)} for p, r in table.items()}, indent=2))
+        Path(args.json).write_text(json.dumps(record(table, modules), indent=2) + "\n")
     return 0
 
 

@@ -15,6 +15,7 @@ from types import ModuleType
 import pytest
 
 from infer_ref.conformance.engines.matrix.main import main as draw_matrix
+from infer_ref.conformance.engines.verdicts import tolerances
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -63,17 +64,94 @@ def test_the_run_times_come_from_the_junit_files_of_both_workloads(
     ]
 
 
+def test_a_recorded_run_line_says_what_its_report_counted_left_out_and_how_long_it_ran(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    _result(tmp_path, "llama.cpp-server", 5.02, failed=1)
+    report = json.loads((tmp_path / "llama.cpp-server.json").read_text())
+    report["totals"]["counts"] = {"passed": 34, "failed": 1, "xfailed": 2, "not supported": 100, "skipped": 0}
+    report["notes"].append(
+        "requests left out because llama.cpp-server's answer cannot be read back as token ids: 356 of 600 (286x ...)"
+    )
+    (tmp_path / "llama.cpp-server.json").write_text(json.dumps(report))
+    assert script.recorded_run("llama.cpp-server", tmp_path) == (
+        "`docs/engine-results/llama.cpp-server`: 34 passed, 2 expected failures, 1 failed, 100 not supported, "
+        "requests left out (an answer not readable as token ids): 356 of 600; ran 95 s on 2026-01-02."
+    )
+    with pytest.raises(SystemExit, match="no recorded run of vllm"):
+        script.recorded_run("vllm", tmp_path)
+
+
+def test_the_long_context_table_counts_each_engines_recorded_run_of_that_workload(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    _result(tmp_path, "infer_ref", 2.51e-3)
+    _result(tmp_path, "ctranslate2", 47, failed=0)
+    report = json.loads((tmp_path / "ctranslate2.json").read_text())
+    report["totals"]["counts"] = {"passed": 0, "xfailed": 12, "not supported": 24}
+    (tmp_path / "ctranslate2.json").write_text(json.dumps(report))
+    assert script.long_context_counts(tmp_path).splitlines()[2:] == [
+        "| infer_ref | 0 | 0 | 0 | 0 | 0 | 0.00251 |",
+        "| ctranslate2 | 0 | 12 | 0 | 24 | 0 | 47 |",
+    ]
+
+
+def test_the_mutation_tables_come_from_a_full_runs_record_or_say_how_to_make_one(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    record = tmp_path / "benchmarks" / "log" / "mutation.json"
+    assert "scripts/mutation_background.sh" in script.mutation_scores(record)
+    record.parent.mkdir(parents=True)
+    record.write_text(json.dumps({
+        "tree": "abc1234", "date": "2026-01-02",
+        "parts": {"cache": {"generated": 4, "killed": 2, "timed out": 1, "survived": 1}},
+        "modules": {"infer_ref.cache.paged": {"generated": 4, "killed": 2, "timed out": 1, "survived": 1}},
+    }))  # fmt: skip
+    lines = script.mutation_scores(record).splitlines()
+    assert lines[0] == "The full run recorded in `benchmarks/log/mutation.json`: tree abc1234, 2026-01-02."
+    # score = (killed + timed out) / generated = 3 / 4
+    assert "| cache | 4 | 2 | 1 | 0 | 1 | 0 | 0 | 0 | 75.0% |" in lines
+    assert "| `infer_ref.cache.paged` | 4 | 2 | 1 | 0 | 1 | 0 | 0 | 0 | 75.0% |" in lines
+
+
+def test_the_self_consistency_table_is_four_times_each_spread_at_least_the_floor_at_most_the_oracles(
+    script: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spreads = {("x", "float32"): 1e-5, ("y", "float16"): 0.1, ("z", "float32"): 0.0}
+    monkeypatch.setattr(script, "MEASURED_SPREAD", spreads)
+    monkeypatch.setattr(tolerances, "MEASURED_SPREAD", spreads)
+    assert script.consistency_tolerances().splitlines()[2:] == [
+        "| x, float32 | 1e-05 | 4e-05 |",  # 4 x 1e-5
+        "| y, float16 | 0.1 | 0.15 (the agreement tolerance) |",  # 4 x 0.1 capped at float16's 0.15
+        "| z, float32 | 0 | 1e-05 |",  # bit for bit: the floor
+    ]
+
+
+def _copy_pages(script: ModuleType, root: Path) -> None:
+    """Every page with a generated block or a quoted constant, copied under ``root`` to be edited."""
+    for page in script.pages():
+        (root / page).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / page, root / page)
+
+
 def test_a_block_that_no_longer_matches_its_results_is_named_stale(
     script: ModuleType, tmp_path: Path
 ) -> None:
-    for page in {page for page, _ in script.BLOCKS.values()}:
-        (tmp_path / page).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / page, tmp_path / page)
+    _copy_pages(script, tmp_path)
     page = tmp_path / "docs" / "engines.md"
-    page.write_text(
-        page.read_text().replace("| infer_ref | ", "| infer_ref | 155 s; ")
-    )  # a typed figure, edited by hand
+    block = script.block_in(page, "engine-run-times")
+    edited = block.replace("| infer_ref | ", "| infer_ref | 155 s; ")  # a typed figure, edited by hand
+    page.write_text(page.read_text().replace(block, edited))
     assert script.stale_blocks(tmp_path) == ["docs/engines.md: engine-run-times"]
+
+
+def test_a_tolerance_quoted_otherwise_than_the_code_defines_it_is_named(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    _copy_pages(script, tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text(readme.read_text().replace("1e-9 (`EXACT_FLOAT64`", "1e-13 (`EXACT_FLOAT64`"))
+    assert script.stale_blocks(tmp_path) == ["README.md: EXACT_FLOAT64 is 1e-9"]
 
 
 def test_the_engine_matrix_page_and_picture_are_what_its_recorded_command_draws(

@@ -98,3 +98,12 @@ def test_the_module_table_groups_methods_and_functions_by_their_module(mutation,
     table = mutation.figures(by_module=True)
     assert table == {"infer_ref.cache.paged": Counter(generated=2, killed=1, survived=1),
                      "infer_ref.engine.scheduler": Counter(generated=1, killed=1)}
+
+
+def test_the_json_record_holds_the_tree_the_day_and_both_tables(mutation):
+    parts = {"cache": Counter({"generated": 2, "killed": 2})}
+    modules = {"infer_ref.cache.paged": Counter({"generated": 2, "killed": 2})}
+    record = mutation.record(parts, modules)
+    assert record["parts"] == {"cache": {"generated": 2, "killed": 2}}
+    assert record["modules"] == {"infer_ref.cache.paged": {"generated": 2, "killed": 2}}
+    assert len(record["tree"]) >= 7 and len(record["date"]) == len("2026-01-02")
