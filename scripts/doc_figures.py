@@ -37,12 +37,14 @@ from infer_ref.conformance.engines.verdicts.tolerances import (
     agreement_tolerance,
     consistency_tolerance,
 )
-from infer_ref.conformance.tiers import EXACT_FLOAT64
+from infer_ref.conformance.tiers import EXACT_FLOAT64, FLOAT32_INTERMEDIATES
 from infer_ref.fileio import replace_between_markers
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "docs" / "engine-results"
 MUTATION_RECORD = ROOT / "benchmarks" / "log" / "mutation.json"
+SPREAD_RECORD = ROOT / "benchmarks" / "log" / "precision_spread.json"
+CONTROL_ROW = "infer_ref (control copy)"
 LARGEST = re.compile(
     r"^largest difference from the oracle: (?P<nats>[0-9.e+-]+) nats .*; tolerance (?P<tolerance>[0-9.e+-]+) "
 )
@@ -187,6 +189,70 @@ def mutation_equivalents() -> str:
     return f"`scripts/mutation.py` reads this file; it lists {len(_mutation_script().equivalent())} mutants."
 
 
+def _distance(value: float) -> str:
+    """A distance as the float64 tables write it: ``1.4e-14``, ``0.77``, ``∞`` (the bug raised)."""
+    if value == float("inf"):
+        return "∞"
+    return f"{value:.2g}" if value >= 0.01 else written(value, ".1e")
+
+
+def _times(ratio: float) -> str:
+    """A ratio to two significant digits, ``7,000×``."""
+    return f"{round(float(f'{ratio:.2g}')):,}×"
+
+
+def float64_spread(record: Path = SPREAD_RECORD) -> str:
+    """docs/conformance.md's float64 tables, from the committed record of ``python -m
+    infer_ref.conformance.precision_spread --examples 24 --mutants --json FILE``: each computation's
+    worst distance from the float64 definition per family, the planted bugs', and the two tiers'
+    tolerances against them. A bug "shows" in a family where it moves logits past ``EXACT_FLOAT64``."""
+    run = json.loads(record.read_text(encoding="utf-8"))
+    rows: dict[str, dict[str, float]] = run["rows"]
+    families = list(rows[CONTROL_ROW])
+    names = list(rows)
+    variants = names[1 : names.index(CONTROL_ROW)]  # the definition first, the control copy after the variants
+    bugs = {name: row for name, row in rows.items() if name not in variants and name not in (names[0], CONTROL_ROW)}
+    shown = {name: {f: d for f, d in row.items() if d > EXACT_FLOAT64} for name, row in bugs.items()}
+    nearest = min((name for name in shown if shown[name]), key=lambda name: min(shown[name].values()))
+    others = [shown[name] for name in shown if shown[name] and name != nearest]
+
+    def cells(values: list[str]) -> str:
+        return " | ".join(values) + " |"
+
+    def others_in(family: str) -> str:
+        seen = [row[family] for row in others if family in row]
+        return f"{_distance(min(seen))} – {_distance(max(seen))}" if seen else "–"
+
+    spread = max(d for name in variants for d in rows[name].values())
+    exact = max(rows[CONTROL_ROW].values())
+    bug = min(shown[nearest].values())
+    hidden = [f"`{name}`" for name in shown if not shown[name]]
+    return "\n".join([
+        f"Recorded in `benchmarks/log/precision_spread.json` (`{run['command']} --json FILE`):",
+        "",
+        "| computation | " + cells(families),
+        "|---|" + "---|" * len(families),
+        "| infer_ref (the mutant machinery's control copy, through its cache) | "
+        + cells([_distance(rows[CONTROL_ROW][f]) for f in families]),
+        *(f"| {name} | " + cells([_distance(rows[name][f]) for f in families]) for name in variants),
+        f"| nearest planted bug (`{nearest}`; –: it does not show in that family) | "
+        + cells([_distance(shown[nearest][f]) if f in shown[nearest] else "–" for f in families]),
+        "| every other planted bug of the model tier | " + cells([others_in(f) for f in families]),
+        "",
+        "(∞: the bug raised, e.g. `advance_twice` overflowing its cache. "
+        + f"{' and '.join(hidden) or 'None'} do{'es' if len(hidden) == 1 else ''} not show in a fresh float64 run — "
+        + "other tests catch them (docs/mutation.md).)",
+        "",
+        "| tier | tolerance (`infer_ref/conformance/tiers.py`) | why |",
+        "|---|---|---|",
+        f"| exact float64 | {written(EXACT_FLOAT64)} | correct float64 computations differ by summation order: "
+        f"{_distance(exact)} measured; {written(EXACT_FLOAT64)} leaves room for longer sums and other kernels |",
+        f"| float64 with float32 intermediates | {written(FLOAT32_INTERMEDIATES, '.0e')} | "
+        f"{_times(FLOAT32_INTERMEDIATES / spread)} the largest float32-step spread ({_distance(spread)}), "
+        f"{_times(bug / FLOAT32_INTERMEDIATES)} below the nearest planted bug ({_distance(bug)}) |",
+    ])  # fmt: skip
+
+
 # block name -> (the page it is in, what makes it)
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "oracle-distances": ("docs/conformance.md", oracle_distances),
@@ -199,6 +265,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     ),
     "recorded-run-openvino": ("docs/engines.md", recorded_runs("openvino")),
     "consistency-tolerances": ("docs/conformance.md", consistency_tolerances),
+    "float64-spread": ("docs/conformance.md", float64_spread),
     "mutation-scores": ("docs/mutation.md", mutation_scores),
     "mutation-equivalents": ("docs/mutation.md", mutation_equivalents),
 }
@@ -217,9 +284,9 @@ def pages() -> set[str]:
     return {page for page, _ in BLOCKS.values()} | {page for page, _, _ in QUOTED}
 
 
-def written(value: float) -> str:
-    """``1e-09`` as the docs write it, ``1e-9``."""
-    return re.sub(r"e([+-])0+(?=[0-9])", r"e\1", f"{value:g}")
+def written(value: float, spec: str = "g") -> str:
+    """``value`` formatted by ``spec`` as the docs write it: ``1e-09`` as ``1e-9``."""
+    return re.sub(r"e([+-])0+(?=[0-9])", r"e\1", format(value, spec))
 
 
 def misquoted_constants(root: Path = ROOT) -> list[str]:

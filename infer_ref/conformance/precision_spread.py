@@ -12,14 +12,20 @@ tier are measured the same way, so the tolerances can be checked to sit between 
 The distance is :func:`~infer_ref.conformance.tiers.needed_tolerance`, the one ``assert_close``
 tests: the smallest ``t`` with ``|actual - expected| <= t + t * |expected|`` at every logit.
 
-    python -m infer_ref.conformance.precision_spread [--examples N] [--mutants]
+    python -m infer_ref.conformance.precision_spread [--examples N] [--mutants] [--json FILE]
+
+``--json FILE`` also writes the table as a record (``{"command", "examples", "rows": {row: {family:
+distance}}}``, a raised bug as ``Infinity``); docs/conformance.md's tables are generated from the
+committed one, ``benchmarks/log/precision_spread.json`` (``scripts/doc_figures.py``).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -147,9 +153,14 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--examples", type=int, default=8, help="drawn cases per family (default 8)")
     parser.add_argument("--mutants", action="store_true", help="also the control copy and the model tier's planted bugs")
+    parser.add_argument("--json", type=Path, metavar="FILE", help="also write the table as a JSON record to FILE")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     table = measure(args.examples, mutant_rows() if args.mutants else None)
+    if args.json is not None:
+        command = f"python -m infer_ref.conformance.precision_spread --examples {args.examples}" + " --mutants" * args.mutants
+        record = {"command": command, "examples": args.examples, "rows": table}
+        args.json.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
     print("| computation | " + " | ".join(FAMILIES) + " |")
     print("|---|" + "---|" * len(FAMILIES))
     for name, row in table.items():

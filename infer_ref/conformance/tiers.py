@@ -3,14 +3,14 @@
 An implementation judged in float64 reaches one of:
 
 - **exact float64**: every logit within ``EXACT_FLOAT64`` of the float64 oracle (rtol = atol);
-  implementations that compute every step in float64 differ by reduction order only (1e-14 measured);
+  implementations that compute every step in float64 differ by reduction order only;
 - **float64 with float32 intermediates**: within ``FLOAT32_INTERMEDIATES`` — the rounding of a norm,
   its weight multiply, the RoPE angles or the softmax held in float32, as transformers and litgpt do.
   Reported as a precision note, not a failure, unless ``--strict-float64`` is given;
 - **wrong**: beyond it, where every planted bug lies.
 
 Both tolerances are measured (docs/conformance.md, "Float64 tolerances";
-``python -m infer_ref.conformance.oracles.precision_spread``), and
+``python -m infer_ref.conformance.precision_spread``, its record ``benchmarks/log/precision_spread.json``), and
 ``tests/kit/test_float64_tolerances.py`` checks that the measured spreads sit inside them and the
 planted bugs outside. The distance is :func:`needed_tolerance`, the one ``assert_close`` tests.
 """
@@ -21,13 +21,15 @@ import torch
 from torch import Tensor
 
 EXACT_FLOAT64 = 1e-9
-"""Correct float64 computations differ by reduction order: 1.4e-14 measured (infer_ref vs the
-float64 oracle on the kit's checkpoints); 1e-9 leaves room for longer sums and other kernels."""
+"""Correct float64 computations differ by reduction order: the control copy's row of
+``python -m infer_ref.conformance.precision_spread --mutants`` (infer_ref vs the float64 oracle on the
+kit's checkpoints; docs/conformance.md, "Float64 tolerances") is orders of magnitude below; 1e-9
+leaves room for longer sums and other kernels."""
 
 FLOAT32_INTERMEDIATES = 1e-4
-"""float32 steps inside a float64 model move logits by up to 3.9e-6 on the kit's checkpoints (all
-of transformers' float32 steps at once); the nearest planted bug by 0.70. 1e-4 is 25x the first,
-7000x below the second."""
+"""Above how far float32 steps inside a float64 model move logits on the kit's checkpoints, below
+the nearest planted bug, both by wide margins: the same command's variant and bug rows (the margins
+are in docs/conformance.md, "Float64 tolerances"; ``tests/kit/test_float64_tolerances.py`` checks them)."""
 
 EXACT, FLOAT32_STEPS, WRONG = "exact float64", "float64 with float32 intermediates", "wrong"
 VERDICTS = (EXACT, FLOAT32_STEPS, WRONG)

@@ -168,3 +168,27 @@ def test_the_engine_matrix_page_and_picture_are_what_its_recorded_command_draws(
     assert (tmp_path / "m.svg").read_text(encoding="utf-8") == (
         ROOT / "docs" / "engines-matrix.svg"
     ).read_text(encoding="utf-8")
+
+
+def test_the_float64_tables_come_from_the_spread_record_naming_the_nearest_bug_and_the_unseen(
+    script: ModuleType, tmp_path: Path
+) -> None:
+    rows = {
+        "definition (every step float64)": {"llama": 0.0, "qwen3": 0.0},
+        "norm in float32 (transformers)": {"llama": 2e-6, "qwen3": 4.04e-7},
+        "infer_ref (control copy)": {"llama": 1.4e-14, "qwen3": 1.06e-14},
+        "far_bug": {"llama": 12.0, "qwen3": float("inf")},
+        "near_bug": {"llama": 1e-14, "qwen3": 0.5},
+        "unseen_bug": {"llama": 1e-14, "qwen3": 1e-14},
+    }
+    record = tmp_path / "spread.json"
+    record.write_text(json.dumps({"command": "python -m x --examples 2 --mutants", "examples": 2, "rows": rows}))
+    lines = script.float64_spread(record).splitlines()
+    assert "| infer_ref (the mutant machinery's control copy, through its cache) | 1.4e-14 | 1.1e-14 |" in lines
+    assert "| norm in float32 (transformers) | 2.0e-6 | 4.0e-7 |" in lines
+    assert "| nearest planted bug (`near_bug`; –: it does not show in that family) | – | 0.5 |" in lines
+    assert "| every other planted bug of the model tier | 12 – 12 | ∞ – ∞ |" in lines
+    assert any("`unseen_bug` does not show in a fresh float64 run" in line for line in lines)
+    # 1e-4 / 2e-6 = 50; 0.5 / 1e-4 = 5000
+    assert lines[-1] == ("| float64 with float32 intermediates | 1e-4 | 50× the largest float32-step spread (2.0e-6), "
+                         "5,000× below the nearest planted bug (0.5) |")  # fmt: skip
