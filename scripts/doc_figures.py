@@ -11,7 +11,10 @@ the default and the long-context workload; ``long-context-counts`` (docs/engines
 counts on the long-context workload; ``recorded-run(s)-...`` (docs/engines.md's investigations): one
 engine's recorded run in a line, its counts, requests left out and time; ``consistency-tolerances``
 (docs/conformance.md): each engine's measured spread between two schedules and its tolerance (the
-registry); ``mutation-scores`` and ``mutation-equivalents`` (docs/mutation.md): a full mutation run's
+registry); ``float64-spread`` (docs/conformance.md): the float64 tables (each computation's and
+planted bug's distance from the float64 definition, the tiers' margins) from the record of ``python -m
+infer_ref.conformance.precision_spread --examples 24 --mutants --json benchmarks/log/precision_spread.json``;
+``mutation-scores`` and ``mutation-equivalents`` (docs/mutation.md): a full mutation run's
 committed record and the equivalents file. Constants the docs quote (``QUOTED``) are checked against
 the code. A new recorded run (``python -m
 infer_ref.conformance.engines.matrix --engines ... --out docs/engine-results``) changes them:
