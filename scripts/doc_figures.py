@@ -213,8 +213,9 @@ def float64_spread(record: Path = SPREAD_RECORD) -> str:
     rows: dict[str, dict[str, float]] = run["rows"]
     families = list(rows[CONTROL_ROW])
     names = list(rows)
-    variants = names[1 : names.index(CONTROL_ROW)]  # the definition first, the control copy after the variants
-    bugs = {name: row for name, row in rows.items() if name not in variants and name not in (names[0], CONTROL_ROW)}
+    # the definition first, then the float32-step variants, the control copy, the planted bugs
+    variants = names[1 : names.index(CONTROL_ROW)]
+    bugs = {name: rows[name] for name in names[names.index(CONTROL_ROW) + 1 :]}
     shown = {name: {f: d for f, d in row.items() if d > EXACT_FLOAT64} for name, row in bugs.items()}
     nearest = min((name for name in shown if shown[name]), key=lambda name: min(shown[name].values()))
     others = [shown[name] for name in shown if shown[name] and name != nearest]
