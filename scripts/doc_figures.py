@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from infer_ref.conformance.engines.matrix import recipe_results
 from infer_ref.conformance.engines.matrix.main import engines_in
 from infer_ref.conformance.engines.matrix.results import read_run
 from infer_ref.conformance.engines.verdicts.tolerances import (
@@ -257,6 +258,16 @@ def float64_spread(record: Path = SPREAD_RECORD) -> str:
     ])  # fmt: skip
 
 
+def recipe_block(folder: str, name: str) -> Callable[[], str]:
+    """docs/low-precision.md's recipe verdicts per engine (or per planted bug), from the report JSONs
+    in ``folder`` (:mod:`infer_ref.conformance.engines.matrix.recipe_results` writes the same)."""
+
+    def make() -> str:
+        return recipe_results.block(recipe_results.load_reports(ROOT / folder), Path(folder), name)
+
+    return make
+
+
 # block name -> (the page it is in, what makes it)
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "oracle-distances": ("docs/conformance.md", oracle_distances),
@@ -272,6 +283,11 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "float64-spread": ("docs/conformance.md", float64_spread),
     "mutation-scores": ("docs/mutation.md", mutation_scores),
     "mutation-equivalents": ("docs/mutation.md", mutation_equivalents),
+    "recipe-engines": ("docs/low-precision.md", recipe_block("docs/engine-results/recipe", "recipe-engines")),
+    "recipe-planted": (
+        "docs/low-precision.md",
+        recipe_block("docs/engine-results/recipe-planted", "recipe-planted"),
+    ),
 }
 
 
