@@ -204,10 +204,18 @@ def verdict_line(report: Report) -> str:
     return line
 
 
+SUMMARY_GROUPS = 6  # the verdict line's not-supported groups; the report's JSON keeps every one
+
+
 def not_supported_summary(reasons: dict[str, int]) -> str:
-    """``reason -> tests`` as ``12 (batch), 3 (prefix_caching)``, the largest groups first."""
+    """``reason -> tests`` as ``12 (batch), 3 (prefix_caching)``, the largest groups first, the
+    first :data:`SUMMARY_GROUPS` of them (a verdict line, not a list: the rest are counted)."""
     ranked = sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))
-    return ", ".join(f"{n} ({why})" for why, n in ranked)
+    text = ", ".join(f"{n} ({why})" for why, n in ranked[:SUMMARY_GROUPS])
+    if len(ranked) > SUMMARY_GROUPS:
+        rest = sum(n for _, n in ranked[SUMMARY_GROUPS:])
+        text += f", {rest} more in {len(ranked) - SUMMARY_GROUPS} other groups (the report's not_supported_reasons)"
+    return text
 
 
 # "not supported by NAME (cap, cap)", "not supported by NAME (cap: why; ...)", "unsupported by NAME: why",
@@ -215,10 +223,18 @@ def not_supported_summary(reasons: dict[str, int]) -> str:
 _NOT_SUPPORTED = re.compile(r"^(?:not supported|unsupported) by .*?(?: for every draw)?(?:: | \()(?P<why>.*?)\)?$", re.DOTALL)
 
 
+# What differs between checkpoints and workloads in one reason: the checkpoint folder's path and
+# how many requests it concerned ("none of the 10 requests ... of /cache/ckpt-a's tokens").
+_FOLDER = re.compile(r"(?<![\w.])/[^\s']+")
+_REQUEST_COUNT = re.compile(r"\b(of the|of) \d+ (requests?)\b")
+
+
 def not_supported_reason(skip: str) -> str:
-    """What a "not supported" skip says is missing, without the implementation's name (grouping key)."""
+    """What a "not supported" skip says is missing, without the implementation's name, the checkpoint
+    folder or the number of requests it concerned (grouping key: one cause, one group)."""
     found = _NOT_SUPPORTED.match(skip.strip())
-    return " ".join((found.group("why") if found else skip).split())
+    why = " ".join((found.group("why") if found else skip).split())
+    return _REQUEST_COUNT.sub(r"\1 the \2", _FOLDER.sub("a checkpoint", why)).replace("of the the ", "of the ")
 
 
 def _counts(t: Tally) -> str:

@@ -106,6 +106,23 @@ def test_the_verdict_kind_never_reads_what_was_not_judged_as_conforming_or_wrong
     ("unsupported by vllm: vllm (plain start): no chunked prefill on CPU", "vllm (plain start): no chunked prefill on CPU"),
     ("unsupported by INFER_REF for every draw: ring buffer too small", "ring buffer too small"),
     ("not supported by x (cache: no cache; batch: one request at a time)", "cache: no cache; batch: one request at a time"),
+    # one cause on two checkpoints, about different numbers of requests: one group
+    ("not supported by s (none of the 10 requests has an id: several of /c/ckpt-a's tokens render to '')",
+     "none of the requests has an id: several of a checkpoint's tokens render to ''"),
+    ("not supported by s (none of the 4 requests has an id: several of /c/ckpt-b's tokens render to '')",
+     "none of the requests has an id: several of a checkpoint's tokens render to ''"),
 ])  # fmt: skip
 def test_a_not_supported_skip_is_grouped_by_what_is_missing_not_by_who_said_it(skip: str, group: str) -> None:
     assert not_supported_reason(skip) == group
+
+
+def test_the_verdict_line_names_the_largest_not_supported_groups_and_counts_the_rest() -> None:
+    from infer_ref.conformance.report import SUMMARY_GROUPS, not_supported_summary
+
+    reasons = {f"cause {i}": 10 - i for i in range(SUMMARY_GROUPS + 3)}  # 10, 9, ... tests
+    text = not_supported_summary(reasons)
+    assert text.startswith("10 (cause 0), 9 (cause 1)")
+    assert f"cause {SUMMARY_GROUPS - 1}" in text and f"cause {SUMMARY_GROUPS})" not in text
+    rest = sum(10 - i for i in range(SUMMARY_GROUPS, SUMMARY_GROUPS + 3))
+    assert text.endswith(f", {rest} more in 3 other groups (the report's not_supported_reasons)")
+    assert not_supported_summary({"a": 2, "b": 1}) == "2 (a), 1 (b)"
