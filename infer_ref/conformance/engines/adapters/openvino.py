@@ -32,6 +32,7 @@ from infer_ref.conformance.engines.adapters.subprocess_bridge import (
 )
 from infer_ref.conformance.engines.protocol import EngineOptions
 from infer_ref.conformance.engines.registry import record
+from infer_ref.conformance.engines.workers.openvino_capabilities import CAPABILITIES
 from infer_ref.conformance.interface.contract import Unsupported
 
 ENGINE = record("openvino")
@@ -143,23 +144,9 @@ def run(pipe, requests):
 """
 
 
-# Everything the tier can ask of OpenVINO GenAI (the worker reports the same after a start). No
-# "top_logprobs" (the chosen token's logprob only), no "cached_tokens" (not reported per request).
-start_openvino.capabilities = frozenset(  # type: ignore[attr-defined]
-    {
-        "prompt_logprobs",
-        "seed",
-        "stop_strings",
-        "prefix_caching",
-        "reset_prefix_cache",
-        "chunked_prefill",
-        "kv_budget",
-        "block_size",
-        "batch",
-        "top_k_top_p",
-        "ignore_eos",
-    }
-)
+# Everything the tier can ask of OpenVINO GenAI: the worker's list (it reports the same after a start)
+# and prefix caching, which a start turns on or off.
+start_openvino.capabilities = frozenset({*CAPABILITIES, "prefix_caching"})  # type: ignore[attr-defined]
 # Where OpenVINO's bfloat16 recipe differs from transformers' (names of recipes.LEGITIMATE): the model
 # is exported in float32 (--weight-format fp32), so Gemma's sqrt(hidden) is a float32 constant of the
 # graph, never rounded to bfloat16 as transformers rounds it. Measured on gemma3-numerics-hidden304

@@ -27,21 +27,9 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from openvino_capabilities import CAPABILITIES  # always; "prefix_caching" joins when it is on
 from worker_loop import NotInstalled, Refused, serve
 
-# Always: what the pipeline can do; "prefix_caching" joins when it is on.
-CAPABILITIES = (
-    "prompt_logprobs",
-    "seed",
-    "stop_strings",
-    "reset_prefix_cache",
-    "chunked_prefill",
-    "kv_budget",
-    "block_size",
-    "batch",
-    "top_k_top_p",
-    "ignore_eos",
-)
 # The CPU plugin's inference and KV-cache precisions for the tier's dtypes. Set explicitly: the CPU
 # plugin's defaults depend on the processor (bf16 inference where it has AMX/AVX512-BF16, a u8 or
 # f16 KV cache), and a float32 engine judged at float32 tolerance needs float32 throughout.
