@@ -36,6 +36,20 @@ def pytest_configure(config: pytest.Config) -> None:
     # suite: the kit run from an editable install (tests outside the rootdir) loads this file too.
     if _own_suite(config) and not torch.cuda.is_available():
         os.environ.setdefault(AUTO_DEVICE_ENV, "meta")
+    if _own_suite(config):
+        _share_cores_between_workers()
+
+
+def _share_cores_between_workers() -> None:
+    """An xdist worker takes its share of the cores for torch's intra-op threads. Each process's default
+    is every core, so ``-n auto`` on 16 cores ran 16 workers x 16 threads: the README's command took
+    420 s on a 16-core GPU host, a few tens of seconds of work (threads spin-waiting on each other).
+    Set before the session starts, so the state guard below sees it as the worker's baseline."""
+    workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if workers is None:
+        return  # not an xdist worker: torch's own default
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    torch.set_num_threads(max(1, cores // int(workers)))
 
 
 def _own_suite(config: pytest.Config) -> bool:

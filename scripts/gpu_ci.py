@@ -20,7 +20,7 @@
 
 Each stage's time is printed as it ends; a one-screen summary at the end. Into OUT (five files):
 ``gpu-ci.json`` (tree, GPU, versions, each stage's command, time, exit status and test counts, the
-slowest GPU tests; rewritten as each stage ends, so a run cut short leaves what it did),
+slowest tests of the README command and of ``pytest -m gpu``; rewritten as each stage ends, so a run cut short leaves what it did),
 ``summary.txt``, ``log.txt`` (every stage's output), ``gpu-junit.xml`` (``pytest -m gpu``'s
 per-test times) and ``benchmark.json`` (the saved benchmark run).
 
@@ -197,7 +197,7 @@ class Runner:
         if stage.counts_from is not None:
             counts = stage.counts_from()
         outcome = Outcome(stage.key, stage.name, " ".join(stage.argv), round(seconds, 1), status, counts,
-                          stage.note, slowest[:SLOWEST] if stage.key == "gpu" else [])  # fmt: skip
+                          stage.note, slowest[:SLOWEST] if stage.key in ("readme", "gpu") else [])  # fmt: skip
         shown = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
         print(f"=== stage done in {seconds:.0f} s: {stage.name} (exit status {status}{'; ' + shown if shown else ''})",
               flush=True)  # fmt: skip

@@ -59,16 +59,21 @@ def test_the_automatic_device():
 }
 
 
+def _own_suite_run(folder: Path, *options: str) -> str:
+    """pytest over the planted files in ``folder`` with the repository's rootdir and settings (the
+    guards hold for its own suite); its output."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in (AUTO_DEVICE_ENV, "PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT")}  # fmt: skip
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
+    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(ROOT),
+            "-c", str(ROOT / "pyproject.toml"), *options, str(folder)]  # fmt: skip
+    return subprocess.run(argv, capture_output=True, text=True, cwd=folder, env=env, timeout=300).stdout
+
+
 def test_a_test_leaving_state_changed_fails_naming_it_and_restoring_fixtures_pass(tmp_path: Path) -> None:
     for name, text in PLANTED.items():
         (tmp_path / name).write_text(text)
-    env = {k: v for k, v in os.environ.items() if k not in (AUTO_DEVICE_ENV, "PYTEST_XDIST_WORKER")}
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    # The repository's rootdir and settings (the guards hold for its own suite), the planted files elsewhere.
-    argv = [sys.executable, "-m", "pytest", "-p", "conftest", "-p", "no:cacheprovider", "-q", "--rootdir", str(ROOT),
-            "-c", str(ROOT / "pyproject.toml"), str(tmp_path)]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
-    out = proc.stdout
+    out = _own_suite_run(tmp_path)
     assert "6 passed, 2 errors" in out, out  # the two leaks fail their teardowns
     # Each leak is reported once, at the end of the module that made it.
     errors = [line for line in out.splitlines() if line.startswith("ERROR ")]
@@ -102,3 +107,21 @@ def test_one_thread_blocks_closed_out_of_order_restore_the_count_before_the_firs
         assert torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(original)
+
+
+def test_each_xdist_worker_takes_its_share_of_the_cores(tmp_path: Path) -> None:
+    # -n 2: each worker's torch runs on cores // 2 threads (at least one), not on every core (16 workers
+    # x 16 threads made the README's command on a 16-core GPU host several times slower).
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    expected = max(1, cores // 2)
+    (tmp_path / "test_threads.py").write_text(f"""
+import torch
+
+def test_first():
+    assert torch.get_num_threads() == {expected}, torch.get_num_threads()
+
+def test_second():
+    assert torch.get_num_threads() == {expected}, torch.get_num_threads()
+""")
+    out = _own_suite_run(tmp_path, "-n", "2")
+    assert "2 passed" in out, out
