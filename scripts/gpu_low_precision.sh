@@ -11,6 +11,7 @@
 #
 #   OUT=dir PARTS="gpu power" bash scripts/gpu_low_precision.sh   (from the repository root, PYTHONPATH=.)
 #   DTYPES="bfloat16 float16" SDPA_REPRO=0 ...   the gpu part in those dtypes only, without the SDPA repro
+#   TIER_LIMIT=500 ...                            each tier run stopped after that many seconds (exit 124)
 #
 # Each part packs its results into $OUT/<part>-results.tgz (a device run returns few files).
 set -uo pipefail
@@ -26,7 +27,7 @@ python -c "import torch, transformers; print('torch', torch.__version__, 'transf
 tier() {  # tier NAME ENGINE DTYPE [OPTION...]: one tier run on the GPU
     local name=$1 engine=$2 dtype=$3; shift 3
     local start=$SECONDS
-    python -m pytest -p no:cacheprovider -q -n 0 -rfE --pyargs infer_ref.conformance.engines.tests \
+    timeout "${TIER_LIMIT:-0}" python -m pytest -p no:cacheprovider -q -n 0 -rfE --pyargs infer_ref.conformance.engines.tests \
         --ir-engine="$engine" --ir-engine-dtype="$dtype" "$@" \
         --junitxml="$RESULTS/$name.xml" --ir-report="$RESULTS/$name.json" >"$RESULTS/$name.log" 2>&1
     echo "$name: exit $? in $((SECONDS - start)) s; $(tail -1 "$RESULTS/$name.log")"
