@@ -168,3 +168,34 @@ def test_a_missed_bugs_nearest_statistic_skips_rows_judged_by_recipe_spreads() -
     recipe = {**stats, "checkpoint": "llama3-numerics-rms-anchor-t5", "thresholds": {}}
     run = {"engine": "x", "dtype": "bfloat16", "failed": [], "distributions": [recipe, judged]}
     assert power.closest_miss(run) == "kl_mean 0.0001 = 0.50 x its threshold on llama-tiny"
+
+
+def test_a_missed_bugs_line_gives_its_largest_recipe_deviation_in_spreads() -> None:
+    """Beside the nearest threshold, the judged recipe statistic furthest from the centre (by |spreads|,
+    sign kept): -2.4 beats +1.1; an unjudged statistic (no spread measured) is passed over however large."""
+    from infer_ref.conformance.engines import power
+
+    stats = {"kl_mean": 1e-4, "kl_p99": 1e-3, "logprob_error_max": 0.1, "same_top": 1.0}
+    judged = {**stats, "checkpoint": "llama-tiny", "thresholds": {**stats, "kl_mean": 2e-4, "kl_p99": 1e-2, "logprob_error_max": 1.0}}
+    recipe = {**stats, "checkpoint": "llama3-numerics-rms-anchor-t5", "thresholds": {}, "recipe_statistics": {
+        "slope": {"spreads": 1.1, "t": 4.0, "judged": True},
+        "chosen_error": {"spreads": -2.4, "t": -7.3, "judged": True},
+        "kl_trend": {"spreads": 9.0, "t": 9.0, "judged": False},
+    }}  # fmt: skip
+    run = {"engine": "x", "dtype": "bfloat16", "failed": [], "distributions": [recipe, judged]}
+    assert power.closest_miss(run) == (
+        "kl_mean 0.0001 = 0.50 x its threshold on llama-tiny; "
+        "recipe chosen_error -2.4 spreads (t -7.3) on llama3-numerics-rms-anchor-t5"
+    )
+    assert power.largest_recipe_deviation({"distributions": [judged]}) == ""
+
+
+def test_power_runs_merge_with_the_later_run_standing() -> None:
+    from infer_ref.conformance.engines import power
+
+    old = [{"engine": "a", "dtype": "float32", "failed": []}, {"engine": "b", "dtype": "float32", "failed": []}]
+    new = [{"engine": "a", "dtype": "float32", "failed": ["test_x"]}, {"engine": "a", "dtype": "float16", "failed": []}]
+    runs = power.merged([old, new])
+    assert [(r["engine"], r["dtype"], r["failed"]) for r in runs] == [
+        ("b", "float32", []), ("a", "float32", ["test_x"]), ("a", "float16", [])
+    ]
