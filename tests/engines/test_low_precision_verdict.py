@@ -199,3 +199,24 @@ def test_power_runs_merge_with_the_later_run_standing() -> None:
     assert [(r["engine"], r["dtype"], r["failed"]) for r in runs] == [
         ("b", "float32", []), ("a", "float32", ["test_x"]), ("a", "float16", [])
     ]
+
+
+def test_power_table_leaves_a_correct_recipe_neither_caught_nor_missed() -> None:
+    """A planted change that is the canonical recipe in a dtype shows "—" there (why, under the table),
+    and fails a correct recipe there when a test fails on it; where it is a bug and nothing failed it
+    is listed as missed."""
+    from infer_ref.conformance.engines import power
+
+    planted = next(p for p in power.PLANTED if p.name == "engine_embed_normaliser_bf16")
+    assert planted.bug_in == ("float32", "float16")  # in bfloat16 the canonical recipe
+    runs = [
+        {"engine": planted.name, "dtype": "float32", "failed": [], "distributions": []},
+        {"engine": planted.name, "dtype": "bfloat16", "failed": [], "distributions": []},
+        {"engine": planted.name, "dtype": "float16", "failed": ["test_recipe_x[gemma3-numerics-hidden304-t5]"], "distributions": []},
+    ]
+    text = power.markdown(runs)
+    assert f"| {planted.name} | {planted.bug_class} | ✘ | — | ✔ recipe_x |" in text
+    assert f"- {planted.name}: {planted.no_bug_because}." in text
+    assert f"- missed where it is a bug: {planted.name} in float32." in text
+    runs[1]["failed"] = ["test_y[gemma3-tiny]"]
+    assert f"| {planted.name} | {planted.bug_class} | ✘ | **false alarm**: test_y[gemma3-tiny] | ✔ recipe_x |" in power.markdown(runs)

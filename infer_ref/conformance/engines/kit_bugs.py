@@ -184,6 +184,9 @@ class GlobalFromSlidingView(PagedKVCache):
 
 # -- the mutants ---------------------------------------------------------------------------------
 
+LOW_DTYPES = ("bfloat16", "float16")
+IN_FLOAT32_CANONICAL = "in float32 the model dtype is float32: the planted change is the canonical recipe"
+
 KIT_BUG_MUTANTS = (
     PlantedBug(
         "engine_rope_no_offset",
@@ -256,6 +259,12 @@ KIT_BUG_MUTANTS = (
         BUG_CLASSES[12],
         doc="Gemma's embedding scale not rounded to the dtype.",
         model_patch=embed_scale_unrounded,
+        bug_in=(),
+        no_bug_because=(
+            "the engine tier takes Gemma's normaliser kept in float32 for a legitimate recipe in every dtype "
+            "(llama.cpp's on purpose, in the calibration ensemble; an engine declares it); in float32 it "
+            "changes nothing. The kit's model tests hold an implementation to transformers' rounding"
+        ),
     ),
     PlantedBug(
         "engine_llama3_scaling_ignored",
@@ -268,48 +277,64 @@ KIT_BUG_MUTANTS = (
         EXTRA_BUG_CLASSES[0],
         doc="RMSNorm accumulated and scaled in the model dtype.",
         model_patch=_precision(Knobs(norm_precision="low_accumulate")),
+        bug_in=LOW_DTYPES,
+        no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
         "engine_gemma_one_plus_w_low_precision",
         EXTRA_BUG_CLASSES[1],
         doc="Gemma's 1 + w formed in the weight dtype.",
         model_patch=_precision(Knobs(norm_precision="gemma_one_plus_w_low")),
+        bug_in=LOW_DTYPES,
+        no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
         "engine_rope_angles_low_precision",
         EXTRA_BUG_CLASSES[2],
         doc="RoPE angles formed in the model dtype.",
         model_patch=_precision(Knobs(rope_precision="angles_low")),
+        bug_in=LOW_DTYPES,
+        no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
         "engine_rope_inv_freq_low_precision",
         EXTRA_BUG_CLASSES[2],
         doc="RoPE inverse frequencies rounded to the model dtype.",
         model_patch=_precision(Knobs(rope_precision="inv_freq_low")),
+        bug_in=LOW_DTYPES,
+        no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
         "engine_softmax_sum_low_precision",
         RECIPE_BUG_CLASSES[0],
         doc="Attention's softmax sum accumulated key by key in the model dtype.",
         model_patch=with_attention(softmax_accumulated_low),
+        bug_in=LOW_DTYPES,
+        no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
         "engine_embed_normaliser_bf16",
         BUG_CLASSES[12],
         doc="Gemma's embedding normaliser rounded to bfloat16 whatever the dtype.",
         model_patch=embed_normaliser_bf16,
+        bug_in=("float32", "float16"),
+        no_bug_because="in bfloat16 the normaliser rounded to bfloat16 is the canonical recipe",
     ),
     PlantedBug(
         "engine_rms_variance_sequential_low_precision",
         EXTRA_BUG_CLASSES[0],
         doc="RMSNorm's mean square accumulated channel by channel in the model dtype.",
         model_patch=rms_variance_sequential_low,
+        bug_in=LOW_DTYPES,
+        no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
         "engine_fused_add_norm_truncated",
         RECIPE_BUG_CLASSES[1],
         doc="A fused residual add + RMSNorm storing the stream truncated toward zero at every call.",
         model_patch=fused_add_norm(truncate_toward_zero, product_wide=False, norm_reads_wide_sum=True),
+        bug_in=LOW_DTYPES,
+        no_bug_because=IN_FLOAT32_CANONICAL,
     ),
 )
 

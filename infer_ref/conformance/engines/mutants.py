@@ -86,6 +86,10 @@ class PlantedBug:
     caught_by: tuple[str, ...] = ()  # the tier's tests expected to fail (test function names)
     checkpoint: str = "llama-tiny"  # the fixture its bug shows on (a window needs Gemma 3)
     long_context: bool = False  # caught by the long-context workload (checkpoint: a long checkpoint's name)
+    # The dtypes where the planted change is a bug; elsewhere it is the canonical recipe or a legitimate
+    # one (``no_bug_because`` says which), and the power table shows "—" there, neither caught nor missed.
+    bug_in: tuple[str, ...] = ("float32", "bfloat16", "float16")
+    no_bug_because: str = ""
 
     def start(self, model_dir: Path, options: EngineOptions, device: str = "cpu") -> InferRefEngine:
         """The engine with the bug planted (an

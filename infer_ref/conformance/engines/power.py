@@ -40,6 +40,8 @@ class Planted:
     name: str  # the --engine spec's attribute
     module: str
     bug_class: str
+    bug_in: tuple[str, ...] = DTYPES  # elsewhere the planted change is a correct recipe: "—" in the table
+    no_bug_because: str = ""
 
     @property
     def engine(self) -> str:
@@ -48,8 +50,14 @@ class Planted:
 
 PLANTED = (
     Planted(CONTROL, "", "none (the control)"),
-    *(Planted(m.name, "infer_ref.conformance.engines.mutants", m.bug_class) for m in ENGINE_MUTANTS),
-    *(Planted(m.name, "infer_ref.conformance.engines.kit_bugs", m.bug_class) for m in KIT_BUG_MUTANTS),
+    *(
+        Planted(m.name, module, m.bug_class, m.bug_in, m.no_bug_because)
+        for module, mutants in (
+            ("infer_ref.conformance.engines.mutants", ENGINE_MUTANTS),
+            ("infer_ref.conformance.engines.kit_bugs", KIT_BUG_MUTANTS),
+        )
+        for m in mutants
+    ),
 )
 
 
@@ -164,6 +172,8 @@ def markdown(runs: list[dict]) -> str:
             run = by.get((p.name, dtype))
             if run is None:
                 cells.append("not run")
+            elif dtype not in p.bug_in:  # a correct recipe in this dtype (listed under the table)
+                cells.append("—" if not run["failed"] else "**false alarm**: " + ", ".join(run["failed"]))
             elif p.name == CONTROL:
                 cells.append(
                     "no false alarm" if not run["failed"] else "**false alarm**: " + ", ".join(run["failed"])
@@ -175,6 +185,14 @@ def markdown(runs: list[dict]) -> str:
             else:
                 cells.append("✘" + (f" ({closest_miss(run)})" if dtype != "float32" else ""))
         lines.append(f"| {p.name} | {p.bug_class} | " + " | ".join(cells) + " |")
+    lines += ["", "— the planted change is no bug in that dtype:", ""]
+    lines += [f"- {p.name}: {p.no_bug_because}." for p in PLANTED if p.no_bug_because]
+    missed = [
+        f"{p.name} in {d}"
+        for p in PLANTED[1:]
+        for d in p.bug_in
+        if (p.name, d) in by and not by[(p.name, d)]["failed"]
+    ]
     caught = {d: {p.name for p in PLANTED[1:] if by.get((p.name, d), {}).get("failed")} for d in DTYPES}
     base = caught["float32"]
     lines.append("")
@@ -187,6 +205,7 @@ def markdown(runs: list[dict]) -> str:
             + (f", and {len(extra)} float32 cannot see ({', '.join(extra)})" if extra else "")
             + "."
         )
+    lines.append(f"- missed where it is a bug: {', '.join(missed) or 'none'}.")
     return "\n".join(lines)
 
 
