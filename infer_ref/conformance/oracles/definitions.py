@@ -135,6 +135,26 @@ def rms_norm_definition(x: Tensor, weight: Tensor, eps: float, gemma: bool) -> T
     return weight * r.to(x.dtype)
 
 
+def rms_norm_one_flip(x: Tensor, weight: Tensor, eps: float, gemma: bool) -> tuple[Tensor, Tensor]:
+    """The definition with its one low-precision rounding flipped by one ulp, down and up: what
+    another fp32 summation order (or rsqrt) may give, as the values the definition's rounding could
+    have produced. Gemma: the single rounding ``dtype(r * (1 + w))``, one ulp either way. Llama/Qwen:
+    ``dtype(r)`` one ulp either way, then the product with ``w`` rounded as the definition rounds it
+    (one ulp of ``dtype(r)`` times |w| > 1 can be two ulps of the product)."""
+    expected = rms_norm_definition(x, weight, eps, gemma)
+    if gemma:
+        return _next_ulps(expected)
+    x32 = x.float()
+    r = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+    below, above = _next_ulps(r)
+    return weight * below, weight * above
+
+
+def _next_ulps(t: Tensor) -> tuple[Tensor, Tensor]:
+    """The representable values of ``t``'s dtype just below and just above each element."""
+    return torch.nextafter(t, torch.full_like(t, -math.inf)), torch.nextafter(t, torch.full_like(t, math.inf))
+
+
 def rope_tables_definition(inv_freq_fp32: Tensor, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
     """cos/sin ``[T, D]`` as transformers builds them: the angle ``fp32(position * inv_freq)`` (one
     fp32 rounding of an exact product), cos/sin of that angle (here in float64), rounded to ``dtype``."""

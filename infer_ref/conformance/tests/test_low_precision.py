@@ -36,6 +36,7 @@ from infer_ref.conformance.interface.adapter import Adapter
 from infer_ref.conformance.oracles.definitions import (
     default_inv_freq,
     rms_norm_definition,
+    rms_norm_one_flip,
     rope_tables_definition,
     ulps_apart,
 )
@@ -47,10 +48,12 @@ needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a C
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, needs_cuda])]
 
 # A fused norm kernel may sum the squares in another order than the definition; in fp32 that moves
-# the result by an fp32 ulp, which flips the final bf16/fp16 rounding of a rare element by one
-# ulp. Allowed: at most this share of elements, each at most 1 ulp away. Measured: infer_ref on CPU
-# matches the definition bit for bit (0 of 819,200 elements, 200 draws per dtype and family); the
-# planted bugs change 20-49% of the elements.
+# the result by an fp32 ulp, which flips the definition's bf16/fp16 rounding of a rare element by one
+# ulp (for Llama/Qwen the rounding of the normalised value, before the product with w: up to two ulps
+# of the product, seen on CUDA in fp16). Allowed: at most this share of elements, each equal to the
+# definition with that one rounding flipped (rms_norm_one_flip). Measured: infer_ref on CPU matches the
+# definition bit for bit (0 of 819,200 elements, 200 draws per dtype and family); the planted bugs
+# change 20-49% of the elements.
 NORM_MAX_SHARE_OFF = 0.005
 
 
@@ -79,17 +82,26 @@ def _check_norm(ir_adapter: Adapter, data: st.DataObject, family: str, dtype: to
     model = ir_adapter.load_model(folder, dtype, device)
     actual = ir_adapter.rms_norm(model, x)
     loaded_weight = weight.to(dtype)  # the checkpoint's fp32 weight as a dtype model holds it
-    expected = rms_norm_definition(x.cpu(), loaded_weight, case.hf_config["rms_norm_eps"], gemma)
+    eps = case.hf_config["rms_norm_eps"]
+    expected = rms_norm_definition(x.cpu(), loaded_weight, eps, gemma)
     params = {"model": case.describe(), "dtype": str(dtype), "x scale": float(x.float().abs().max())}
     if actual.dtype != dtype or actual.shape != x.shape:
         fail(f"rms_norm returned {actual.dtype} {tuple(actual.shape)}, expected {dtype} {tuple(x.shape)}", params=params)
-    ulps = ulps_apart(actual.cpu(), expected)
-    share = float((ulps > 0).float().mean())
-    if share > NORM_MAX_SHARE_OFF or int(ulps.max()) > 1:
-        first = tuple(int(i) for i in (ulps > 0).nonzero()[0].tolist())
+    actual_cpu = actual.cpu()
+    off = actual_cpu != expected
+    one_flip = torch.zeros_like(off)
+    for alternative in rms_norm_one_flip(x.cpu(), loaded_weight, eps, gemma):
+        one_flip |= actual_cpu == alternative
+    share = float(off.float().mean())
+    unexplained = off & ~one_flip
+    if share > NORM_MAX_SHARE_OFF or bool(unexplained.any()):
+        ulps = ulps_apart(actual_cpu, expected)
+        first = tuple(int(i) for i in (unexplained if unexplained.any() else off).nonzero()[0].tolist())
         fail(
-            f"final RMSNorm in {dtype}: {share:.1%} of elements differ from the definition "
-            f"(at most {NORM_MAX_SHARE_OFF:.1%}, each by 1 ulp, allowed), up to {int(ulps.max())} ulps",
+            f"final RMSNorm in {dtype}: {share:.1%} of elements differ from the definition, "
+            f"{int(unexplained.sum())} of them by more than its one rounding flipped (at most "
+            f"{NORM_MAX_SHARE_OFF:.1%}, each the definition's rounding flipped by one ulp, allowed), "
+            f"up to {int(ulps.max())} ulps",
             details=[
                 f"  first differing position {first}: actual {float(actual[first])}, expected {float(expected[first])}",
                 "  definition: " + ("dtype(rms_fp32(x) * (1 + w_fp32))" if gemma else "w * dtype(rms_fp32(x))"),
