@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
+from infer_ref.conformance.engines import power
 from infer_ref.conformance.engines.matrix import recipe_results
 from infer_ref.conformance.engines.matrix.main import engines_in
 from infer_ref.conformance.engines.matrix.results import read_run
@@ -268,6 +269,11 @@ def recipe_block(folder: str, name: str) -> Callable[[], str]:
     return make
 
 
+def power_table(record: Path = RESULTS / "power.json") -> str:
+    """docs/low-precision.md's power block from the committed runs (``power --from-runs`` writes the same)."""
+    return power.markdown(json.loads(record.read_text()))
+
+
 # block name -> (the page it is in, what makes it)
 BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "oracle-distances": ("docs/conformance.md", oracle_distances),
@@ -283,6 +289,7 @@ BLOCKS: dict[str, tuple[str, Callable[[], str]]] = {
     "float64-spread": ("docs/conformance.md", float64_spread),
     "mutation-scores": ("docs/mutation.md", mutation_scores),
     "mutation-equivalents": ("docs/mutation.md", mutation_equivalents),
+    "power": ("docs/low-precision.md", power_table),
     "recipe-engines": ("docs/low-precision.md", recipe_block("docs/engine-results/recipe", "recipe-engines")),
     "recipe-planted": (
         "docs/low-precision.md",
