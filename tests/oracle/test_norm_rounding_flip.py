@@ -8,7 +8,12 @@ from __future__ import annotations
 import pytest
 import torch
 
-from infer_ref.conformance.oracles.definitions import rms_norm_definition, rms_norm_one_flip, ulps_apart
+from infer_ref.conformance.oracles.definitions import (
+    rms_norm_definition,
+    rms_norm_one_flip,
+    rms_norm_scaled,
+    ulps_apart,
+)
 
 EPS = 1e-6
 
@@ -21,9 +26,7 @@ def _reordered_sum_norm(x: torch.Tensor, weight: torch.Tensor, gemma: bool) -> t
     for i in reversed(range(squares.shape[-1])):
         total = total + squares[..., i]
     r = x32 * torch.rsqrt((total / squares.shape[-1])[..., None] + EPS)
-    if gemma:
-        return (r * (1.0 + weight.float())).to(x.dtype)
-    return weight * r.to(x.dtype)
+    return rms_norm_scaled(r, weight, x.dtype, gemma)
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)

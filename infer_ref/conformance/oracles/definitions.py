@@ -128,11 +128,21 @@ def rms_norm_definition(x: Tensor, weight: Tensor, eps: float, gemma: bool) -> T
     the dtype); Gemma: ``dtype(r * (1 + w_fp32))`` (one rounding, ``1 + w`` formed in fp32).
     ``weight`` is the weight as loaded (already in the model dtype).
     """
+    return rms_norm_scaled(rms_normalised(x, eps), weight, x.dtype, gemma)
+
+
+def rms_normalised(x: Tensor, eps: float) -> Tensor:
+    """``r = x_fp32 * rsqrt(mean(x_fp32²) + eps)`` in fp32, the mean summed in torch's order."""
     x32 = x.float()
-    r = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+
+
+def rms_norm_scaled(r: Tensor, weight: Tensor, dtype: torch.dtype, gemma: bool) -> Tensor:
+    """The definition's last step from the fp32 normalised ``r``: ``w * dtype(r)`` (Llama/Qwen) or
+    ``dtype(r * (1 + w_fp32))`` (Gemma)."""
     if gemma:
-        return (r * (1.0 + weight.float())).to(x.dtype)
-    return weight * r.to(x.dtype)
+        return (r * (1.0 + weight.float())).to(dtype)
+    return weight * r.to(dtype)
 
 
 def rms_norm_one_flip(x: Tensor, weight: Tensor, eps: float, gemma: bool) -> tuple[Tensor, Tensor]:
@@ -140,13 +150,11 @@ def rms_norm_one_flip(x: Tensor, weight: Tensor, eps: float, gemma: bool) -> tup
     another fp32 summation order (or rsqrt) may give, as the values the definition's rounding could
     have produced. Gemma: the single rounding ``dtype(r * (1 + w))``, one ulp either way. Llama/Qwen:
     ``dtype(r)`` one ulp either way, then the product with ``w`` rounded as the definition rounds it
-    (one ulp of ``dtype(r)`` times |w| > 1 can be two ulps of the product)."""
-    expected = rms_norm_definition(x, weight, eps, gemma)
+    (one ulp of ``dtype(r)`` times |w| is up to three ulps of the rounded product)."""
+    r = rms_normalised(x, eps)
     if gemma:
-        return _next_ulps(expected)
-    x32 = x.float()
-    r = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
-    below, above = _next_ulps(r)
+        return _next_ulps(rms_norm_scaled(r, weight, x.dtype, gemma=True))
+    below, above = _next_ulps(r.to(x.dtype))
     return weight * below, weight * above
 
 
