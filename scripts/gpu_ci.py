@@ -8,7 +8,7 @@
 
 - ``readme``: the README's test command, ``CI=true pytest -n auto``, with the GPU visible;
 - ``gpu``: ``pytest -m gpu`` with a worker per core (the kernels' tests compile for minutes: with
-  fewer workers it does not fit);
+  fewer workers it does not fit) and a fixed Hypothesis seed (``GPU_CI_SEED``, default 0);
 - ``engine``: the engine tier on CUDA for infer_ref's Engine in bfloat16 (``infer-ref conformance
   --engine infer_ref``), one process on four threads, beside ``pytest -m gpu`` (it would not fit
   after it); the README's command runs alone before both (its workers take every core: beside it,
@@ -115,6 +115,17 @@ def machine_id() -> str:
     return str(get_machine_id())
 
 
+def hypothesis_seed() -> str:
+    """The seed of ``pytest -m gpu``'s Hypothesis draws: the same examples on every run of a tree, so a
+    failure in the gate is reproduced by re-running it (with the seed, Hypothesis draws each test's
+    examples from it alone, whichever worker runs the test). ``GPU_CI_SEED`` picks another seed: a
+    search, not the gate."""
+    seed = os.environ.get("GPU_CI_SEED", "0")
+    if not seed.isdigit():
+        raise SystemExit(f"error: GPU_CI_SEED must be a non-negative integer, got {seed!r}")
+    return seed
+
+
 def stages(work: Path, out: Path, standin: bool, fail: str | None) -> tuple[list[Stage], list[Stage], Stage]:
     """(the main lane: the README's command alone, then pytest -m gpu; the lane beside pytest -m gpu; the
     benchmark stage after both)."""
@@ -128,13 +139,15 @@ def stages(work: Path, out: Path, standin: bool, fail: str | None) -> tuple[list
     compare = ["--benchmark-compare"] if baseline else []
     golden_files = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "fixtures" / "golden").glob("*.cuda-bfloat16.json"))
     cpus = str(os.cpu_count() or 1)
+    seed = hypothesis_seed()
     main = [
         Stage("readme", "the README's test command: CI=true pytest -n auto, GPU visible",
               [*pytest_cmd, "-n", "auto", "-q", f"--junitxml={work / 'readme.xml'}"],
               env={"CI": "true", "PYTEST_XDIST_AUTO_NUM_WORKERS": os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", cpus)},
               junit=work / "readme.xml"),
-        Stage("gpu", f"pytest -m gpu -n {cpus}",
-              [*pytest_cmd, "-m", "gpu", "-n", cpus, "-q", f"--junitxml={out / 'gpu-junit.xml'}"],
+        Stage("gpu", f"pytest -m gpu -n {cpus} --hypothesis-seed={seed}",
+              [*pytest_cmd, "-m", "gpu", "-n", cpus, "-q", f"--hypothesis-seed={seed}",
+               f"--junitxml={out / 'gpu-junit.xml'}"],
               junit=out / "gpu-junit.xml"),
     ]  # fmt: skip
     beside = [
@@ -254,6 +267,7 @@ def environment(standin: bool) -> dict[str, Any]:
         "python": sys.version.split()[0],
         "versions": versions,
         "benchmark_machine_id": machine_id(),
+        "hypothesis_seed": int(hypothesis_seed()),
     }
 
 

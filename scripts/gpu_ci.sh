@@ -8,8 +8,8 @@
 #     OUT=dir GPU_CI_STANDIN=1 scripts/gpu_ci.sh       # a rehearsal on any machine: stand-in stages, no install
 #     python scripts/gpu_ci.py record dir              # then: the result into the tree and CONTRIBUTING.md
 # Environment: PYTHON (default python3), GPU_CI_BUDGET (seconds for the whole script, default 570: the
-# GPU host stops a command at 600), GPU_CI_TREE (the commit, for a copy of the tree without .git), GPU_CI_FAIL
-# (with GPU_CI_STANDIN=1: the stage whose stand-in fails).
+# GPU host stops a command at 600), GPU_CI_TREE (the commit, for a copy of the tree without .git), GPU_CI_SEED
+# (the Hypothesis seed of pytest -m gpu, default 0), GPU_CI_FAIL (with GPU_CI_STANDIN=1: the stage whose stand-in fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?set OUT to the results folder}

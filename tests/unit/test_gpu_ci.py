@@ -121,3 +121,55 @@ def test_contributing_shows_the_committed_gpu_ci_result(figures: ModuleType, mon
         "CONTRIBUTING.md's gpu-ci block is stale: python scripts/contributing_figures.py gpu "
         "benchmarks/log/gpu_ci.json --write CONTRIBUTING.md"
     )
+
+
+def test_the_gpu_stage_draws_from_a_recorded_seed_and_refuses_a_bad_one(passing: tuple[subprocess.CompletedProcess[str], Path], tmp_path: Path) -> None:
+    _, out = passing
+    result = json.loads((out / "gpu-ci.json").read_text())
+    assert result["hypothesis_seed"] == 0
+    assert result["stages"][1]["name"].endswith("--hypothesis-seed=0")
+    searched = rehearse(tmp_path / "search", env={"GPU_CI_SEED": "7"})
+    assert searched.returncode == 0, searched.stdout + searched.stderr
+    result = json.loads((tmp_path / "search" / "gpu-ci.json").read_text())
+    assert (result["hypothesis_seed"], result["stages"][1]["name"].split()[-1]) == (7, "--hypothesis-seed=7")
+    for bad in ("-1", "seven", ""):
+        proc = rehearse(tmp_path / f"bad{bad}", env={"GPU_CI_SEED": bad})
+        assert proc.returncode != 0
+        assert f"GPU_CI_SEED must be a non-negative integer, got {bad!r}" in proc.stderr
+        assert not (tmp_path / f"bad{bad}" / "gpu-ci.json").exists()
+
+
+PLANTED_DRAWS = '''
+import os
+from hypothesis import given, settings, strategies as st
+
+@settings(max_examples=10, deadline=None, database=None)
+@given(st.integers(0, 10**9))
+def test_{name}(x):
+    with open(os.path.join(os.environ["DRAWS"], "{name}"), "a") as fh:
+        fh.write(f"{{x}}\\n")
+'''
+
+
+def draws(tmp_path: Path, run: str, *seed: str) -> dict[str, str]:
+    """Each planted test's drawn values in one run of a child pytest under -n 2 (workers take tests
+    in whatever order they are free)."""
+    tests, record = tmp_path / run / "tests", tmp_path / run / "draws"
+    tests.mkdir(parents=True)
+    record.mkdir()
+    for name in ("a", "b", "c", "d"):
+        (tests / f"test_{name}.py").write_text(PLANTED_DRAWS.format(name=name))
+    # Without CI in the environment: with it, Hypothesis loads its derandomized ci profile by itself.
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"DRAWS": str(record)}
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *seed, str(tests)],
+                          capture_output=True, text=True, cwd=tests, env=env, timeout=120)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return {p.name: p.read_text() for p in sorted(record.iterdir())}
+
+
+def test_the_seed_makes_the_gpu_stages_draws_repeat_under_xdist(tmp_path: Path) -> None:
+    """What the gpu stage's --hypothesis-seed buys: two runs draw the same examples for each test,
+    whichever worker ran it; without the seed, two runs draw different ones."""
+    seeded = [draws(tmp_path, f"seeded{i}", "--hypothesis-seed=0") for i in range(2)]
+    assert len(seeded[0]) == 4 and seeded[0] == seeded[1]
+    assert draws(tmp_path, "random0") != draws(tmp_path, "random1")
