@@ -8,7 +8,7 @@
 
 - ``readme``: the README's test command, ``CI=true pytest -n auto``, with the GPU visible;
 - ``gpu``: ``pytest -m gpu`` with a worker per core (the kernels' tests compile for minutes: with
-  fewer workers it does not fit) and a fixed Hypothesis seed (``GPU_CI_SEED``, default 0);
+  fewer workers it does not fit), idle workers stealing queued tests, and a fixed Hypothesis seed (``GPU_CI_SEED``, default 0);
 - ``engine``: the engine tier on CUDA for infer_ref's Engine in bfloat16 (``infer-ref conformance
   --engine infer_ref``), one process on four threads, beside ``pytest -m gpu`` (it would not fit
   after it); the README's command runs alone before both (its workers take every core: beside it,
@@ -145,8 +145,10 @@ def stages(work: Path, out: Path, standin: bool, fail: str | None) -> tuple[list
               [*pytest_cmd, "-n", "auto", "-q", f"--junitxml={work / 'readme.xml'}"],
               env={"CI": "true", "PYTEST_XDIST_AUTO_NUM_WORKERS": os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", cpus)},
               junit=work / "readme.xml"),
-        Stage("gpu", f"pytest -m gpu -n {cpus} --hypothesis-seed={seed}",
-              [*pytest_cmd, "-m", "gpu", "-n", cpus, "-q", f"--hypothesis-seed={seed}",
+        # worksteal: the Triton compile tests take minutes each and sit together in one file; under the
+        # default --dist load they queued behind each other (370 s for 242 s of test time per worker).
+        Stage("gpu", f"pytest -m gpu -n {cpus} --dist worksteal --hypothesis-seed={seed}",
+              [*pytest_cmd, "-m", "gpu", "-n", cpus, "--dist", "worksteal", "-q", f"--hypothesis-seed={seed}",
                f"--junitxml={out / 'gpu-junit.xml'}"],
               junit=out / "gpu-junit.xml"),
     ]  # fmt: skip

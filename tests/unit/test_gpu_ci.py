@@ -160,8 +160,10 @@ def draws(tmp_path: Path, run: str, *seed: str) -> dict[str, str]:
     for name in ("a", "b", "c", "d"):
         (tests / f"test_{name}.py").write_text(PLANTED_DRAWS.format(name=name))
     # Without CI in the environment: with it, Hypothesis loads its derandomized ci profile by itself.
-    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"DRAWS": str(record)}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *seed, str(tests)],
+    # Only the two plugins the gpu stage's draws go through (no torch to import: seconds, not tens).
+    env = {k: v for k, v in os.environ.items() if k != "CI"} | {"DRAWS": str(record), "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+    plugins = ["-p", "xdist.plugin", "-p", "_hypothesis_pytestplugin", "-p", "no:cacheprovider"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", *plugins, "-n", "2", *seed, str(tests)],
                           capture_output=True, text=True, cwd=tests, env=env, timeout=120)  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return {p.name: p.read_text() for p in sorted(record.iterdir())}
