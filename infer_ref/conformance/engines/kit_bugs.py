@@ -40,6 +40,7 @@ from infer_ref.conformance.engines.recipes import (
     truncate_toward_zero,
     with_attention,
 )
+from infer_ref.conformance.engines.verdicts.tolerances import LOW_PRECISION
 from infer_ref.conformance.mutants import (
     BUG_CLASSES,
     EXTRA_BUG_CLASSES,
@@ -184,7 +185,6 @@ class GlobalFromSlidingView(PagedKVCache):
 
 # -- the mutants ---------------------------------------------------------------------------------
 
-LOW_DTYPES = ("bfloat16", "float16")
 IN_FLOAT32_CANONICAL = "in float32 the model dtype is float32: the planted change is the canonical recipe"
 
 KIT_BUG_MUTANTS = (
@@ -277,7 +277,7 @@ KIT_BUG_MUTANTS = (
         EXTRA_BUG_CLASSES[0],
         doc="RMSNorm accumulated and scaled in the model dtype.",
         model_patch=_precision(Knobs(norm_precision="low_accumulate")),
-        bug_in=LOW_DTYPES,
+        bug_in=LOW_PRECISION,
         no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
@@ -285,7 +285,7 @@ KIT_BUG_MUTANTS = (
         EXTRA_BUG_CLASSES[1],
         doc="Gemma's 1 + w formed in the weight dtype.",
         model_patch=_precision(Knobs(norm_precision="gemma_one_plus_w_low")),
-        bug_in=LOW_DTYPES,
+        bug_in=LOW_PRECISION,
         no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
@@ -293,7 +293,7 @@ KIT_BUG_MUTANTS = (
         EXTRA_BUG_CLASSES[2],
         doc="RoPE angles formed in the model dtype.",
         model_patch=_precision(Knobs(rope_precision="angles_low")),
-        bug_in=LOW_DTYPES,
+        bug_in=LOW_PRECISION,
         no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
@@ -301,7 +301,7 @@ KIT_BUG_MUTANTS = (
         EXTRA_BUG_CLASSES[2],
         doc="RoPE inverse frequencies rounded to the model dtype.",
         model_patch=_precision(Knobs(rope_precision="inv_freq_low")),
-        bug_in=LOW_DTYPES,
+        bug_in=LOW_PRECISION,
         no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
@@ -309,7 +309,7 @@ KIT_BUG_MUTANTS = (
         RECIPE_BUG_CLASSES[0],
         doc="Attention's softmax sum accumulated key by key in the model dtype.",
         model_patch=with_attention(softmax_accumulated_low),
-        bug_in=LOW_DTYPES,
+        bug_in=LOW_PRECISION,
         no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
@@ -325,7 +325,7 @@ KIT_BUG_MUTANTS = (
         EXTRA_BUG_CLASSES[0],
         doc="RMSNorm's mean square accumulated channel by channel in the model dtype.",
         model_patch=rms_variance_sequential_low,
-        bug_in=LOW_DTYPES,
+        bug_in=LOW_PRECISION,
         no_bug_because=IN_FLOAT32_CANONICAL,
     ),
     PlantedBug(
@@ -333,7 +333,7 @@ KIT_BUG_MUTANTS = (
         RECIPE_BUG_CLASSES[1],
         doc="A fused residual add + RMSNorm storing the stream truncated toward zero at every call.",
         model_patch=fused_add_norm(truncate_toward_zero, product_wide=False, norm_reads_wide_sum=True),
-        bug_in=LOW_DTYPES,
+        bug_in=LOW_PRECISION,
         no_bug_because=IN_FLOAT32_CANONICAL,
     ),
 )

@@ -20,6 +20,7 @@ from torch import Tensor
 from infer_ref.cache.paged import PagedKVCache
 from infer_ref.conformance.engines.adapters.infer_ref_engine import CAPABILITIES, InferRefEngine
 from infer_ref.conformance.engines.protocol import EngineOptions, EngineOutput, EngineRequest, TokenLogprobs
+from infer_ref.conformance.engines.verdicts.tolerances import LOW_PRECISION
 from infer_ref.conformance.mutants.engine import (
     CHUNK_BUG_CLASSES,
     ChunkWindowEngine,
@@ -70,6 +71,9 @@ class PlantedEngine(InferRefEngine):
     reproducible = False  # a script of the unbroken Engine would not reproduce the planted bug
 
 
+PLANTED_DTYPES = ("float32", *LOW_PRECISION)  # the dtypes a planted bug is run in (the power table's columns)
+
+
 @dataclass(frozen=True)
 class PlantedBug:
     """One bug planted in infer_ref's Engine, started as an engine factory (``--engine MODULE:NAME``):
@@ -88,7 +92,7 @@ class PlantedBug:
     long_context: bool = False  # caught by the long-context workload (checkpoint: a long checkpoint's name)
     # The dtypes where the planted change is a bug; elsewhere it is the canonical recipe or a legitimate
     # one (``no_bug_because`` says which), and the power table shows "—" there, neither caught nor missed.
-    bug_in: tuple[str, ...] = ("float32", "bfloat16", "float16")
+    bug_in: tuple[str, ...] = PLANTED_DTYPES
     no_bug_because: str = ""
 
     def start(self, model_dir: Path, options: EngineOptions, device: str = "cpu") -> InferRefEngine:
