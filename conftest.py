@@ -42,8 +42,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def _share_cores_between_workers() -> None:
     """An xdist worker takes its share of the cores for torch's intra-op threads. Each process's default
-    is every core, so ``-n auto`` on 16 cores ran 16 workers x 16 threads: the README's command took
-    420 s on a 16-core GPU host, and 56 s with one thread per worker (tree ca1c01d).
+    is every core, so ``-n auto`` on N cores ran N workers x N threads: on a 16-core GPU host that made
+    the README's command several times slower (measured in commit ca1c01d's message).
     Set before the session starts, so the state guard below sees it as the worker's baseline."""
     workers = os.environ.get("PYTEST_XDIST_WORKER_COUNT")
     if workers is None:

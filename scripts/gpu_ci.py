@@ -146,7 +146,8 @@ def stages(work: Path, out: Path, standin: bool, fail: str | None) -> tuple[list
               env={"CI": "true", "PYTEST_XDIST_AUTO_NUM_WORKERS": os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS", cpus)},
               junit=work / "readme.xml"),
         # worksteal: the Triton compile tests take minutes each and sit together in one file; under the
-        # default --dist load they queued behind each other (370 s for 242 s of test time per worker).
+        # default --dist load they queued behind each other (the stage ran well past its test time per
+        # worker; the gpu-junit.xml of a run has both).
         Stage("gpu", f"pytest -m gpu -n {cpus} --dist worksteal --hypothesis-seed={seed}",
               [*pytest_cmd, "-m", "gpu", "-n", cpus, "--dist", "worksteal", "-q", f"--hypothesis-seed={seed}",
                f"--junitxml={out / 'gpu-junit.xml'}"],
