@@ -7,7 +7,8 @@
 #   scripts/install_lowest.sh [VENV_DIR]      # default .venv-lowest; PYTHON picks the base interpreter
 #   VENV_DIR/bin/python -m pip install --no-deps -e . && CI=true VENV_DIR/bin/python -m pytest -n auto
 #
-# PyPI's torch for Linux is a CUDA build: several GB installed with its nvidia-* wheels.
+# PyPI's torch for Linux is a CUDA build: several GB installed with its nvidia-* wheels (with
+# PIP_NO_CACHE_DIR=1, as .ci/run sets it, pip keeps no second copy of them in its cache).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${1:-.venv-lowest}
